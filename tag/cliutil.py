@@ -1,0 +1,113 @@
+"""CLI conventions in one place: output (table or one JSON object), progress bars, shared flags.
+
+Every verb module in `tag/commands/` defines ``add_parser(subparsers)`` (flags and help with an example;
+no heavy imports at module level) and ``run(args) -> int``. `tag/cli.py` wires them and turns
+`InputError` into exit 2 with one stderr line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Iterable, Sequence
+
+from tag.errors import InputError
+
+
+def add_verb(subparsers, name: str, help: str, example: str, description: str | None = None) -> argparse.ArgumentParser:
+    """Add a verb whose --help ends with an example."""
+    return subparsers.add_parser(
+        name,
+        help=help,
+        description=description or help,
+        epilog=f"example:\n  {example}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of tables")
+
+
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    """The flags every verb that reads a model takes (DESIGN.md § Command line)."""
+    p.add_argument("--batch-size", type=int, default=None, metavar="B",
+                   help="global batch (default: the file's batch if above 1, else 32 per device)")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="shape of a data input with symbolic dims, e.g. x=1x3x224x224 (repeatable)")
+    p.add_argument("--data-input", action="append", default=[], metavar="NAME",
+                   help="name a graph input as a data input (repeatable)")
+    p.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default="adam",
+                   help="optimizer whose state and update are costed (default adam)")
+
+
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME=1x3x48x320`` flags into a dict."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            out[name] = tuple(int(d) for d in dims.lower().split("x"))
+            if any(d <= 0 for d in out[name]):
+                raise ValueError
+        except ValueError:
+            raise InputError("--input-shape", spec, "NAME=DIMS with positive dims like x=1x3x224x224", repr(spec)) from None
+    return out
+
+
+def emit(args: argparse.Namespace, obj: Any, human: str) -> None:
+    """Print `human` text, or `obj` as one JSON object when --json was given."""
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(obj, sort_keys=False) + "\n")
+    else:
+        sys.stdout.write(human.rstrip("\n") + "\n")
+
+
+def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
+    """A plain-text table with right-aligned numbers."""
+    rows = [[_cell(c) for c in r] for r in rows]
+    widths = [len(h) for h in headers]
+    for r in rows:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+    def fmt(r, is_header=False):
+        cells = []
+        for i, c in enumerate(r):
+            numeric = not is_header and _is_number(c)
+            cells.append(c.rjust(widths[i]) if numeric else c.ljust(widths[i]))
+        return "  ".join(cells).rstrip()
+    lines = [fmt(headers, True), "  ".join("-" * w for w in widths)]
+    lines += [fmt(r) for r in rows]
+    return "\n".join(lines)
+
+
+def _cell(c: Any) -> str:
+    if isinstance(c, bool):
+        return "yes" if c else "no"
+    if isinstance(c, float):
+        if c != c:
+            return "-"
+        if abs(c) >= 100:
+            return f"{c:,.1f}"
+        return f"{c:.3g}" if abs(c) < 1 else f"{c:.2f}"
+    if c is None:
+        return "-"
+    return str(c)
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s.replace(",", "").rstrip("x%"))
+        return True
+    except ValueError:
+        return False
+
+
+def progress(total: int | None = None, desc: str = "", unit: str = "it"):
+    """A progress bar on stderr (tqdm); hidden when stderr is not a terminal."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None, leave=False, dynamic_ncols=True)

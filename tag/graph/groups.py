@@ -1,0 +1,56 @@
+"""The GroupGraph: K op groups whose quotient graph is acyclic (plain data).
+
+Groups are listed in a topological order of the quotient graph. Figures are sums over the group's ops,
+per batch row plus fixed, like `OpGraph`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tag.graph.opgraph import OpGraph
+
+
+@dataclass
+class Group:
+    id: int
+    op_ids: list[int]  # indices into OpGraph.ops, in topological order
+    splittable: bool
+    fwd_flops_per_row: float = 0.0
+    fwd_flops_fixed: float = 0.0
+    bwd_flops_per_row: float = 0.0
+    bwd_flops_fixed: float = 0.0
+    param_count: int = 0
+    param_bytes: float = 0.0
+    saved_bytes_per_row: float = 0.0  # activations kept for backward
+    saved_bytes_fixed: float = 0.0
+    out_bytes_per_row: float = 0.0  # bytes of tensors this group sends to other groups, per row
+    params: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GroupEdge:
+    """Tensors flowing from group src to group dst (src precedes dst in topological order)."""
+
+    src: int
+    dst: int
+    tensors: list[str]
+    bytes_per_row: float  # batched tensors: moved as row slices when row maps differ
+    bytes_fixed: float  # unbatched tensors: sent whole to every consumer device lacking them
+
+
+@dataclass
+class GroupGraph:
+    graph: OpGraph
+    groups: list[Group]
+    edges: list[GroupEdge]
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.groups)
+
+    def preds(self, g: int) -> list[GroupEdge]:
+        return [e for e in self.edges if e.dst == g]
+
+    def succs(self, g: int) -> list[GroupEdge]:
+        return [e for e in self.edges if e.src == g]
