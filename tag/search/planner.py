@@ -1,0 +1,133 @@
+"""`plan()`: the search entry point — baselines, MCTS from the best baseline, refinement, SFB selection.
+
+The caller passes in everything: the coarsened model, the cluster, the cost model, training settings and,
+optionally, a `priors_fn` (the GNN; `search` never imports `gnn`). The result carries the chosen strategy,
+its simulation, every baseline's simulation and the search's provenance for plan.json.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tag.search.evaluate import Evaluator
+from tag.search.mcts import MCTS, PriorsFn, VisitRecord
+from tag.search.refine import refine as refine_pass
+from tag.search.space import build_space
+from tag.strategy import Strategy, TrainingConfig
+
+DEFAULT_PLAYOUTS = 400
+DEFAULT_BUDGET_S = 60.0
+REFINE_SIMULATIONS = 3000
+
+
+@dataclass
+class PlanResult:
+    strategy: Strategy
+    result: object  # SimResult of the strategy
+    baselines: dict[str, tuple[Strategy, object]]  # name -> (strategy, SimResult)
+    best_baseline: str | None
+    method: str
+    playouts: int
+    seconds: float
+    seed: int
+    simulations: int
+    sfb: dict = field(default_factory=dict)  # SFB report: chosen ops, bytes and ms saved
+    records: list[VisitRecord] = field(default_factory=list)
+    search_space_size: int = 0
+
+
+def best_baseline(baselines: dict[str, tuple[Strategy, object]]) -> str | None:
+    """Name of the fastest baseline that fits in memory (None if every baseline runs out of memory)."""
+    fits = [(res.iteration_ms, name) for name, (_, res) in baselines.items()
+            if not res.oom and math.isfinite(res.iteration_ms)]
+    return min(fits)[1] if fits else None
+
+
+def least_oom_baseline(baselines: dict[str, tuple[Strategy, object]], usable_gb: dict[str, float]) -> str:
+    """When every baseline runs out of memory: the one whose worst device overflows least."""
+    def overflow(res) -> float:
+        return max((gb / usable_gb[d] for d, gb in res.peak_memory_gb.items() if usable_gb.get(d)), default=math.inf)
+    return min(baselines, key=lambda n: (overflow(baselines[n][1]), n))
+
+
+def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = DEFAULT_PLAYOUTS,
+         budget_s: float = DEFAULT_BUDGET_S, seed: int = 0, priors_fn: PriorsFn | None = None,
+         refine: bool = True, sfb: bool = True, refine_simulations: int = REFINE_SIMULATIONS,
+         on_progress: Callable[[int, float], None] | None = None) -> PlanResult:
+    """Search a strategy. Stops the tree search at `playouts` or `budget_s`, whichever comes first.
+
+    on_progress(playouts_done, best_iteration_ms) is called after every playout (for a progress bar).
+    """
+    from tag.search.baselines import run_baselines
+    from tag.sim import simulate
+
+    t0 = time.monotonic()
+    deadline = t0 + budget_s
+    batch = gg.graph.batch_size
+    baselines = run_baselines(gg, cluster, cost, training)
+    usable_gb = {d.id: d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
+    base_name = best_baseline(baselines)
+    if base_name is not None:
+        reference_ms = baselines[base_name][1].iteration_ms
+        start_name = base_name
+    else:
+        start_name = least_oom_baseline(baselines, usable_gb)
+        reference_ms = _compute_only_ms(gg, cluster, cost, batch)
+    base = baselines[start_name][0]
+
+    def simulate_fn(strategy: Strategy):
+        return simulate(gg, cluster, cost, strategy, training)
+
+    ev = Evaluator(simulate_fn, reference_ms, usable_gb)
+    for s, _ in baselines.values():  # seed the cache and the best-ever with every baseline
+        ev.value(s)
+    space = build_space(gg, cluster, cost, batch, base)
+    tree = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn)
+
+    def progress(done: int, best_v: float) -> None:
+        if on_progress:
+            on_progress(done, ev.result(ev.best[1]).iteration_ms if ev.best[1] is not None else math.inf)
+
+    mcts_deadline = t0 + 0.6 * budget_s if refine else deadline
+    res = tree.run(playouts, mcts_deadline, progress)
+    best = ev.best[1] or base
+    if refine:
+        refine_pass(space, ev, best, max_simulations=refine_simulations, deadline=deadline)
+        best = ev.best[1] or best
+    method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
+    sfb_report: dict = {}
+    if sfb:
+        best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn)
+        if sfb_report.get("ops"):
+            method += "+sfb"
+    return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,
+                      method=method, playouts=res.playouts, seconds=time.monotonic() - t0, seed=seed,
+                      simulations=ev.simulations, sfb=sfb_report, records=res.records,
+                      search_space_size=space.size())
+
+
+def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn):
+    """Run SFB selection on the searched plan (and on the best baseline) and keep the faster result."""
+    try:
+        from tag.compression import select_sfb
+    except ImportError:
+        return best, {}
+    chosen, report = best, {}
+    for start in (best,):
+        s, rep = select_sfb(gg, cluster, cost, training, start, simulate_fn)
+        if ev.value(s) > ev.value(chosen):
+            chosen, report = s, rep
+    return chosen, report
+
+
+def _compute_only_ms(gg, cluster, cost, batch: int) -> float:
+    """Forward + backward of every group on the fastest device, ignoring memory: a fixed value scale
+    for when every baseline runs out of memory."""
+    best = math.inf
+    for dev in cluster.devices:
+        t = sum(cost.group_fwd_ms(g.id, dev.type, batch) + cost.group_bwd_ms(g.id, dev.type, batch) for g in gg.groups)
+        best = min(best, t)
+    return best

@@ -1,0 +1,78 @@
+"""Local refinement: coordinate descent over neighbouring decisions, one group at a time.
+
+For each group (in the search order) it tries every candidate of the space, the decisions of the groups
+next to it in topological order (so runs of groups can share a row map and skip re-partition transfers),
+and row shifts of the current row map (move one row, or about 5% of the rows, between devices adjacent in
+topology order), keeping a change only if the simulated value improves. It sweeps until a sweep changes
+nothing, the simulation budget is spent, or the deadline passes. Deterministic: fixed order, strict
+improvement.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tag.search.evaluate import Evaluator
+from tag.search.space import SearchSpace
+from tag.strategy import Decision, Strategy
+
+
+def row_shift_neighbours(dec: Decision) -> list[Decision]:
+    """Decisions that move a few rows between devices adjacent (in topology order) within the replica set."""
+    devs = dec.devices
+    if len(devs) < 2:
+        return []
+    total = sum(dec.rows)
+    steps = sorted({1, max(1, round(0.05 * total / len(devs)))})
+    out = []
+    for a, b in zip(devs, devs[1:]):
+        for src, dst in ((a, b), (b, a)):
+            for k in steps:
+                if dec.rows[src] - k < 1:
+                    continue
+                rows = list(dec.rows)
+                rows[src] -= k
+                rows[dst] += k
+                out.append(Decision(tuple(rows), dec.sync, dec.server, dec.sfb))
+    return out
+
+
+def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulations: int = 4000,
+           deadline: float | None = None) -> Strategy:
+    """Improve `start` by strict-improvement coordinate descent; returns the best strategy reached."""
+    current, cur_v = start, ev.value(start)
+    budget_end = ev.simulations + max_simulations
+    n_groups = len(current.decisions)
+
+    def out_of_budget() -> bool:
+        return ev.simulations >= budget_end or (deadline is not None and time.monotonic() >= deadline)
+
+    improved = True
+    while improved and not out_of_budget():
+        improved = False
+        for gid in space.order:
+            mine = current.decisions[gid]
+            tries = list(space.candidates[gid])
+            for nb in (gid - 1, gid + 1):
+                if 0 <= nb < n_groups and (space.splittable[gid] or not current.decisions[nb].replicated):
+                    tries.append(with_rows_of(current.decisions[nb], space.has_params[gid]))
+            tries += row_shift_neighbours(mine)
+            for dec in tries:
+                if dec == current.decisions[gid]:
+                    continue
+                if out_of_budget():
+                    return current
+                cand = current.replace(gid, dec)
+                v = ev.value(cand)
+                if v > cur_v + 1e-12:
+                    current, cur_v, improved = cand, v, True
+    return current
+
+
+def with_rows_of(other: Decision, has_params: bool) -> Decision:
+    """A decision with another group's row map, and a sync method only where this group needs one."""
+    if not has_params or not other.replicated:
+        return Decision(other.rows)
+    sync = other.sync or "allreduce"
+    return Decision(other.rows, sync, other.server if sync == "ps" else None)
+

@@ -1,0 +1,218 @@
+"""The decision space the search explores: per op group, candidate row maps times sync methods.
+
+For the group at hand the candidates are device subsets — all devices, each machine, each device type, the
+k fastest devices for this group, single devices (plain placement) — with rows split evenly or balanced
+(every chosen device predicted to finish its compute at the same time, within its memory), times the sync
+methods that apply (`allreduce`; `hierarchical` when the subset spans machines and shares one; `ps` on the
+best-connected device of the subset). The baseline's own decision is always candidate 0, so "keep what
+the baseline does" is an action. Undecided groups keep the baseline's decision, so every partial state is
+a complete strategy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from tag.strategy import Decision, Strategy
+
+
+@dataclass
+class SearchSpace:
+    order: list[int]  # group ids in the order they are decided
+    candidates: list[list[Decision]]  # per group id; candidates[g][0] is the base strategy's decision
+    has_params: list[bool]  # per group id: needs a sync method when replicated
+    splittable: list[bool]  # per group id: may be replicated over several devices
+
+    def size(self) -> int:
+        """Number of complete strategies in the space (product of candidate counts)."""
+        n = 1
+        for c in self.candidates:
+            n *= len(c)
+        return n
+
+
+def even_rows(devices: Sequence[int], batch: int, n_devices: int) -> tuple[int, ...]:
+    """Rows split evenly over `devices`, remainder rows to the first ones (topology order).
+
+    >>> even_rows([0, 2], 5, 3)
+    (3, 0, 2)
+    """
+    rows = [0] * n_devices
+    q, r = divmod(batch, len(devices))
+    for i, d in enumerate(sorted(devices)):
+        rows[d] = q + (1 if i < r else 0)
+    return tuple(rows)
+
+
+def balanced_rows(devices: Sequence[int], batch: int, n_devices: int,
+                  time_ms: Callable[[int, int], float], cap_rows: Callable[[int], int] | None = None) -> tuple[int, ...] | None:
+    """Rows so the slowest chosen device finishes as early as possible (water filling).
+
+    time_ms(device, rows) must be non-decreasing in rows. Finds the smallest T such that the devices'
+    largest row counts with time <= T (and rows <= cap_rows(device)) sum to at least `batch`, then hands
+    out the surplus from the devices that would finish last. Every chosen device gets at least one row.
+    Returns None if the caps cannot hold the batch.
+    """
+    devices = sorted(devices)
+    if batch < len(devices):
+        return None
+    caps = {d: (cap_rows(d) if cap_rows else batch) for d in devices}
+    caps = {d: min(batch, c) for d, c in caps.items()}
+    if any(c < 1 for c in caps.values()) or sum(caps.values()) < batch:
+        return None
+
+    def rows_within(d: int, t: float) -> int:
+        lo, hi = 0, caps[d]  # largest r in [0, cap] with time(d, r) <= t
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if time_ms(d, mid) <= t:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    t_lo, t_hi = 0.0, max(time_ms(d, caps[d]) for d in devices)
+    for _ in range(50):
+        mid = 0.5 * (t_lo + t_hi)
+        if sum(rows_within(d, mid) for d in devices) >= batch:
+            t_hi = mid
+        else:
+            t_lo = mid
+        if t_hi - t_lo <= 1e-9 * max(1.0, t_hi):
+            break
+    alloc = {d: max(1, rows_within(d, t_hi)) for d in devices}
+    # trim surplus from the devices that finish last, keeping >= 1 row each
+    surplus = sum(alloc.values()) - batch
+    while surplus > 0:
+        d = max((d for d in devices if alloc[d] > 1), key=lambda d: (time_ms(d, alloc[d]), d))
+        alloc[d] -= 1
+        surplus -= 1
+    while surplus < 0:  # can only happen when the floor of 1 row bit nothing; give to the fastest finisher
+        d = min((d for d in devices if alloc[d] < caps[d]), key=lambda d: (time_ms(d, alloc[d] + 1), d))
+        alloc[d] += 1
+        surplus += 1
+    rows = [0] * n_devices
+    for d, r in alloc.items():
+        rows[d] = r
+    return tuple(rows)
+
+
+def group_has_params(gg, group_id: int) -> bool:
+    g = gg.groups[group_id]
+    if g.param_bytes > 0 or g.params:
+        return True
+    shared = getattr(gg, "shared_params", None) or {}
+    return any(group_id in users for users in shared.values())
+
+
+def sync_options(cluster, devices: Sequence[int], has_params: bool) -> list[tuple[str | None, int | None]]:
+    """The (sync, server) pairs that apply to a replica set."""
+    if not has_params or len(devices) < 2:
+        return [(None, None)]
+    opts: list[tuple[str | None, int | None]] = [("allreduce", None)]
+    machines: dict[str, int] = {}
+    for d in devices:
+        m = cluster.devices[d].machine
+        machines[m] = machines.get(m, 0) + 1
+    if len(machines) > 1 and max(machines.values()) > 1:
+        opts.append(("hierarchical", None))
+    bw = cluster.bandwidth_gbps
+    server = max(devices, key=lambda s: (sum(bw[s, o] + bw[o, s] for o in devices if o != s), -s))
+    opts.append(("ps", int(server)))
+    return opts
+
+
+def device_subsets(cluster, per_row_ms: np.ndarray, max_singles: int = 16) -> list[tuple[int, ...]]:
+    """Candidate device subsets for one group, deduplicated, in a fixed order.
+
+    per_row_ms[d]: the group's predicted compute time per row on device d (orders the k fastest).
+    """
+    n = cluster.n_devices
+    subsets: list[tuple[int, ...]] = [tuple(range(n))]
+    machines: dict[str, list[int]] = {}
+    types: dict[str, list[int]] = {}
+    for dev in cluster.devices:
+        machines.setdefault(dev.machine, []).append(dev.index)
+        types.setdefault(dev.type.name, []).append(dev.index)
+    if len(machines) > 1:
+        subsets += [tuple(v) for v in machines.values()]
+    if len(types) > 1:
+        subsets += [tuple(v) for v in types.values()]
+    fastest = sorted(range(n), key=lambda d: (per_row_ms[d], d))
+    k = 2
+    while k < n:
+        subsets.append(tuple(sorted(fastest[:k])))
+        k *= 2
+    if n <= max_singles:
+        singles = list(range(n))
+    else:  # the fastest device of each machine
+        singles = [min(v, key=lambda d: (per_row_ms[d], d)) for v in machines.values()]
+    subsets += [(d,) for d in singles]
+    seen, out = set(), []
+    for s in subsets:
+        if s not in seen:
+            seen.add(s)
+            out.append(s)
+    return out
+
+
+def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: int = 16,
+                state_bytes_per_param_byte: float = 4.0) -> SearchSpace:
+    """Candidates for every group and the order groups are decided in (descending predicted cost).
+
+    state_bytes_per_param_byte: weights + gradients + optimizer states per parameter byte (4 for Adam),
+    used only to cap rows by memory when balancing.
+    """
+    n = cluster.n_devices
+    dtypes = [d.type for d in cluster.devices]
+    candidates: list[list[Decision]] = []
+    cost_key: list[float] = []
+    med_bw_bytes_per_ms = float(np.median(cluster.bandwidth_gbps[~np.eye(n, dtype=bool)])) * 1e9 / 8 / 1e3 if n > 1 else 1e12
+    for gid, group in enumerate(gg.groups):
+        probe = max(1, batch // n)
+
+        def time_ms(d: int, r: int, gid=gid) -> float:
+            if r <= 0:
+                return 0.0
+            return cost.group_fwd_ms(gid, dtypes[d], r) + cost.group_bwd_ms(gid, dtypes[d], r)
+
+        per_row = np.array([time_ms(d, probe) / probe for d in range(n)])
+        has_params = group_has_params(gg, gid)
+        state = group.param_bytes * state_bytes_per_param_byte
+
+        def cap_rows(d: int, group=group, state=state) -> int:
+            per = group.saved_bytes_per_row
+            free = dtypes[d].usable_memory_bytes - state
+            if per <= 0:
+                return batch
+            return int(max(0.0, free) // per)
+
+        cands: list[Decision] = [base.decisions[gid]]
+        seen = {base.decisions[gid]}
+        subsets = device_subsets(cluster, per_row, max_singles) if group.splittable else \
+            [(d,) for d in (range(n) if n <= max_singles else np.argsort(per_row, kind="stable")[:max_singles])]
+        for sub in subsets:
+            if len(sub) > batch:
+                continue
+            row_maps = [even_rows(sub, batch, n)]
+            if len(sub) > 1:
+                bal = balanced_rows(sub, batch, n, time_ms, cap_rows)
+                if bal is not None and bal not in row_maps:
+                    row_maps.append(bal)
+            for rows in row_maps:
+                devs = tuple(d for d in range(n) if rows[d] > 0)
+                for sync, server in sync_options(cluster, devs, has_params):
+                    dec = Decision(rows=rows, sync=sync, server=server)
+                    if dec not in seen:
+                        seen.add(dec)
+                        cands.append(dec)
+        candidates.append(cands)
+        fastest = float(per_row.min()) * batch
+        cost_key.append(fastest + 2.0 * group.param_bytes / med_bw_bytes_per_ms)
+    order = sorted(range(len(gg.groups)), key=lambda g: (-cost_key[g], g))
+    return SearchSpace(order=order, candidates=candidates,
+                       has_params=[group_has_params(gg, g) for g in range(len(gg.groups))],
+                       splittable=[g.splittable for g in gg.groups])

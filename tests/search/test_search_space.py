@@ -1,0 +1,52 @@
+"""Row splitting checked against brute force over every split."""
+
+import itertools
+
+import pytest
+
+from tag.search.space import balanced_rows, even_rows
+from tag.search.refine import row_shift_neighbours
+from tag.strategy import Decision
+
+
+def test_even_rows_remainder_goes_first():
+    assert even_rows([0, 1, 2], 10, 3) == (4, 3, 3)
+    assert even_rows([1, 3], 7, 4) == (0, 4, 0, 3)
+
+
+def _brute_best_makespan(devs, batch, t, caps):
+    best = None
+    for split in itertools.product(*(range(1, min(caps[d], batch) + 1) for d in devs)):
+        if sum(split) != batch:
+            continue
+        m = max(t(d, r) for d, r in zip(devs, split))
+        best = m if best is None else min(best, m)
+    return best
+
+
+@pytest.mark.parametrize("speeds,fixed,batch,caps", [
+    ((1.0, 2.0, 3.0), (0.0, 0.0, 0.0), 12, (99, 99, 99)),
+    ((1.0, 1.7, 0.3), (0.5, 0.0, 2.0), 17, (99, 99, 99)),
+    ((1.0, 4.0), (0.0, 0.0), 9, (3, 99)),  # memory cap binds on the fast device
+    ((2.0, 2.0, 2.0, 1.0), (0.1, 0.2, 0.3, 0.0), 7, (99, 99, 99, 99)),
+])
+def test_balanced_rows_minimises_makespan(speeds, fixed, batch, caps):
+    devs = list(range(len(speeds)))
+    t = lambda d, r: 0.0 if r == 0 else fixed[d] + r / speeds[d]
+    rows = balanced_rows(devs, batch, len(devs), t, lambda d: caps[d])
+    assert sum(rows) == batch and all(r >= 1 for r in rows) and all(r <= caps[d] for d, r in enumerate(rows))
+    got = max(t(d, r) for d, r in enumerate(rows))
+    assert got == pytest.approx(_brute_best_makespan(devs, batch, t, caps))
+
+
+def test_balanced_rows_infeasible_caps():
+    assert balanced_rows([0, 1], 10, 2, lambda d, r: r, lambda d: 4) is None
+    assert balanced_rows([0, 1, 2], 2, 3, lambda d, r: r) is None
+
+
+def test_row_shift_keeps_batch_and_one_row_minimum():
+    dec = Decision((1, 5, 0, 4), "allreduce")
+    ns = row_shift_neighbours(dec)
+    assert ns and all(sum(n.rows) == 10 for n in ns)
+    assert all(min(r for r in n.rows if r) >= 1 and n.rows[2] == 0 for n in ns)
+    assert Decision((0, 6, 0, 4), "allreduce") not in ns  # would empty device 0
