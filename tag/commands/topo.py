@@ -1,0 +1,63 @@
+"""`tag topo random --seed S [-o T.json]` and `tag topo import FILE [-o T.json]`: make topology files."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tag.cliutil import add_output_flags, add_verb
+
+
+def add_parser(sub):
+    p = add_verb(sub, "topo", "make topology files: random clusters, imports of other formats",
+                 "tag topo random --seed 3 -o random3.json\n  tag topo import metis_cluster.json -o cluster.json")
+    verbs = p.add_subparsers(dest="topo_verb", metavar="ACTION")
+    r = verbs.add_parser("random", help="a random heterogeneous cluster (a function of the seed)")
+    r.add_argument("--seed", type=int, required=True, metavar="S", help="random seed")
+    r.add_argument("--machines", type=int, default=None, metavar="N", help="exact number of machines (default 1-6)")
+    r.add_argument("--max-devices", type=int, default=8, metavar="N", help="devices per machine drawn from 1..N (default 8)")
+    r.add_argument("--layout", choices=["flat", "direct", "racks"], default=None, help="network layout (default: drawn)")
+    r.add_argument("-o", "--output", default=None, metavar="T.json", help="write the topology here (default: stdout)")
+    add_output_flags(r)
+    i = verbs.add_parser("import", help="convert a Metis-style cluster file to topology.json v1")
+    i.add_argument("file", help="the cluster file to convert")
+    i.add_argument("-o", "--output", default=None, metavar="T.json", help="write the topology here (default: stdout)")
+    add_output_flags(i)
+    p.set_defaults(_topo_parser=p)
+    return p
+
+
+def run(args) -> int:
+    from tag.errors import InputError
+    from tag.topology import import_metis, parse_topology, random_topology
+
+    if args.topo_verb == "random":
+        if args.machines is not None and args.machines < 1:
+            raise InputError("--machines", "--machines", "a positive integer", str(args.machines))
+        if args.max_devices < 1:
+            raise InputError("--max-devices", "--max-devices", "a positive integer", str(args.max_devices))
+        lo, hi = (args.machines, args.machines) if args.machines else (1, 6)
+        if args.layout == "racks" and hi < 3:
+            raise InputError("--layout", "--layout", "at least 3 machines for racks", f"{hi} machines")
+        if args.layout == "racks":
+            lo = max(lo, 3)
+        topo = random_topology(args.seed, min_machines=lo, max_machines=hi,
+                               max_devices_per_machine=args.max_devices, layout=args.layout)
+    elif args.topo_verb == "import":
+        topo = import_metis(args.file)
+    else:
+        args._topo_parser.print_help(sys.stderr)
+        return 2
+    cluster = parse_topology(topo, args.output or f"{topo['name']}.json")  # fails loudly if we made a bad file
+    text = json.dumps(topo, indent=2) + "\n"
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+        human = f"wrote {args.output}: {len(cluster.machines)} machines, {cluster.n_devices} devices"
+        if getattr(args, "json", False):
+            sys.stdout.write(json.dumps(topo) + "\n")
+        else:
+            sys.stdout.write(human + "\n")
+    else:
+        sys.stdout.write(json.dumps(topo) + "\n" if getattr(args, "json", False) else text)
+    return 0
