@@ -44,10 +44,16 @@ class GroupGraph:
     graph: OpGraph
     groups: list[Group]
     edges: list[GroupEdge]
+    # tied parameters used by several groups: name -> group ids, the owner (first consumer's group) first
+    shared_params: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def n_groups(self) -> int:
         return len(self.groups)
+
+    def group_of_op(self) -> dict[int, int]:
+        """Map op index -> id of the group holding it."""
+        return {i: g.id for g in self.groups for i in g.op_ids}
 
     def preds(self, g: int) -> list[GroupEdge]:
         return [e for e in self.edges if e.dst == g]
