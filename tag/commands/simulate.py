@@ -1,0 +1,83 @@
+"""`tag simulate MODEL TOPOLOGY (--plan P.json | --baseline NAME)`: one simulated training iteration."""
+
+from __future__ import annotations
+
+from tag.cliutil import add_model_flags, add_output_flags, add_verb
+
+BASELINE_NAMES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
+
+
+def add_parser(sub):
+    p = add_verb(sub, "simulate", "simulate one training iteration of a plan or a baseline",
+                 "tag simulate datasets/models/resnet50.onnx datasets/topologies/heterog8.json --baseline dp-even\n"
+                 "  tag simulate model.onnx topo.json --plan plan.json --trace trace.json --json")
+    p.add_argument("model", help="the model .onnx")
+    p.add_argument("topology", help="the cluster topology .json")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--plan", metavar="P.json", help="a plan written by `tag plan` (checked against MODEL and TOPOLOGY)")
+    which.add_argument("--baseline", choices=BASELINE_NAMES, metavar="NAME",
+                       help="a baseline strategy: " + ", ".join(BASELINE_NAMES))
+    p.add_argument("--profile", metavar="F", default=None, help="profile.json with measured op times (default: roofline)")
+    p.add_argument("--trace", metavar="T.json", default=None, help="write a Chrome trace (chrome://tracing, Perfetto)")
+    p.add_argument("--groups", type=int, default=None, metavar="K", help="op groups for baselines (default: automatic)")
+    add_model_flags(p)
+    add_output_flags(p)
+    return p
+
+
+def _per_device(value, cluster) -> dict:
+    """A per-device figure (dict by device id, or a sequence in topology order) as a dict by device id."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    return {d.id: float(v) for d, v in zip(cluster.devices, value)}
+
+
+def run(args) -> int:
+    from tag.cliutil import emit, table
+    from tag.modelio import load_inputs
+    from tag.search.baselines import build_baseline
+    from tag.sim import simulate
+
+    inp = load_inputs(args.model, args.topology, args, plan_path=args.plan)
+    if args.plan:
+        strategy, source = inp.strategy, f"plan {args.plan}"
+    else:
+        strategy, source = build_baseline(args.baseline, inp.gg, inp.cluster, inp.cost, inp.training), f"baseline {args.baseline}"
+    res = simulate(inp.gg, inp.cluster, inp.cost, strategy, inp.training, trace=bool(args.trace))
+    if args.trace:
+        from tag.sim import write_chrome_trace
+
+        write_chrome_trace(res, args.trace)
+
+    obj = dict(res.to_json())
+    obj.update({"batch_size": inp.batch_size, "groups": inp.gg.n_groups, "cost_model": inp.cost.name,
+                "strategy": "plan" if args.plan else args.baseline})
+    if args.trace:
+        obj["trace"] = args.trace
+    for key in ("iteration_ms", "samples_per_s", "oom", "oom_devices", "peak_memory_gb"):
+        if key not in obj:  # DESIGN.md minimum keys, from the result's attributes if to_json left one out
+            obj[key] = getattr(res, key)
+
+    busy = _per_device(getattr(res, "busy_ms", None), inp.cluster)
+    peak = _per_device(res.peak_memory_gb, inp.cluster)
+    oom_devices = set(res.oom_devices or [])
+    rows_of = {}
+    for dec in strategy.decisions:
+        for d in dec.devices:
+            rows_of[d] = max(rows_of.get(d, 0), dec.rows[d])
+    lines = [f"{source}: {inp.gg.n_groups} groups, batch {inp.batch_size}, optimizer {inp.training.optimizer}, "
+             f"cost model {inp.cost.name}",
+             f"iteration {res.iteration_ms:.2f} ms, {res.samples_per_s:,.1f} samples/s"
+             + (", OUT OF MEMORY on " + ", ".join(sorted(oom_devices)) if res.oom else ""), ""]
+    rows = []
+    for d in inp.cluster.devices:
+        usable_gb = d.type.usable_memory_bytes / 1e9
+        rows.append([d.id, d.type.name, rows_of.get(d.index, 0), busy.get(d.id, 0.0), peak.get(d.id, 0.0),
+                     usable_gb, d.id in oom_devices])
+    lines.append(table(rows, ["device", "type", "max rows", "busy ms", "peak GB", "usable GB", "oom"]))
+    if args.trace:
+        lines.append(f"\ntrace written to {args.trace}")
+    emit(args, obj, "\n".join(lines))
+    return 0

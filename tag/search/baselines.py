@@ -1,0 +1,226 @@
+"""Baseline strategies: pure builders ``(gg, cluster, cost, training, batch) -> Strategy``.
+
+- ``dp-even``: DDP. Every group on every device, rows even (remainder rows to the first devices), allreduce.
+- ``dp-proportional``: rows proportional to each device's speed on this model (HAP's DP-CP, Cannikin),
+  then single-row moves while the slowest device's predicted compute time drops; allreduce, or
+  hierarchical when the cluster has several machines and that simulates faster.
+- ``ps``: like dp-even, gradients through parameter servers: each group's server is the device with
+  the fewest parameter bytes assigned so far, groups taken by decreasing parameter bytes (a
+  bytes-balanced round robin).
+- ``single-device``: the whole model on the fastest device (by predicted compute) that fits in memory
+  by simulation.
+- ``m-topo``, ``m-etf``: Baechi's memory-constrained placers (`tag.search.baselines_baechi`).
+
+A group that cannot be split by rows goes whole on one device: the first device for dp-even and ps,
+the device with the most rows for dp-proportional. Sync is None for groups without parameters or on
+one device.
+"""
+
+from __future__ import annotations
+
+from tag.search.baselines_baechi import m_etf, m_topo
+from tag.strategy import Decision, Strategy
+
+
+def even_rows(batch: int, n: int) -> tuple[int, ...]:
+    """`batch` rows over n devices as evenly as possible, remainder rows to the first devices.
+
+    >>> even_rows(10, 4)
+    (3, 3, 2, 2)
+    """
+    q, r = divmod(batch, n)
+    return tuple(q + (1 if d < r else 0) for d in range(n))
+
+
+def largest_remainder(batch: int, weights: list[float]) -> tuple[int, ...]:
+    """Integer rows summing to `batch`, proportional to `weights` (largest remainder; ties to lower index).
+
+    >>> largest_remainder(10, [1.0, 1.0, 1.0])
+    (4, 3, 3)
+    """
+    total = sum(weights)
+    ideal = [batch * w / total for w in weights]
+    rows = [int(x) for x in ideal]
+    order = sorted(range(len(weights)), key=lambda d: (-(ideal[d] - rows[d]), d))
+    for d in order[: batch - sum(rows)]:
+        rows[d] += 1
+    return tuple(rows)
+
+
+def _has_params(group) -> bool:
+    return group.param_count > 0 or group.param_bytes > 0 or bool(group.params)
+
+
+def replicated_strategy(gg, rows: tuple[int, ...], sync: str, host: int = 0,
+                        servers: dict[int, int] | None = None) -> Strategy:
+    """Every splittable group on the row map `rows`, unsplittable groups whole on device `host`.
+
+    Replicated groups with parameters sync with `sync` (server from `servers[group]` for ps).
+    """
+    batch = sum(rows)
+    whole = tuple(batch if d == host else 0 for d in range(len(rows)))
+    decisions = []
+    for g in gg.groups:
+        r = rows if g.splittable else whole
+        replicated = sum(1 for x in r if x > 0) > 1
+        s = sync if replicated and _has_params(g) else None
+        server = servers.get(g.id) if (s == "ps" and servers) else None
+        decisions.append(Decision(rows=r, sync=s, server=server))
+    return Strategy(tuple(decisions))
+
+
+def dp_even(gg, cluster, cost, training, batch: int) -> Strategy:
+    """DDP: all groups on all devices with even rows, ring allreduce of gradients."""
+    return replicated_strategy(gg, even_rows(batch, cluster.n_devices), "allreduce")
+
+
+def ps_servers(gg, n_devices: int) -> dict[int, int]:
+    """Server device per group with parameters: largest groups first, each to the least-loaded device (bytes)."""
+    load = [0.0] * n_devices
+    servers = {}
+    for g in sorted((g for g in gg.groups if _has_params(g)), key=lambda g: (-g.param_bytes, g.id)):
+        d = min(range(n_devices), key=lambda d: (load[d], d))
+        servers[g.id] = d
+        load[d] += g.param_bytes
+    return servers
+
+
+def ps(gg, cluster, cost, training, batch: int) -> Strategy:
+    """Parameter server: all groups on all devices, even rows, servers balanced by parameter bytes."""
+    return replicated_strategy(gg, even_rows(batch, cluster.n_devices), "ps",
+                               servers=ps_servers(gg, cluster.n_devices))
+
+
+def compute_ms(gg, cost, device_type, rows: int, splittable: bool = True) -> float:
+    """Forward + backward ms of the (splittable or unsplittable) groups for `rows` rows on one device type."""
+    if rows <= 0:
+        return 0.0
+    return sum(cost.group_fwd_ms(g.id, device_type, rows) + cost.group_bwd_ms(g.id, device_type, rows)
+               for g in gg.groups if g.splittable == splittable)
+
+
+def proportional_rows(gg, cluster, cost, batch: int) -> tuple[tuple[int, ...], int]:
+    """(rows per device, host device for unsplittable groups) for dp-proportional.
+
+    Speeds: 1 / (forward + backward ms of the splittable groups at batch/n rows). Rows proportional to
+    speed by largest remainder; the host is the device with the most rows. Then, while it lowers the
+    largest per-device predicted compute time, one row moves from the slowest device to the device
+    that gives the lowest new maximum (ties: lower index).
+    """
+    n = cluster.n_devices
+    types = [d.type for d in cluster.devices]
+    cache: dict[tuple[object, int], float] = {}
+
+    def t_split(d: int, r: int) -> float:
+        key = (types[d], r)
+        if key not in cache:
+            cache[key] = compute_ms(gg, cost, types[d], r)
+        return cache[key]
+
+    share = max(1, round(batch / n))
+    rows = list(largest_remainder(batch, [1.0 / max(t_split(d, share), 1e-12) for d in range(n)]))
+    host = max(range(n), key=lambda d: (rows[d], -d))
+    host_ms = compute_ms(gg, cost, types[host], batch, splittable=False)
+
+    def times(rs: list[int]) -> list[float]:
+        return [t_split(d, rs[d]) + (host_ms if d == host else 0.0) for d in range(n)]
+
+    for _ in range(batch * n):
+        cur = times(rows)
+        worst = max(cur)
+        a = cur.index(worst)
+        if rows[a] == 0:
+            break
+        best = None
+        for b in range(n):
+            if b == a:
+                continue
+            trial = rows.copy()
+            trial[a] -= 1
+            trial[b] += 1
+            m = max(times(trial))
+            if m < worst - 1e-9 and (best is None or m < best[0]):
+                best = (m, b)
+        if best is None:
+            break
+        rows[a] -= 1
+        rows[best[1]] += 1
+    return tuple(rows), host
+
+
+def dp_proportional(gg, cluster, cost, training, batch: int) -> Strategy:
+    """Rows ∝ device speed (see `proportional_rows`); allreduce, or hierarchical if it simulates faster."""
+    rows, host = proportional_rows(gg, cluster, cost, batch)
+    flat = replicated_strategy(gg, rows, "allreduce", host=host)
+    if len({d.machine for d in cluster.devices}) <= 1:
+        return flat
+    from tag.sim import simulate
+
+    hier = replicated_strategy(gg, rows, "hierarchical", host=host)
+    r_flat = simulate(gg, cluster, cost, flat, training)
+    r_hier = simulate(gg, cluster, cost, hier, training)
+    return hier if _better(r_hier, r_flat) else flat
+
+
+def _better(a, b) -> bool:
+    """True when SimResult a beats b: fits where b does not, or fits equally and is strictly faster."""
+    if a.oom != b.oom:
+        return not a.oom
+    return a.iteration_ms < b.iteration_ms
+
+
+def single_device(gg, cluster, cost, training, batch: int) -> Strategy:
+    """The whole model on one device: the fastest (fwd + bwd + update) whose simulation fits in memory.
+
+    One candidate per device type (devices of a type behave alike alone); if none fits, the fastest.
+    """
+    from tag.sim import simulate
+
+    def whole_ms(t) -> float:
+        return (compute_ms(gg, cost, t, batch) + compute_ms(gg, cost, t, batch, splittable=False)
+                + sum(cost.update_ms(g.id, t) for g in gg.groups))
+
+    seen, candidates = set(), []
+    for d in cluster.devices:
+        if d.type not in seen:
+            seen.add(d.type)
+            candidates.append((whole_ms(d.type), d.index))
+    candidates.sort()
+    strategies = []
+    for _, d in candidates:
+        s = replicated_strategy(gg, tuple(batch if i == d else 0 for i in range(cluster.n_devices)), "allreduce", host=d)
+        strategies.append(s)
+        if not simulate(gg, cluster, cost, s, training).oom:
+            return s
+    return strategies[0]
+
+
+BASELINES = {
+    "dp-even": dp_even,
+    "dp-proportional": dp_proportional,
+    "ps": ps,
+    "single-device": single_device,
+    "m-etf": m_etf,
+    "m-topo": m_topo,
+}
+
+
+def build_baseline(name: str, gg, cluster, cost, training, batch: int | None = None) -> Strategy:
+    """The strategy of baseline `name` (a key of BASELINES); batch defaults to the graph's batch."""
+    return BASELINES[name](gg, cluster, cost, training, gg.graph.batch_size if batch is None else batch)
+
+
+def run_baselines(gg, cluster, cost, training, names=None, progress=None) -> dict:
+    """Build and simulate each baseline: name -> (Strategy, SimResult), in BASELINES order.
+
+    `progress`, if given, is called with each name after it is done (for a progress bar).
+    """
+    from tag.sim import simulate
+
+    out = {}
+    for name in (names or list(BASELINES)):
+        s = build_baseline(name, gg, cluster, cost, training)
+        out[name] = (s, simulate(gg, cluster, cost, s, training))
+        if progress is not None:
+            progress(name)
+    return out

@@ -1,0 +1,125 @@
+"""Baechi's memory-constrained placers (Jeon et al., SoCC 2020) over op groups: m-TOPO and m-ETF.
+
+Both put every group whole on one device (all batch rows there: model parallelism) and keep each
+device's estimated memory under a cap. A group's memory on a device is estimated as
+
+    2 x param_bytes + param_count x optimizer state bytes per parameter
+      + saved_bytes_per_row x rows + saved_bytes_fixed
+
+(weights and gradients, optimizer state from `tag.cost.optimizer`, the activations kept for backward). The simulator's own memory accounting judges the result; this estimate only steers.
+"""
+
+from __future__ import annotations
+
+from tag.cost.comm import p2p_ms
+from tag.cost.optimizer import state_bytes_per_param
+from tag.strategy import Decision, Strategy
+
+M_TOPO_SLACK = 0.10  # each device may take 10 % more than its proportional share of the model's memory
+
+
+def group_memory_bytes(group, rows: int, optimizer: str) -> float:
+    """Estimated bytes a group holds on one device computing `rows` rows (see the module docstring)."""
+    return (2 * group.param_bytes + group.param_count * state_bytes_per_param(optimizer)
+            + group.saved_bytes_per_row * rows + group.saved_bytes_fixed)
+
+
+def transfer_ms(cluster, src: int, dst: int, nbytes: float) -> float:
+    """Time to send `nbytes` from device src to dst over their route alone (`tag.cost.comm.p2p_ms`), ms."""
+    if src == dst or nbytes <= 0:
+        return 0.0
+    return p2p_ms(nbytes, float(cluster.bandwidth_gbps[src, dst]), float(cluster.latency_us[src, dst]))
+
+
+def edge_bytes(edge, batch: int) -> float:
+    """Bytes a group edge carries when the whole batch crosses it (batched rows + unbatched tensors)."""
+    return edge.bytes_per_row * batch + edge.bytes_fixed
+
+
+def _placement_strategy(gg, cluster, placement: list[int], batch: int) -> Strategy:
+    decisions = []
+    for dev in placement:
+        rows = [0] * cluster.n_devices
+        rows[dev] = batch
+        decisions.append(Decision(rows=tuple(rows)))
+    return Strategy(tuple(decisions))
+
+
+def m_topo(gg, cluster, cost, training, batch: int) -> Strategy:
+    """m-TOPO: groups in topological order fill devices in topology order up to a memory cap.
+
+    Device d's cap is min(usable memory, (1 + M_TOPO_SLACK) x total model memory x usable_d / sum of
+    usable): Baechi's total/n share, made proportional to memory for unequal devices. A group that
+    does not fit under the current device's cap moves placement on to the next device; past the last
+    device, a group goes to the device with the most usable memory left (the simulator reports OOM if
+    it still does not fit).
+    """
+    n = cluster.n_devices
+    need = [group_memory_bytes(g, batch, training.optimizer) for g in gg.groups]
+    usable = [d.type.usable_memory_bytes for d in cluster.devices]
+    total = sum(need)
+    caps = [min(usable[d], (1 + M_TOPO_SLACK) * total * usable[d] / sum(usable)) for d in range(n)]
+    used = [0.0] * n
+    placement, cur = [], 0
+    for g in range(gg.n_groups):
+        while cur < n and used[cur] + need[g] > caps[cur] and used[cur] > 0:
+            cur += 1
+        dev = cur if cur < n else max(range(n), key=lambda d: (usable[d] - used[d], -d))
+        used[dev] += need[g]
+        placement.append(dev)
+    return _placement_strategy(gg, cluster, placement, batch)
+
+
+def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], list[float], list[float]]:
+    """m-ETF list schedule: (device, start ms, finish ms) per group.
+
+    Repeatedly takes, among groups whose predecessors are all scheduled and devices with memory room
+    (usable memory), the (group, device) pair with the earliest start time, where start = max(device
+    free, max over predecessors of their finish + transfer of the edge's bytes at the whole batch from
+    the predecessor's device). A group's time on a device is its forward + backward at the whole batch.
+    Ties: earlier finish, then lower group id, then lower device index. If no device has room, the
+    group goes where it starts earliest regardless of memory.
+    """
+    n, k = cluster.n_devices, gg.n_groups
+    need = [group_memory_bytes(g, batch, training.optimizer) for g in gg.groups]
+    usable = [d.type.usable_memory_bytes for d in cluster.devices]
+    preds: list[list] = [[] for _ in range(k)]
+    for e in gg.edges:
+        preds[e.dst].append(e)
+    run_ms: dict[tuple[int, object], float] = {}
+
+    def dur(g: int, d: int) -> float:
+        t = cluster.devices[d].type
+        if (g, t) not in run_ms:
+            run_ms[g, t] = cost.group_fwd_ms(g, t, batch) + cost.group_bwd_ms(g, t, batch)
+        return run_ms[g, t]
+
+    device = [-1] * k
+    start, finish = [0.0] * k, [0.0] * k
+    free, used = [0.0] * n, [0.0] * n
+    done = 0
+    while done < k:
+        ready = [g for g in range(k) if device[g] < 0 and all(device[e.src] >= 0 for e in preds[g])]
+        best, best_any = None, None
+        for g in ready:
+            for d in range(n):
+                s = free[d]
+                for e in preds[g]:
+                    s = max(s, finish[e.src] + transfer_ms(cluster, device[e.src], d, edge_bytes(e, batch)))
+                key = (s, s + dur(g, d), g, d)
+                if best_any is None or key < best_any:
+                    best_any = key
+                if used[d] + need[g] <= usable[d] and (best is None or key < best):
+                    best = key
+        s, f, g, d = best if best is not None else best_any
+        device[g], start[g], finish[g] = d, s, f
+        free[d] = f
+        used[d] += need[g]
+        done += 1
+    return device, start, finish
+
+
+def m_etf(gg, cluster, cost, training, batch: int) -> Strategy:
+    """m-ETF: the placement of `etf_schedule` (each group whole on its scheduled device)."""
+    device, _, _ = etf_schedule(gg, cluster, cost, training, batch)
+    return _placement_strategy(gg, cluster, device, batch)

@@ -1,0 +1,92 @@
+"""Check a plan against the model and topology it will be simulated or deployed on.
+
+A mismatch is an InputError naming the plan file, the JSON path (``decisions[3].rows.m1/0``), what
+was expected and what was found: never a silent re-plan. The plan's groups are the truth: the
+GroupGraph is rebuilt from the op names they list, not re-coarsened.
+"""
+
+from __future__ import annotations
+
+from tag.errors import InputError, short_repr
+from tag.strategy import Strategy
+from tag.strategy.planfile import PlanMeta, file_sha256, load_plan_json, parse_plan
+from tag.strategy.regroup import groupgraph_from_partition, partition_problems
+
+
+def check_plan_hashes(raw: dict, plan_path: str, model_path: str, topology_path: str) -> None:
+    """Raise InputError unless the plan's model and topology sha256 match the files given (cheap: no loading)."""
+    for key, file in (("model", model_path), ("topology", topology_path)):
+        want = raw.get(key, {}).get("sha256") if isinstance(raw.get(key), dict) else None
+        have = file_sha256(file)
+        if want != have:
+            raise InputError(plan_path, f"{key}.sha256", f"the sha256 of {file} ({have[:12]}...)",
+                             short_repr(want[:12] + "..." if isinstance(want, str) else want))
+
+
+def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
+                  plan_path: str | None = None) -> tuple[Strategy, object, PlanMeta]:
+    """Check a plan (a path, or a parsed object with `plan_path` for messages) and return
+    (Strategy over the cluster's devices, the GroupGraph of the plan's groups, PlanMeta).
+
+    Checks, in order: version; model and topology sha256; batch size vs the loaded graph; device ids;
+    row sums; op names of every group (each model op in exactly one group, groups in topological
+    order); a group that cannot be split by rows on one device; sync null exactly for groups without
+    parameters or on one device, server only for ps; SFB ops inside their group and owning parameters.
+    `gg` is reused when its partition equals the plan's groups, else the partition is rebuilt.
+    """
+    if isinstance(plan, dict):
+        raw, path = plan, plan_path or "plan.json"
+    else:
+        raw, path = load_plan_json(plan), str(plan)
+    if raw.get("version") != 1:
+        raise InputError(path, "version", "1", short_repr(raw.get("version")))
+    check_plan_hashes(raw, path, model_path, topology_path)
+    strategy, meta = parse_plan(raw, path, cluster)
+    if meta.batch_size != graph.batch_size:
+        raise InputError(path, "model.batch_size", f"the batch the model was loaded with ({graph.batch_size})",
+                         str(meta.batch_size))
+
+    op_index = graph.op_index()
+    op_groups: list[list[int]] = []
+    for g, names in enumerate(meta.groups):
+        ids = []
+        for k, name in enumerate(names):
+            if name not in op_index:
+                raise InputError(path, f"groups[{g}].ops[{k}]", f"an op name of {model_path}", short_repr(name))
+            ids.append(op_index[name])
+        op_groups.append(ids)
+    for where, expected, found in partition_problems(graph, op_groups):
+        raise InputError(path, where, expected, found)
+    if gg is None or [sorted(g.op_ids) for g in gg.groups] != [sorted(ids) for ids in op_groups]:
+        gg = groupgraph_from_partition(graph, op_groups)
+
+    for g, dec in enumerate(strategy.decisions):
+        where = f"decisions[{_position(raw, g)}]"
+        group = gg.groups[g]
+        if not group.splittable and dec.replicated:
+            raise InputError(path, f"{where}.rows", f"all rows on one device (group {g} cannot be split by rows)",
+                             f"{len(dec.devices)} devices")
+        has_params = group.param_count > 0 or group.param_bytes > 0 or bool(group.params)
+        if has_params and dec.replicated:
+            if dec.sync is None:
+                raise InputError(path, f"{where}.sync", "allreduce, hierarchical or ps for a replicated group with parameters",
+                                 "null")
+        elif dec.sync is not None:
+            why = "without parameters" if not has_params else "on one device"
+            raise InputError(path, f"{where}.sync", f"null for a group {why}", short_repr(dec.sync))
+        names = {graph.ops[i].name: graph.ops[i] for i in group.op_ids}
+        for k, op_name in enumerate(dec.sfb):
+            op = names.get(op_name)
+            if op is None:
+                raise InputError(path, f"{where}.sfb[{k}]", f"an op of group {g}", short_repr(op_name))
+            if not op.params:
+                raise InputError(path, f"{where}.sfb[{k}]", "an op with parameters", short_repr(op_name))
+    return strategy, gg, meta
+
+
+def _position(raw: dict, group: int) -> int:
+    """Index in raw['decisions'] of the decision for `group` (for JSON paths in messages)."""
+    for i, d in enumerate(raw.get("decisions", [])):
+        if isinstance(d, dict) and d.get("group") == group:
+            return i
+    return group

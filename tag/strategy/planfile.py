@@ -1,0 +1,312 @@
+"""plan.json version 1 (DESIGN.md § plan.json): writing, reading and structural checks.
+
+A plan names devices by id (``m0/1``) and groups by their op names; a `Strategy` names devices by
+topology index. Reading therefore needs the device order: from the cluster when one is given,
+otherwise a device order consistent with every row map in the file (rows are written in topology
+order). Checks against a loaded model and cluster live in `tag.strategy.plancheck`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+
+from tag.errors import InputError, short_repr
+from tag.strategy import OPTIMIZERS, SYNC_METHODS, Decision, Strategy, TrainingConfig
+
+PLAN_VERSION = 1
+
+
+@dataclass
+class PlanMeta:
+    """Everything in a plan besides the per-group decisions.
+
+    groups[g] lists the op names of group g; device_ids[d] is the device id of index d in the
+    Strategy's row tuples. predicted / baselines / search are kept as the JSON objects they are.
+    """
+
+    path: str
+    model_path: str
+    model_sha256: str
+    batch_size: int
+    topology_path: str
+    topology_sha256: str
+    training: TrainingConfig
+    groups: list[list[str]]
+    device_ids: tuple[str, ...]
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    predicted: dict | None = None
+    baselines: dict | None = None
+    search: dict | None = None
+
+
+def file_sha256(path: str) -> str:
+    """Hex sha256 of a file's bytes (the hash plans record for models and topologies)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def predicted_from_result(result, cost_model: str) -> dict:
+    """The plan's ``predicted`` object from a SimResult (iteration ms, samples/s, OOM, peak GB per device id)."""
+    peak = getattr(result, "peak_memory_gb", {}) or {}
+    return {"iteration_ms": _num(result.iteration_ms), "samples_per_s": _num(result.samples_per_s),
+            "oom": bool(result.oom), "peak_memory_gb": {d: _num(v) for d, v in peak.items()},
+            "cost_model": cost_model}
+
+
+def baselines_summary(results: dict) -> dict:
+    """The plan's ``baselines`` object from ``name -> (Strategy, SimResult)``, names in the given order."""
+    return {name: {"iteration_ms": _num(res.iteration_ms), "samples_per_s": _num(res.samples_per_s),
+                   "oom": bool(res.oom)} for name, (_, res) in results.items()}
+
+
+def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, model_path: str, topology_path: str,
+                 *, predicted: dict | None = None, baselines: dict | None = None, search: dict | None = None,
+                 model_sha256: str | None = None, topology_sha256: str | None = None) -> dict:
+    """The plan.json object for `strategy` over the groups of `gg` on `cluster`.
+
+    Rows are listed in topology order, only devices with rows > 0; SFB op names in the group's op
+    order; input shapes sorted by name. The batch is the strategy's row sum.
+    """
+    graph = gg.graph
+    if len(strategy.decisions) != gg.n_groups:
+        raise ValueError(f"strategy has {len(strategy.decisions)} decisions for {gg.n_groups} groups")
+    ids = [d.id for d in cluster.devices]
+    batch = sum(strategy.decisions[0].rows) if strategy.decisions else graph.batch_size
+    decisions = []
+    for g, dec in enumerate(strategy.decisions):
+        if len(dec.rows) != len(ids):
+            raise ValueError(f"decision {g} has {len(dec.rows)} row counts for {len(ids)} devices")
+        op_names = [graph.ops[i].name for i in gg.groups[g].op_ids]
+        sfb = set(dec.sfb)
+        decisions.append({
+            "group": g,
+            "rows": {ids[d]: int(r) for d, r in enumerate(dec.rows) if r > 0},
+            "sync": dec.sync,
+            "server": ids[dec.server] if dec.server is not None else None,
+            "sfb": [n for n in op_names if n in sfb] + sorted(sfb - set(op_names)),
+        })
+    plan = {
+        "version": PLAN_VERSION,
+        "model": {"path": str(model_path),
+                  "sha256": model_sha256 or file_sha256(model_path),
+                  "batch_size": int(batch),
+                  "input_shapes": {k: list(v) for k, v in sorted(graph.input_shapes.items())}},
+        "topology": {"path": str(topology_path), "sha256": topology_sha256 or file_sha256(topology_path)},
+        "training": training.to_json(),
+        "groups": [{"id": g.id, "ops": [graph.ops[i].name for i in g.op_ids]} for g in gg.groups],
+        "decisions": decisions,
+    }
+    if predicted is not None:
+        plan["predicted"] = predicted
+    if baselines is not None:
+        plan["baselines"] = baselines
+    if search is not None:
+        plan["search"] = search
+    return plan
+
+
+def dumps_plan(plan: dict) -> str:
+    """The exact text written for a plan object (2-space indent, key order as built, newline at end)."""
+    return json.dumps(plan, indent=2) + "\n"
+
+
+def write_plan(path: str, plan, *args, **kwargs) -> dict:
+    """Write a plan object, or build one with `plan_to_json(plan, *args, **kwargs)`, to `path`; returns it."""
+    if not isinstance(plan, dict):
+        plan = plan_to_json(plan, *args, **kwargs)
+    with open(path, "w") as f:
+        f.write(dumps_plan(plan))
+    return plan
+
+
+def load_plan_json(path: str) -> dict:
+    """Parse a plan file into its JSON object (InputError if unreadable, not JSON, or not version 1)."""
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+    except FileNotFoundError:
+        raise InputError(path, "file", "an existing plan.json", "no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(path, "file", "a readable plan.json", type(e).__name__) from None
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"line {e.lineno} column {e.colno}", "valid JSON", e.msg) from None
+    if not isinstance(raw, dict):
+        raise InputError(path, "top level", "a JSON object", type(raw).__name__)
+    if raw.get("version") != PLAN_VERSION:
+        raise InputError(path, "version", str(PLAN_VERSION), short_repr(raw.get("version")))
+    return raw
+
+
+def read_plan(path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
+    """Read and structurally check a plan file: the Strategy and the rest of the plan.
+
+    With `cluster`, device indices are the cluster's topology order and unknown device ids are errors;
+    without, the order is one consistent with every row map in the file (PlanMeta.device_ids).
+    """
+    return parse_plan(load_plan_json(path), path, cluster)
+
+
+def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
+    """`read_plan` on an already parsed JSON object; `path` names the file in error messages."""
+    model = _obj(raw, "model", path)
+    topo = _obj(raw, "topology", path)
+    batch = _pos_int(model.get("batch_size"), path, "model.batch_size")
+    shapes = {}
+    for name, dims in _obj(model, "input_shapes", path, "model.input_shapes", default={}).items():
+        if not (isinstance(dims, list) and dims and all(_is_pos_int(d) for d in dims)):
+            raise InputError(path, f"model.input_shapes.{name}", "a list of positive integers", short_repr(dims))
+        shapes[name] = tuple(dims)
+    training = _training(_obj(raw, "training", path, default={}), path)
+
+    groups_raw = raw.get("groups")
+    if not isinstance(groups_raw, list) or not groups_raw:
+        raise InputError(path, "groups", "a non-empty list of groups", short_repr(groups_raw))
+    groups: list[list[str]] = []
+    for g, entry in enumerate(groups_raw):
+        if not isinstance(entry, dict) or entry.get("id") != g:
+            raise InputError(path, f"groups[{g}].id", str(g), short_repr(entry.get("id") if isinstance(entry, dict) else entry))
+        ops = entry.get("ops")
+        if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
+            raise InputError(path, f"groups[{g}].ops", "a list of op names", short_repr(ops))
+        groups.append(list(ops))
+
+    decs_raw = raw.get("decisions")
+    if not isinstance(decs_raw, list) or len(decs_raw) != len(groups):
+        found = f"{len(decs_raw)} decisions" if isinstance(decs_raw, list) else short_repr(decs_raw)
+        raise InputError(path, "decisions", f"one decision per group ({len(groups)})", found)
+    by_group: dict[int, tuple[int, dict]] = {}
+    for i, d in enumerate(decs_raw):
+        if not isinstance(d, dict):
+            raise InputError(path, f"decisions[{i}]", "an object", short_repr(d))
+        g = d.get("group")
+        if not (isinstance(g, int) and not isinstance(g, bool) and 0 <= g < len(groups)) or g in by_group:
+            raise InputError(path, f"decisions[{i}].group", f"a group id in 0..{len(groups) - 1} used once", short_repr(g))
+        by_group[g] = (i, d)
+    decs = [by_group[g] for g in range(len(groups))]
+
+    for i, d in decs:
+        rows = d.get("rows")
+        if not isinstance(rows, dict) or not rows:
+            raise InputError(path, f"decisions[{i}].rows", "an object device id -> rows", short_repr(rows))
+        for dev, r in rows.items():
+            if not _is_pos_int(r):
+                raise InputError(path, f"decisions[{i}].rows.{dev}", "a positive integer", short_repr(r))
+        if sum(rows.values()) != batch:
+            raise InputError(path, f"decisions[{i}].rows", f"rows summing to model.batch_size {batch}",
+                             f"sum {sum(rows.values())}")
+    if cluster is not None:
+        device_ids = tuple(dev.id for dev in cluster.devices)
+    else:
+        device_ids = _device_order([list(d["rows"]) for _, d in decs], path)
+    index = {dev: k for k, dev in enumerate(device_ids)}
+
+    decisions = []
+    for i, d in decs:
+        rows = [0] * len(device_ids)
+        for dev, r in d["rows"].items():
+            if dev not in index:
+                raise InputError(path, f"decisions[{i}].rows.{dev}", "a device id of the topology", short_repr(dev))
+            rows[index[dev]] = r
+        sync, server = d.get("sync"), d.get("server")
+        if sync is not None and sync not in SYNC_METHODS:
+            raise InputError(path, f"decisions[{i}].sync", "null or one of " + ", ".join(SYNC_METHODS), short_repr(sync))
+        if sync == "ps":
+            if server not in index:
+                raise InputError(path, f"decisions[{i}].server", "a device id of the topology for sync ps", short_repr(server))
+        elif server is not None:
+            raise InputError(path, f"decisions[{i}].server", f"null when sync is {sync!r}", short_repr(server))
+        sfb = d.get("sfb", [])
+        if not isinstance(sfb, list) or not all(isinstance(s, str) for s in sfb):
+            raise InputError(path, f"decisions[{i}].sfb", "a list of op names", short_repr(sfb))
+        decisions.append(Decision(rows=tuple(rows), sync=sync,
+                                  server=index[server] if server is not None else None, sfb=tuple(sfb)))
+    meta = PlanMeta(
+        path=str(path), model_path=_str(model, "path", path, "model.path"),
+        model_sha256=_str(model, "sha256", path, "model.sha256"), batch_size=batch,
+        topology_path=_str(topo, "path", path, "topology.path"),
+        topology_sha256=_str(topo, "sha256", path, "topology.sha256"),
+        training=training, groups=groups, device_ids=device_ids, input_shapes=shapes,
+        predicted=raw.get("predicted"), baselines=raw.get("baselines"), search=raw.get("search"))
+    return Strategy(tuple(decisions)), meta
+
+
+def _device_order(row_keys: list[list[str]], path: str) -> tuple[str, ...]:
+    """A device order in which every row map's keys appear in their written order (ties: first seen)."""
+    first_seen: dict[str, int] = {}
+    succ: dict[str, set[str]] = {}
+    indeg: dict[str, int] = {}
+    for keys in row_keys:
+        for k in keys:
+            if k not in first_seen:
+                first_seen[k] = len(first_seen)
+                succ[k], indeg[k] = set(), 0
+        for a, b in zip(keys, keys[1:]):
+            if b not in succ[a]:
+                succ[a].add(b)
+                indeg[b] += 1
+    order: list[str] = []
+    ready = sorted((k for k in first_seen if indeg[k] == 0), key=first_seen.get)
+    while ready:
+        k = ready.pop(0)
+        order.append(k)
+        for b in succ[k]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                ready.append(b)
+        ready.sort(key=first_seen.get)
+    if len(order) != len(first_seen):
+        raise InputError(path, "decisions", "rows listed in one consistent device (topology) order",
+                         "contradictory orders")
+    return tuple(order)
+
+
+def _training(obj: dict, path: str) -> TrainingConfig:
+    opt = obj.get("optimizer", "adam")
+    if opt not in OPTIMIZERS:
+        raise InputError(path, "training.optimizer", "one of " + ", ".join(OPTIMIZERS), short_repr(opt))
+    lr = obj.get("lr", 1e-3)
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
+        raise InputError(path, "training.lr", "a positive number", short_repr(lr))
+    loss = obj.get("loss", "mse")
+    if loss != "mse":
+        raise InputError(path, "training.loss", "mse", short_repr(loss))
+    precision = obj.get("precision", "fp32")
+    if not isinstance(precision, str):
+        raise InputError(path, "training.precision", "a string such as fp32", short_repr(precision))
+    return TrainingConfig(optimizer=opt, lr=float(lr), loss=loss, precision=precision)
+
+
+def _obj(parent: dict, key: str, path: str, where: str | None = None, default=None) -> dict:
+    v = parent.get(key, default)
+    if not isinstance(v, dict):
+        raise InputError(path, where or key, "an object", short_repr(v))
+    return v
+
+
+def _str(parent: dict, key: str, path: str, where: str) -> str:
+    v = parent.get(key)
+    if not isinstance(v, str):
+        raise InputError(path, where, "a string", short_repr(v))
+    return v
+
+
+def _is_pos_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _pos_int(v, path: str, where: str) -> int:
+    if not _is_pos_int(v):
+        raise InputError(path, where, "a positive integer", short_repr(v))
+    return v
+
+
+def _num(x) -> float | None:
+    x = float(x)
+    return round(x, 4) if math.isfinite(x) else None
+
