@@ -104,3 +104,22 @@ def check_group_graph(gg, k=None):
             expect.setdefault((gid[t.producer], h), set()).add(t.name)
     assert {(e.src, e.dst): set(e.tensors) for e in gg.edges} == expect
     return q
+
+
+def branchy_graph(seed: int, n_blocks: int):
+    """Inception-like: blocks of 2-5 parallel branches (1-4 ops each, random costs) joined by a Concat."""
+    rng = random.Random(seed)
+    specs, prev = [], "x"
+    for b in range(n_blocks):
+        outs = []
+        for br in range(rng.randint(2, 5)):
+            t = prev
+            for j in range(rng.randint(1, 4)):
+                name = f"b{b}_{br}_{j}"
+                specs.append((name, [t], [name + "_o"], {"fwd_flops_per_row": float(rng.randint(1, 50)),
+                                                         "saved_bytes_per_row": float(rng.randint(0, 32))}))
+                t = name + "_o"
+            outs.append(t)
+        specs.append((f"cat{b}", outs, [f"cat{b}_o"], {"op_type": "Concat"}))
+        prev = f"cat{b}_o"
+    return make_graph(specs)

@@ -161,3 +161,16 @@ def test_partition_1d_and_bottleneck_match_brute_force(seed):
     bounds = starts + [n]
     assert max(sum(w[bounds[s]:bounds[s + 1]]) for s in range(k)) <= cap + 1e-9
     assert sum(c[i] for i in starts[1:]) == pytest.approx(_brute_partition(w, c, k, cap))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_branchy_graphs_connected_acyclic_balanced(seed):
+    from coarsen_checks import branchy_graph
+    g = branchy_graph(seed, 3 + seed)
+    atom = atoms_of(g)
+    w = atom_weights(g, atom, max(atom) + 1)
+    for k in (2, 5, 9, 16):
+        gg = coarsen(g, k=k)
+        check_group_graph(gg, k)
+        group_w = [sum(w[a] for a in {atom[i] for i in grp.op_ids}) for grp in gg.groups]
+        assert max(group_w) <= 2.0 * max(w.sum() / k, w.max()) + 1e-9
