@@ -23,6 +23,8 @@ DEFAULT_MACHINE_LINK_LATENCY_US = 8.0  # a direct machine-machine link (device t
 DEFAULT_SWITCH_LINK_LATENCY_US = 4.0  # any link with a switch at one end, or between two switches
 DEFAULT_DEVICE_LINK_LATENCY_US = 1.0  # a link with a device at one end (e.g. NVLink between two GPUs)
 
+MAX_DEVICES = 1024  # a sanity bound on the devices of one topology (routes are quadratic in it)
+
 IMPLICIT_SWITCH = "<switch>"  # the name of the implicit switch node; user names may not start with "<"
 
 _TOP_KEYS = {"version", "name", "device_types", "machines", "links", "switches"}
@@ -186,6 +188,8 @@ def validate_topology(obj, source: str) -> TopologySpec:
             if not isinstance(d["type"], str) or d["type"] not in types:
                 c.fail(f"{dw}.type", "a device type from the catalog or device_types", d["type"])
             n = c.count(d["count"], f"{dw}.count")
+            if len(device_ids) + n > MAX_DEVICES:
+                c.fail(f"{dw}.count", f"at most {MAX_DEVICES} devices in the whole topology", d["count"])
             devs.append((d["type"], n))
             device_ids += [f"{mname}/{local + k}" for k in range(n)]
             local += n
