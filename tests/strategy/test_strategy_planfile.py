@@ -1,0 +1,117 @@
+"""plan.json v1: writing, reading, round trips, structural errors (tiny hand-made graph and cluster)."""
+
+import json
+
+import pytest
+
+from tag.errors import InputError
+from tag.strategy import Decision, Strategy, TrainingConfig
+from tag.strategy.planfile import dumps_plan, file_sha256, load_plan_json, plan_to_json, read_plan, write_plan
+from tag.strategy.regroup import groupgraph_from_partition
+from tag.topology import parse_topology
+
+from strategy_helpers import TOPO, tiny_graph
+
+
+@pytest.fixture
+def setup(tmp_path):
+    model = tmp_path / "tiny.onnx"
+    model.write_bytes(b"not really onnx, only hashed")
+    topo = tmp_path / "topo.json"
+    topo.write_text(json.dumps(TOPO))
+    cluster = parse_topology(TOPO, str(topo))
+    graph = tiny_graph()
+    gg = groupgraph_from_partition(graph, [[0, 1], [2]])
+    return tmp_path, str(model), str(topo), cluster, graph, gg
+
+
+def strategy_a():
+    return Strategy((
+        Decision(rows=(3, 3, 1, 1), sync="ps", server=2, sfb=("mm1",)),
+        Decision(rows=(0, 0, 8, 0)),
+    ))
+
+
+def test_round_trip_gives_same_strategy(setup):
+    tmp, model, topo, cluster, graph, gg = setup
+    s = strategy_a()
+    path = tmp / "p.json"
+    write_plan(str(path), s, gg, cluster, TrainingConfig(optimizer="sgd"), model, topo,
+               search={"method": "baseline:test", "seed": 0})
+    back, meta = read_plan(str(path), cluster)
+    assert back == s
+    assert meta.groups == [["mm1", "relu"], ["mm2"]]
+    assert meta.training == TrainingConfig(optimizer="sgd")
+    assert meta.batch_size == 8
+    assert meta.model_sha256 == file_sha256(model)
+    assert meta.search == {"method": "baseline:test", "seed": 0}
+    # without the cluster, indices follow the order the file implies: m0/0, m0/1, m1/0 (m1/1 never used)
+    back2, meta2 = read_plan(str(path))
+    assert meta2.device_ids == ("m0/0", "m0/1", "m1/0", "m1/1")
+    assert back2 == s
+
+
+def test_written_json_layout(setup):
+    tmp, model, topo, cluster, graph, gg = setup
+    plan = plan_to_json(strategy_a(), gg, cluster, TrainingConfig(), model, topo)
+    assert list(plan) == ["version", "model", "topology", "training", "groups", "decisions"]
+    d0 = plan["decisions"][0]
+    assert list(d0["rows"].items()) == [("m0/0", 3), ("m0/1", 3), ("m1/0", 1), ("m1/1", 1)]
+    assert d0["sync"] == "ps" and d0["server"] == "m1/0" and d0["sfb"] == ["mm1"]
+    assert plan["decisions"][1]["rows"] == {"m1/0": 8}  # only devices with rows > 0
+    assert plan["model"]["batch_size"] == 8
+    assert plan["topology"]["sha256"] == file_sha256(topo)
+    # deterministic: the same inputs give the same bytes
+    assert dumps_plan(plan) == dumps_plan(plan_to_json(strategy_a(), gg, cluster, TrainingConfig(), model, topo))
+
+
+def _write_raw(tmp, plan):
+    p = tmp / "raw.json"
+    p.write_text(json.dumps(plan))
+    return str(p)
+
+
+@pytest.mark.parametrize("mutate, where", [
+    (lambda p: p.update(version=2), "version"),
+    (lambda p: p["decisions"][0]["rows"].update({"m0/0": 4}), "decisions[0].rows"),
+    (lambda p: p["decisions"][1].update(rows={"m9/0": 8}), "decisions[1].rows.m9/0"),
+    (lambda p: p["decisions"][0]["rows"].update({"m0/1": 0}), "decisions[0].rows.m0/1"),
+    (lambda p: p["decisions"][0].update(server="m7/7"), "decisions[0].server"),
+    (lambda p: p["decisions"][1].update(server="m0/0"), "decisions[1].server"),
+    (lambda p: p["decisions"][0].update(sync="ring"), "decisions[0].sync"),
+    (lambda p: p["decisions"][1].update(group=0), "decisions[1].group"),
+    (lambda p: p["groups"][1].update(id=5), "groups[1].id"),
+    (lambda p: p["model"].update(batch_size=0), "model.batch_size"),
+    (lambda p: p["training"].update(optimizer="lamb"), "training.optimizer"),
+    (lambda p: p.pop("decisions"), "decisions"),
+])
+def test_structural_errors_name_the_json_path(setup, mutate, where):
+    tmp, model, topo, cluster, graph, gg = setup
+    plan = plan_to_json(strategy_a(), gg, cluster, TrainingConfig(), model, topo)
+    mutate(plan)
+    path = _write_raw(tmp, plan)
+    with pytest.raises(InputError) as e:
+        read_plan(path, cluster)
+    assert e.value.where == where
+    assert e.value.file == path
+
+
+def test_not_json_and_missing_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError) as e:
+        load_plan_json(str(bad))
+    assert "line 1" in e.value.where
+    with pytest.raises(InputError):
+        load_plan_json(str(tmp_path / "missing.json"))
+
+
+def test_contradictory_device_order_is_an_error(setup):
+    tmp, model, topo, cluster, graph, gg = setup
+    plan = plan_to_json(strategy_a(), gg, cluster, TrainingConfig(), model, topo)
+    plan["decisions"][0]["rows"] = {"m0/1": 4, "m0/0": 4}
+    plan["decisions"][1]["rows"] = {"m0/0": 4, "m0/1": 4}
+    plan["decisions"][0].update(sync="allreduce", server=None)
+    with pytest.raises(InputError) as e:
+        read_plan(_write_raw(tmp, plan))
+    assert e.value.where == "decisions"
