@@ -23,7 +23,6 @@ def add_parser(sub):
     i.add_argument("file", help="the cluster file to convert")
     i.add_argument("-o", "--output", default=None, metavar="T.json", help="write the topology here (default: stdout)")
     add_output_flags(i)
-    p.set_defaults(_topo_parser=p)
     return p
 
 
@@ -46,8 +45,7 @@ def run(args) -> int:
     elif args.topo_verb == "import":
         topo = import_metis(args.file)
     else:
-        args._topo_parser.print_help(sys.stderr)
-        return 2
+        raise InputError("tag topo", "ACTION", "one of: random, import", "nothing")
     cluster = parse_topology(topo, args.output or f"{topo['name']}.json")  # fails loudly if we made a bad file
     text = json.dumps(topo, indent=2) + "\n"
     if args.output:
