@@ -8,7 +8,8 @@ Steps (each a pure function):
 3. A depth-first topological order of the atoms is cut into K contiguous segments of weight at most
    (1 + BALANCE_SLACK) x the best possible maximum, minimising the bytes crossing the cuts (coarsen_partition).
 4. Segments are split into weakly connected pieces and pieces joined by an edge are merged back to K while
-   the quotient graph stays acyclic.
+   the quotient graph stays acyclic; then single atoms move across boundaries where that cuts fewer bytes
+   (coarsen_refine).
 5. `build_group_graph`: group figures (sums over ops), the tensors exchanged, parameter ownership.
 
 Deterministic: no random choice anywhere; ties break by op index.
@@ -23,6 +24,7 @@ import math
 import numpy as np
 
 from tag.errors import InputError
+from tag.graph.coarsen_refine import refine_boundaries
 from tag.graph.coarsen_partition import (chain_order, merge_to_k, min_bottleneck, partition_1d,
                                          split_disconnected)
 from tag.graph.groups import Group, GroupEdge, GroupGraph
@@ -110,6 +112,20 @@ def _atom_edges(graph: OpGraph, atom: list[int]) -> dict[tuple[int, int], float]
     return edges
 
 
+def _atom_nets(graph: OpGraph, atom: list[int]) -> list[tuple[int, tuple[int, ...], float]]:
+    """One net per activation tensor crossing atoms: (producer atom, consumer atoms, bytes at the batch)."""
+    nets = []
+    for i, op in enumerate(graph.ops):
+        for t in op.outputs:
+            info = graph.tensors.get(t)
+            if info is None or info.role == "param":
+                continue
+            dsts = tuple(sorted({atom[c] for c in info.consumers} - {atom[i]}))
+            if dsts:
+                nets.append((atom[i], dsts, _tensor_cost_bytes(graph, t)))
+    return nets
+
+
 def graph_atom_count(graph: OpGraph) -> int:
     """Number of ops that can head a group (ops that are not weight generators or pure shape ops)."""
     return len(set(atoms_of(graph))) if graph.ops else 0
@@ -126,11 +142,12 @@ def default_group_count(graph: OpGraph, n_devices: int = 1) -> int:
     return min(n, max(2 * max(n_devices, 1), base))
 
 
-def coarsen(graph: OpGraph, k: int | None = None, n_devices: int = 1) -> GroupGraph:
+def coarsen(graph: OpGraph, k: int | None = None, n_devices: int = 1, refine: bool = True) -> GroupGraph:
     """Group the ops of `graph` into k connected groups with an acyclic quotient graph.
 
     k: groups wanted (default `default_group_count`); capped by the number of atoms, and raised only when the
     op graph has more weakly connected components than k. Groups come in a topological order, ids 0..K-1.
+    refine: finish with boundary moves that cut fewer bytes (`coarsen_refine`).
     """
     if k is not None and (not isinstance(k, int) or k < 1):
         raise InputError("--groups", "K", "a positive integer", repr(k))
@@ -168,6 +185,8 @@ def coarsen(graph: OpGraph, k: int | None = None, n_devices: int = 1) -> GroupGr
     parts = [order[starts[s]:starts[s + 1]] for s in range(k_eff)]
     parts = split_disconnected(parts, sorted(edge_bytes))
     parts = merge_to_k(parts, weights, sorted(edge_bytes), edge_bytes, k_eff)
+    if refine:
+        parts = refine_boundaries(parts, weights, sorted(edge_bytes), _atom_nets(graph, atom), cap)
     return build_group_graph(graph, atom, parts)
 
 

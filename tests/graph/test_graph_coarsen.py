@@ -174,3 +174,31 @@ def test_branchy_graphs_connected_acyclic_balanced(seed):
         check_group_graph(gg, k)
         group_w = [sum(w[a] for a in {atom[i] for i in grp.op_ids}) for grp in gg.groups]
         assert max(group_w) <= 2.0 * max(w.sum() / k, w.max()) + 1e-9
+
+
+def _cut_bytes_per_row(gg):
+    """Independent cut: each activation tensor counts once per consuming group other than its producer's."""
+    g = gg.graph
+    gid = gg.group_of_op()
+    return sum(t.bytes_per_row(g.file_batch) * len({gid[c] for c in t.consumers} - {gid[t.producer]})
+               for t in g.tensors.values() if t.producer is not None and t.role != "param")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_refinement_never_cuts_more_and_keeps_invariants(seed):
+    from coarsen_checks import branchy_graph
+    g = branchy_graph(seed, 12) if seed % 2 else random_dag_graph(seed, 200, 4)
+    for k in (4, 11, 20):
+        plain, refined = coarsen(g, k=k, refine=False), coarsen(g, k=k)
+        check_group_graph(refined, k)
+        assert _cut_bytes_per_row(refined) <= _cut_bytes_per_row(plain) + 1e-9
+        assert _cut_bytes_per_row(refined) == pytest.approx(sum(e.bytes_per_row for e in refined.edges))
+
+
+def test_refinement_moves_atom_to_cheaper_side():
+    # a -> b (big tensor) and b -> c (small): with k=2 and a heavy c, refinement must keep a and b together
+    specs = [("a", ["x"], ["ta"], {"fwd_flops_per_row": 10.0}),
+             ("b", ["ta"], ["b_shape"], {"fwd_flops_per_row": 10.0}),
+             ("c", ["b_shape"], ["tc"], {"fwd_flops_per_row": 10.0})]
+    gg = coarsen(make_graph(specs), k=2)
+    assert [grp.op_ids for grp in gg.groups] == [[0, 1], [2]]
