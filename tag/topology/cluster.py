@@ -65,7 +65,9 @@ class Cluster:
     """A parsed, validated topology.
 
     routes[i][j] is the tuple of directed link indices from device i to device j (empty for i == j).
-    bandwidth_gbps[i, j] is the narrowest link on that route, latency_us[i, j] the sum of its latencies.
+    bandwidth_gbps[i, j] is the narrowest link on that route, latency_us[i, j] the sum of its latencies
+    (the diagonal holds inf and 0: a device needs no transfer to itself). The network model and the
+    latency accounting are documented in `tag/topology/routing.py`.
     """
 
     name: str
