@@ -1,1 +1,23 @@
+"""Compute-time and communication-time models and the profile database.
 
+`RooflineCostModel` (roofline per op), `ProfileCostModel` (measured op times, roofline fallback),
+`make_cost_model` to pick one, `comm` for every communication formula.
+"""
+
+from __future__ import annotations
+
+from tag.cost import comm
+from tag.cost.base import CostModel
+from tag.cost.profiled import ProfileCostModel
+from tag.cost.roofline import RooflineCostModel
+
+
+def make_cost_model(gg, training, profile: str | None = None) -> CostModel:
+    """The cost model for a GroupGraph: profile-backed when `profile` (a path) is given, else roofline."""
+    if profile:
+        from tag.cost.profile_db import load
+        return ProfileCostModel(gg, training, load(profile))
+    return RooflineCostModel(gg, training)
+
+
+__all__ = ["CostModel", "RooflineCostModel", "ProfileCostModel", "make_cost_model", "comm"]

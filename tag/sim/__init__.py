@@ -1,1 +1,48 @@
+"""The event-driven simulator of one training iteration.
 
+Model (what the search, SFB and fidelity work can rely on):
+
+Tasks. For every group g and every device d with rows r = strategy.decisions[g].rows[d] > 0 there is a
+forward task (cost.group_fwd_ms(g, type(d), r)), a backward task (cost.group_bwd_ms) and, if g has
+parameters, an optimizer-update task (cost.update_ms). Each device has one compute stream that runs its
+tasks in a fixed program order: forwards in group (topological) order, then backwards in reverse order,
+then updates in reverse group order. A task starts when the stream is free and all its remote inputs have
+arrived; same-device dependencies are satisfied by the program order.
+
+Transfers. For a group edge src -> dst, the row slices that move are exactly
+`tag.strategy.slices(rows[src], rows[dst])`, each ``rows x bytes_per_row`` bytes, merged per device pair;
+unbatched tensors (bytes_fixed) go whole from the first producer device (topology order) to every
+consumer device that does not compute the producer. A transfer starts when the producer's forward ends
+and its delivery unblocks the consumer's forward. In backward the same pairs carry the gradients the
+other way, from the consumer's backward to the producer's backward. A device pair on an edge with no
+bytes still gets a latency-only message (a control dependency).
+
+Gradient sync. A replicated group's gradients (its param_bytes; a parameter shared by several groups, per
+``GroupGraph.shared_params`` {name: group ids} if present, is synced once over the union of their devices
+and counted in the first group) are synced when the group's backward has finished on all its replicas,
+while other backwards continue (DDP buckets). Syncs over the same device set run one at a time in the
+order they become ready (one communicator per device set); syncs over different sets run concurrently.
+The method is Decision.sync (None -> allreduce): see `tag.sim.collectives` for the flows each method
+puts on the network (ring coflow; hierarchical = chain reduce, leader ring, chain broadcast; ps = push
+then pull through the server). A device's update of g waits for g's syncs. `engine.group_syncs` is the
+one place where a per-op sufficient-factor (SFB) path adds an all-gather of factors.
+
+Network. Communication never uses a compute stream. Every flow follows the cluster's routes over
+directed links (full duplex: opposite directions never interact). Flows that share a directed link share
+its bandwidth max-min fairly (weighted progressive filling, recomputed at each flow start and finish;
+`tag.sim.network`). A flow's latency (route latency; ring: steps x largest hop latency) is added after
+its bytes drain. Alone on its route a flow therefore takes exactly the `tag.cost.comm` formula.
+
+Result. iteration_ms is when the last task ends; samples_per_s = global batch / iteration seconds;
+busy_ms is compute-stream time per device; link_bytes the bytes per directed link. Memory (see
+`tag.sim.memory`) is a per-device peak in program order, independent of timing; a device whose peak
+exceeds DeviceType.usable_memory_bytes is OOM, and then iteration_ms = inf and samples_per_s = 0
+(fit_iteration_ms keeps the time ignoring memory). Gradient contributions are weighted by rows, which
+changes no time.
+"""
+
+from tag.sim.engine import simulate
+from tag.sim.result import SimResult
+from tag.sim.trace import write_chrome_trace
+
+__all__ = ["simulate", "SimResult", "write_chrome_trace"]

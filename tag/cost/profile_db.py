@@ -1,0 +1,172 @@
+"""The profile database: measured op times per (op signature, device type, rows), as JSON.
+
+Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost_model(..., profile=path)`::
+
+    {
+      "version": 1,
+      "device_type": "cpu",              # DeviceType.name the measurements hold for
+      "threads": 1,                      # intra-op threads used while measuring
+      "machine": {"cpu": "...", "torch": "2.13.0"},   # free-form provenance
+      "ops": {
+        "<signature>": {"rows": [1, 2, 4, 8], "fwd_ms": [0.10, 0.18, 0.33, 0.64],
+                         "bwd_ms": [0.21, 0.37, 0.70, 1.35]}
+      }
+    }
+
+``rows`` is strictly increasing and positive; ``fwd_ms`` and ``bwd_ms`` have one non-negative time per
+row count (``bwd_ms`` may be omitted: the cost model then uses the roofline's backward for that op).
+A signature is ``op_type|input shapes per row|attribute hash`` (see `op_signature`): the batch axis of
+a batched input is written ``N``, so the same op at any batch has one signature.
+
+Between measured row counts times are interpolated linearly; beyond the last they are extrapolated
+linearly from the last two (below the first, from the first two); with one measurement the time
+scales in proportion to rows. Results are clamped at 0.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from tag.errors import InputError, short_repr
+
+VERSION = 1
+
+
+@dataclass
+class OpProfile:
+    rows: list[int]
+    fwd_ms: list[float]
+    bwd_ms: list[float] | None = None
+
+
+@dataclass
+class ProfileDB:
+    device_type: str
+    threads: int = 1
+    machine: dict = field(default_factory=dict)
+    ops: dict[str, OpProfile] = field(default_factory=dict)
+    path: str = ""
+
+    @property
+    def name(self) -> str:
+        """Short name for provenance: the file stem, else the device type."""
+        import os
+        return os.path.splitext(os.path.basename(self.path))[0] if self.path else self.device_type
+
+
+def attrs_hash(attrs: dict) -> str:
+    """First 8 hex digits of the SHA-1 of the attributes as canonical JSON (values via str if needed)."""
+    text = json.dumps(attrs or {}, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
+def op_signature(op, graph) -> str:
+    """Signature of an `Op` of an `OpGraph`: ``op_type|shape,shape,...|attrs_hash``.
+
+    Each input's shape is written ``AxBxC``, with its batch axis as ``N``; an unknown shape is ``?`` and
+    an empty input name ``-``.
+
+    >>> # 'Conv|Nx3x224x224,64x3x7x7|1f0c2a9b'
+    """
+    parts = []
+    for name in op.inputs:
+        t = graph.tensors.get(name) if name else None
+        if t is None or t.shape is None:
+            parts.append("-" if not name else "?")
+            continue
+        dims = ["N" if i == t.batch_axis else str(d) for i, d in enumerate(t.shape)]
+        parts.append("x".join(dims) if dims else "scalar")
+    return f"{op.op_type}|{','.join(parts)}|{attrs_hash(op.attrs)}"
+
+
+def interpolate(rows_measured: list[int], times_ms: list[float], rows: float) -> float:
+    """Time at `rows` by piecewise-linear interpolation of measured (rows, ms) points, ms.
+
+    >>> interpolate([1, 2, 4], [1.0, 2.0, 3.0], 3), interpolate([1, 2, 4], [1.0, 2.0, 3.0], 8)
+    (2.5, 5.0)
+    """
+    xs, ys = rows_measured, times_ms
+    if len(xs) == 1:
+        return max(ys[0] * rows / xs[0], 0.0)
+    i = bisect.bisect_left(xs, rows)
+    if i < len(xs) and xs[i] == rows:
+        return max(ys[i], 0.0)
+    lo = min(max(i - 1, 0), len(xs) - 2)  # segment [lo, lo+1]; the end segments extrapolate
+    x0, x1, y0, y1 = xs[lo], xs[lo + 1], ys[lo], ys[lo + 1]
+    return max(y0 + (y1 - y0) * (rows - x0) / (x1 - x0), 0.0)
+
+
+def _check_series(path: str, where: str, value, n: int | None, kind: str) -> list:
+    if not isinstance(value, list) or not value or (n is not None and len(value) != n):
+        exp = f"a non-empty list{'' if n is None else f' of {n} numbers'}"
+        raise InputError(path, where, exp, short_repr(value))
+    for i, v in enumerate(value):
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 and (kind != "rows" or (isinstance(v, int) and v > 0))
+        if not ok:
+            raise InputError(path, f"{where}[{i}]", "a positive integer" if kind == "rows" else "a non-negative number", short_repr(v))
+    if kind == "rows" and any(b <= a for a, b in zip(value, value[1:])):
+        raise InputError(path, where, "strictly increasing row counts", short_repr(value))
+    return list(value)
+
+
+def from_json(obj: dict, path: str = "<profile>") -> ProfileDB:
+    """Validate a parsed profile object and build a `ProfileDB` (InputError on bad input)."""
+    if not isinstance(obj, dict):
+        raise InputError(path, "$", "a JSON object", short_repr(obj))
+    if obj.get("version") != VERSION:
+        raise InputError(path, "version", f"{VERSION}", short_repr(obj.get("version")))
+    dt = obj.get("device_type")
+    if not isinstance(dt, str) or not dt:
+        raise InputError(path, "device_type", "a device type name", short_repr(dt))
+    threads = obj.get("threads", 1)
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise InputError(path, "threads", "a positive integer", short_repr(threads))
+    ops_obj = obj.get("ops", {})
+    if not isinstance(ops_obj, dict):
+        raise InputError(path, "ops", "an object of signature -> measurements", short_repr(ops_obj))
+    ops: dict[str, OpProfile] = {}
+    for sig, entry in ops_obj.items():
+        where = f"ops[{json.dumps(sig)}]"
+        if not isinstance(entry, dict):
+            raise InputError(path, where, "an object with rows and fwd_ms", short_repr(entry))
+        rows = _check_series(path, f"{where}.rows", entry.get("rows"), None, "rows")
+        fwd = _check_series(path, f"{where}.fwd_ms", entry.get("fwd_ms"), len(rows), "ms")
+        bwd = entry.get("bwd_ms")
+        if bwd is not None:
+            bwd = _check_series(path, f"{where}.bwd_ms", bwd, len(rows), "ms")
+        ops[sig] = OpProfile(rows, [float(v) for v in fwd], None if bwd is None else [float(v) for v in bwd])
+    machine = obj.get("machine", {})
+    return ProfileDB(dt, threads, machine if isinstance(machine, dict) else {}, ops, path)
+
+
+def to_json(db: ProfileDB) -> dict:
+    """The JSON object of a `ProfileDB` (the format above)."""
+    ops = {}
+    for sig, p in sorted(db.ops.items()):
+        e = {"rows": list(p.rows), "fwd_ms": list(p.fwd_ms)}
+        if p.bwd_ms is not None:
+            e["bwd_ms"] = list(p.bwd_ms)
+        ops[sig] = e
+    return {"version": VERSION, "device_type": db.device_type, "threads": db.threads, "machine": db.machine, "ops": ops}
+
+
+def load(path: str) -> ProfileDB:
+    """Read and validate a profile file (InputError naming the file and JSON path on bad input)."""
+    try:
+        with open(path) as f:
+            obj = json.load(f)
+    except OSError as e:
+        raise InputError(path, "$", "a readable profile JSON file", e.strerror) from None
+    except json.JSONDecodeError as e:
+        raise InputError(path, f"line {e.lineno}", "valid JSON", e.msg) from None
+    return from_json(obj, path)
+
+
+def save(db: ProfileDB, path: str) -> None:
+    """Write a profile file (sorted keys, 2-space indent)."""
+    with open(path, "w") as f:
+        json.dump(to_json(db), f, indent=2, sort_keys=True)
+        f.write("\n")

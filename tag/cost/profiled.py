@@ -1,0 +1,66 @@
+"""A cost model backed by a profile database, falling back to the roofline per op.
+
+For a device whose type is the profile's ``device_type``, each compute op of a group whose signature
+(`tag.cost.profile_db.op_signature`) is in the profile takes the interpolated measured time; every other
+op, every other device type, and the optimizer update use the roofline (`RooflineCostModel`).
+"""
+
+from __future__ import annotations
+
+from tag.cost.profile_db import ProfileDB, interpolate, op_signature
+from tag.cost.roofline import RooflineCostModel
+from tag.graph.groups import GroupGraph
+from tag.strategy import TrainingConfig
+from tag.topology.cluster import DeviceType
+
+
+class ProfileCostModel:
+    """Measured op times where the profile has them, roofline elsewhere (implements `CostModel`)."""
+
+    def __init__(self, gg: GroupGraph, training: TrainingConfig, db: ProfileDB):
+        self.gg = gg
+        self.training = training
+        self.db = db
+        self.name = f"profile:{db.name}"
+        self.roofline = RooflineCostModel(gg, training)
+        ops = gg.graph.ops
+        # Per group: positions (within the group's compute ops) with a profile entry, and the entries.
+        self._hits = []
+        for ids in self.roofline.compute_ops:
+            hits = []
+            for pos, i in enumerate(ids):
+                prof = db.ops.get(op_signature(ops[i], gg.graph))
+                if prof is not None:
+                    hits.append((pos, prof))
+            self._hits.append(hits)
+        self.matched_ops = sum(len(h) for h in self._hits)
+        self._cache: dict[tuple, float] = {}
+
+    def _phase_ms(self, gid: int, device: DeviceType, rows: int, phase: str) -> float:
+        hits = self._hits[gid]
+        if device.name != self.db.device_type or not hits or rows <= 0:
+            return self.roofline._phase_ms(gid, device, rows, phase)
+        key = (phase, gid, device.name, rows)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        per_op = self.roofline.op_ms(gid, device, rows, phase)
+        for pos, prof in hits:
+            series = prof.fwd_ms if phase == "fwd" else prof.bwd_ms
+            if series is not None:
+                per_op[pos] = interpolate(prof.rows, series, rows)
+        t = float(per_op.sum())
+        self._cache[key] = t
+        return t
+
+    def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
+        """Forward time of a group, ms (measured ops interpolated in rows, others roofline)."""
+        return self._phase_ms(group_id, device, rows, "fwd")
+
+    def group_bwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
+        """Backward time of a group, ms (measured ops interpolated in rows, others roofline)."""
+        return self._phase_ms(group_id, device, rows, "bwd")
+
+    def update_ms(self, group_id: int, device: DeviceType) -> float:
+        """Optimizer update of the group's parameters on one replica (roofline), ms."""
+        return self.roofline.update_ms(group_id, device)

@@ -1,0 +1,131 @@
+"""The roofline cost model: per-op max(FLOPs / (peak x efficiency), bytes / memory bandwidth) + launch.
+
+For a group g on a device type for r rows:
+
+    fwd_ms(g, r) = sum over compute ops o of g of
+                   max(F_o(r) / (peak x eff_o), M_o(r) / mem_bw) + launch_ms
+    F_o(r) = fwd_flops_per_row x r + fwd_flops_fixed,  M_o(r) = mem_bytes_per_row x r + mem_bytes_fixed
+
+Backward uses the backward FLOPs and twice the forward memory traffic (read the output gradient and the
+saved activations, write the input gradient; weight-gradient ops read the weights and write their
+gradient), with two kernels for ops that own parameters (input and weight gradient) and one otherwise.
+Ops that only generate weights (`Op.is_weight_generator`) cost nothing. The optimizer update is
+memory-bound: ``param_count x update_traffic_bytes_per_param / mem_bw`` plus one launch per parameter
+tensor. Results are cached per (group, device type name, rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tag.cost.efficiency import efficiency
+from tag.cost.optimizer import update_traffic_bytes_per_param
+from tag.graph.groups import GroupGraph
+from tag.strategy import TrainingConfig
+from tag.topology.cluster import DeviceType
+
+GPU_LAUNCH_US = 5.0  # CUDA kernel launch + framework dispatch per kernel
+CPU_LAUNCH_US = 3.0  # PyTorch eager CPU op dispatch (aten op on a tiny tensor takes 2-4 us)
+BWD_MEM_FACTOR = 2.0  # backward memory traffic relative to forward
+
+
+def launch_ms(device: DeviceType) -> float:
+    """Per-kernel launch overhead on a device, ms (5 us on GPUs, 3 us on `cpu` devices)."""
+    return (CPU_LAUNCH_US if device.kind == "cpu" else GPU_LAUNCH_US) / 1e3
+
+
+def flops_per_ms(device: DeviceType) -> float:
+    """Peak FLOP per ms of a device type."""
+    return device.peak_tflops * 1e12 / 1e3
+
+
+def mem_bytes_per_ms(device: DeviceType) -> float:
+    """Memory bandwidth in bytes per ms (memory_bandwidth_gbps is 10^9 bits/s)."""
+    return device.memory_bandwidth_gbps * 1e9 / 8 / 1e3
+
+
+def roofline_ms(flops: np.ndarray, mem_bytes: np.ndarray, eff: np.ndarray, device: DeviceType) -> np.ndarray:
+    """Per-op roofline time in ms, without launch overhead: max(flops / (peak x eff), bytes / bw)."""
+    return np.maximum(flops / (flops_per_ms(device) * eff), mem_bytes / mem_bytes_per_ms(device))
+
+
+class _GroupOps:
+    """The compute ops of one group as arrays (per-row and fixed FLOPs and bytes)."""
+
+    def __init__(self, ops):
+        self.classes = [o.op_class for o in ops]
+        self.fwd_fpr = np.array([o.fwd_flops_per_row for o in ops], dtype=float)
+        self.fwd_ffix = np.array([o.fwd_flops_fixed for o in ops], dtype=float)
+        self.bwd_fpr = np.array([o.bwd_flops_per_row for o in ops], dtype=float)
+        self.bwd_ffix = np.array([o.bwd_flops_fixed for o in ops], dtype=float)
+        self.mpr = np.array([o.mem_bytes_per_row for o in ops], dtype=float)
+        self.mfix = np.array([o.mem_bytes_fixed for o in ops], dtype=float)
+        self.n_ops = len(ops)
+        self.fwd_kernels = np.ones(len(ops))
+        self.bwd_kernels = np.array([2.0 if o.params else 1.0 for o in ops])
+
+
+class RooflineCostModel:
+    """Roofline compute times for the groups of one GroupGraph (implements `tag.cost.base.CostModel`).
+
+    >>> # cm = RooflineCostModel(gg, TrainingConfig()); cm.group_fwd_ms(0, device_type, 16)
+    """
+
+    name = "roofline"
+
+    def __init__(self, gg: GroupGraph, training: TrainingConfig):
+        self.gg = gg
+        self.training = training
+        ops = gg.graph.ops
+        self.compute_ops = [[i for i in g.op_ids if not ops[i].is_weight_generator] for g in gg.groups]
+        self._groups = [_GroupOps([ops[i] for i in ids]) for ids in self.compute_ops]
+        self._cache: dict[tuple, float] = {}
+
+    def op_ms(self, gid: int, device: DeviceType, rows: int, phase: str) -> np.ndarray:
+        """Per-op time (roofline + launches) of the compute ops of group `gid`, phase "fwd" or "bwd", ms."""
+        go = self._groups[gid]
+        if phase == "fwd":
+            flops = go.fwd_fpr * rows + go.fwd_ffix
+            mem = go.mpr * rows + go.mfix
+            kernels = go.fwd_kernels
+        else:
+            flops = go.bwd_fpr * rows + go.bwd_ffix
+            mem = BWD_MEM_FACTOR * (go.mpr * rows + go.mfix)
+            kernels = go.bwd_kernels
+        eff = np.array([efficiency(c, device.kind, f, m) for c, f, m in zip(go.classes, flops, mem)], dtype=float)
+        return roofline_ms(flops, mem, eff, device) + kernels * launch_ms(device)
+
+    def _phase_ms(self, gid: int, device: DeviceType, rows: int, phase: str) -> float:
+        key = (phase, gid, device.name, rows)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        if rows <= 0 or self._groups[gid].n_ops == 0:
+            t = 0.0
+        else:
+            t = float(self.op_ms(gid, device, rows, phase).sum())
+        self._cache[key] = t
+        return t
+
+    def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
+        """Forward time of a group for `rows` rows on one device of this type, ms."""
+        return self._phase_ms(group_id, device, rows, "fwd")
+
+    def group_bwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
+        """Backward time (input and weight gradients) of a group, ms."""
+        return self._phase_ms(group_id, device, rows, "bwd")
+
+    def update_ms(self, group_id: int, device: DeviceType) -> float:
+        """Optimizer update of the group's parameters on one replica (memory-bound), ms."""
+        key = ("upd", group_id, device.name, 0)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        g = self.gg.groups[group_id]
+        if g.param_count <= 0:
+            t = 0.0
+        else:
+            traffic = g.param_count * update_traffic_bytes_per_param(self.training.optimizer)
+            t = traffic / mem_bytes_per_ms(device) + max(len(g.params), 1) * launch_ms(device)
+        self._cache[key] = t
+        return t

@@ -1,0 +1,332 @@
+"""The event-driven simulator of one training iteration (the model is documented in `tag.sim`)."""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+from tag.sim.collectives import FlowSpec, p2p_spec, sync_phases
+from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
+from tag.sim.memory import device_peak_bytes
+from tag.sim.network import INF, Flow, Network
+from tag.sim.result import SimResult
+from tag.sim.trace import COMPUTE_PID, NETWORK_PID, lane_metadata, x_event
+from tag.strategy import Strategy, TrainingConfig, slices
+
+_FWD, _BWD, _UPD = 0, 1, 2
+_KIND = ("fwd", "bwd", "update")
+
+
+class _Unit:
+    """One gradient sync: `nbytes` over `devices` by `method`, after the backward of `groups`."""
+
+    __slots__ = ("groups", "devices", "nbytes", "method", "server", "label", "waiting", "ready_ms",
+                 "phases", "phase", "outstanding", "upd_tasks", "start_ms")
+
+    def __init__(self, groups, devices, nbytes, method, server, label):
+        self.groups, self.devices, self.nbytes = groups, devices, nbytes
+        self.method, self.server, self.label = method, server, label
+        self.waiting, self.ready_ms, self.phase, self.outstanding = 0, 0.0, 0, 0
+        self.phases: list = []
+        self.upd_tasks: list[int] = []
+        self.start_ms = 0.0
+
+
+def group_syncs(gg, gid: int, decision, nbytes: float) -> list[tuple[str, float, str]]:
+    """The syncs of group `gid`'s own (unshared) gradients: a list of (method, bytes, label).
+
+    This is the one place a per-op sufficient-factor path goes: ops in ``decision.sfb`` would move their
+    weight-gradient bytes out of the all-reduce into an ("allgather", factor bytes, label) entry.
+    """
+    method = decision.sync or "allreduce"
+    return [(method, nbytes, f"sync g{gid}")] if nbytes > 0 else []
+
+
+def _shared_params(gg) -> dict[str, tuple[int, ...]]:
+    """param name -> ids of the groups that consume it (GroupGraph.shared_params if present)."""
+    sp = getattr(gg, "shared_params", None) or {}
+    return {k: tuple(sorted(v)) for k, v in sp.items() if len(set(v)) > 1}
+
+
+def _tensor_bytes(gg, name: str) -> float:
+    t = gg.graph.tensors.get(name)
+    return float(t.numel * t.itemsize) if t is not None and t.numel is not None else 0.0
+
+
+def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *, trace: bool = False) -> SimResult:
+    """Simulate one training iteration of `strategy`; times in ms, memory in 1e9-byte units (`SimResult`)."""
+    n_dev, n_grp = cluster.n_devices, gg.n_groups
+    decs = strategy.decisions
+    if len(decs) != n_grp:
+        raise ValueError(f"strategy has {len(decs)} decisions for {n_grp} groups")
+    for g, dc in enumerate(decs):
+        if len(dc.rows) != n_dev:
+            raise ValueError(f"group {g}: row map has {len(dc.rows)} entries for {n_dev} devices")
+    batch = sum(decs[0].rows) if decs else 0
+    dtypes = [d.type for d in cluster.devices]
+    groups = gg.groups
+    devs_of = [dc.devices for dc in decs]
+
+    # ---- tasks -------------------------------------------------------------------------------------
+    dur: list[float] = []
+    tdev: list[int] = []
+    tkind: list[int] = []
+    tgrp: list[int] = []
+    fwd_id = [dict() for _ in range(n_grp)]
+    bwd_id = [dict() for _ in range(n_grp)]
+    for g in range(n_grp):
+        rows = decs[g].rows
+        for d in devs_of[g]:
+            fwd_id[g][d] = len(dur)
+            dur.append(cost.group_fwd_ms(g, dtypes[d], rows[d])); tdev.append(d); tkind.append(_FWD); tgrp.append(g)
+    for g in range(n_grp - 1, -1, -1):
+        rows = decs[g].rows
+        for d in devs_of[g]:
+            bwd_id[g][d] = len(dur)
+            dur.append(cost.group_bwd_ms(g, dtypes[d], rows[d])); tdev.append(d); tkind.append(_BWD); tgrp.append(g)
+    n_compute = len(dur)
+    pend = [0] * n_compute
+    acts: list = [None] * n_compute
+
+    def add_act(k, a):
+        if acts[k] is None:
+            acts[k] = [a]
+        else:
+            acts[k].append(a)
+
+    # ---- activation and gradient transfers between groups --------------------------------------------
+    recv_fwd: dict[tuple[int, int], float] = {}
+    recv_bwd: dict[tuple[int, int], float] = {}
+    for e in gg.edges:
+        prow, crow = decs[e.src].rows, decs[e.dst].rows
+        pairs: dict[tuple[int, int], float] = {}
+        if e.bytes_per_row > 0 and prow != crow:
+            for sl in slices(prow, crow):
+                key = (sl.src, sl.dst)
+                pairs[key] = pairs.get(key, 0.0) + sl.rows * e.bytes_per_row
+        pset = set(devs_of[e.src])
+        first = devs_of[e.src][0] if devs_of[e.src] else None
+        if first is not None and (e.bytes_fixed > 0 or e.bytes_per_row <= 0):
+            for d in devs_of[e.dst]:
+                if d not in pset:
+                    pairs[(first, d)] = pairs.get((first, d), 0.0) + e.bytes_fixed
+        for (s, d), b in pairs.items():
+            fspec = p2p_spec(cluster, s, d, b)
+            bspec = p2p_spec(cluster, d, s, b)
+            kf, kb = fwd_id[e.dst][d], bwd_id[e.src][s]
+            add_act(fwd_id[e.src][s], (0, fspec, kf, f"act g{e.src}->g{e.dst}"))
+            add_act(bwd_id[e.dst][d], (0, bspec, kb, f"grad g{e.dst}->g{e.src}"))
+            pend[kf] += 1
+            pend[kb] += 1
+            recv_fwd[(e.dst, d)] = recv_fwd.get((e.dst, d), 0.0) + b
+            recv_bwd[(e.src, s)] = recv_bwd.get((e.src, s), 0.0) + b
+
+    # ---- gradient syncs and optimizer updates ----------------------------------------------------------
+    shared = _shared_params(gg)
+    shared_by_owner: dict[int, float] = {}
+    units: list[_Unit] = []
+    extra_static = [0.0] * n_dev
+    for pname, gids in shared.items():
+        nbytes = _tensor_bytes(gg, pname)
+        owner = gids[0]
+        shared_by_owner[owner] = shared_by_owner.get(owner, 0.0) + nbytes
+        union = tuple(sorted({d for g in gids for d in devs_of[g]}))
+        for d in union:
+            if d not in devs_of[owner]:  # weights, gradient and fp32 states where the owner group is absent
+                extra_static[d] += 2 * nbytes + nbytes / FP32_BYTES * state_bytes_per_param(training.optimizer)
+        if len(union) > 1 and nbytes > 0:
+            dc = decs[owner]
+            units.append(_Unit(gids, union, nbytes, dc.sync or "allreduce", dc.server, f"sync {pname}"))
+    for g in range(n_grp):
+        if groups[g].param_bytes > 0 and decs[g].replicated:
+            own = groups[g].param_bytes - shared_by_owner.get(g, 0.0)
+            for method, nbytes, label in group_syncs(gg, g, decs[g], own):
+                units.append(_Unit((g,), devs_of[g], nbytes, method, decs[g].server, label))
+    upd_id = [dict() for _ in range(n_grp)]
+    in_unit = {g for u in units for g in u.groups}
+    for g in range(n_grp - 1, -1, -1):
+        if groups[g].param_count > 0 or g in in_unit:
+            for d in devs_of[g]:
+                upd_id[g][d] = len(dur)
+                dur.append(cost.update_ms(g, dtypes[d])); tdev.append(d); tkind.append(_UPD); tgrp.append(g)
+                pend.append(0); acts.append(None)
+    for j, u in enumerate(units):
+        for g in u.groups:
+            for d in devs_of[g]:
+                add_act(bwd_id[g][d], (1, j))
+                u.waiting += 1
+                k = upd_id[g][d]
+                u.upd_tasks.append(k)
+                pend[k] += 1
+
+    # ---- per-device programs: forward in topological order, backward reversed, then updates ------------
+    programs: list[list[int]] = [[] for _ in range(n_dev)]
+    for k, d in enumerate(tdev):
+        programs[d].append(k)
+    ptr = [0] * n_dev
+    free = [0.0] * n_dev
+    ready = [0.0] * len(dur)
+    start = [0.0] * len(dur)
+
+    heap: list = []
+    seq = [0]
+
+    def push(t, kind, payload):
+        seq[0] += 1
+        heapq.heappush(heap, (t, seq[0], kind, payload))
+
+    def advance(d):
+        prog, i, t = programs[d], ptr[d], free[d]
+        n = len(prog)
+        while i < n:
+            k = prog[i]
+            if pend[k]:
+                break
+            if ready[k] > t:
+                t = ready[k]
+            start[k] = t
+            t += dur[k]
+            a = acts[k]
+            if a is not None:
+                for act in a:
+                    if act[0] == 0:
+                        push(t, 0, (act[1], ("t", act[2]), act[3]))
+                    else:
+                        u = units[act[1]]
+                        u.waiting -= 1
+                        if t > u.ready_ms:
+                            u.ready_ms = t
+                        if u.waiting == 0:
+                            push(u.ready_ms, 2, act[1])
+            i += 1
+        ptr[d], free[d] = i, t
+
+    caps = [l.bytes_per_ms for l in cluster.links]
+    net = Network(caps)
+    link_bytes = [0.0] * len(caps)
+    net_events: list = []
+    comm_busy: dict[tuple, bool] = {}
+    comm_queue: dict[tuple, deque] = {}
+
+    def start_flow(spec: FlowSpec, deliver, label, t):
+        for l, w in zip(spec.links, spec.weights):
+            link_bytes[l] += w * spec.volume_bytes
+        if not spec.links or spec.volume_bytes <= 0:
+            push(t + spec.latency_ms, 1, (deliver, None))
+            return
+        net.add(Flow(spec.links, spec.weights, spec.volume_bytes, spec.latency_ms, deliver, label), t)
+
+    def resolve(k, t):
+        pend[k] -= 1
+        if t > ready[k]:
+            ready[k] = t
+        if pend[k] == 0:
+            advance(tdev[k])
+
+    def start_phase(j, t):
+        u = units[j]
+        while u.phase < len(u.phases) and not u.phases[u.phase]:
+            u.phase += 1
+        if u.phase >= len(u.phases):
+            for k in u.upd_tasks:
+                resolve(k, t)
+            key = u.devices
+            q = comm_queue[key]
+            if q:
+                begin_unit(q.popleft(), t)
+            else:
+                comm_busy[key] = False
+            return
+        specs = u.phases[u.phase]
+        u.outstanding = len(specs)
+        for sp in specs:
+            start_flow(sp, ("p", j), u.label, t)
+
+    def begin_unit(j, t):
+        u = units[j]
+        u.phases = sync_phases(u.method, cluster, u.devices, u.nbytes, u.server)
+        u.phase, u.start_ms = 0, t
+        start_phase(j, t)
+
+    for d in range(n_dev):
+        advance(d)
+    while True:
+        tn = net.next_drain_ms()
+        if heap and heap[0][0] <= tn:
+            t, _, kind, payload = heapq.heappop(heap)
+            if kind == 0:
+                spec, deliver, label = payload
+                start_flow(spec, deliver, label, t)
+            elif kind == 1:
+                deliver = payload[0]
+                if deliver[0] == "t":
+                    resolve(deliver[1], t)
+                else:
+                    u = units[deliver[1]]
+                    u.outstanding -= 1
+                    if u.outstanding == 0:
+                        u.phase += 1
+                        start_phase(deliver[1], t)
+            else:
+                key = units[payload].devices
+                comm_queue.setdefault(key, deque())
+                if comm_busy.get(key):
+                    comm_queue[key].append(payload)
+                else:
+                    comm_busy[key] = True
+                    begin_unit(payload, t)
+        elif tn < INF:
+            for f in net.pop_drained(tn):
+                if trace:
+                    net_events.append((f.label, f.start_ms, tn, f.links))
+                push(tn + f.latency_ms, 1, (f.payload, None))
+        else:
+            break
+    if any(ptr[d] != len(programs[d]) for d in range(n_dev)):
+        raise RuntimeError("simulation deadlock: a task waits for an input that never arrives")
+
+    fit_ms = max(free) if free else 0.0
+    busy = [0.0] * n_dev
+    for k, d in enumerate(tdev):
+        busy[d] += dur[k]
+
+    # ---- memory -------------------------------------------------------------------------------------
+    ids = [d.id for d in cluster.devices]
+    peak_gb: dict[str, float] = {}
+    oom_devices: list[str] = []
+    for d in range(n_dev):
+        gl = [g for g in range(n_grp) if decs[g].rows[d] > 0]
+        pb = device_peak_bytes([groups[g] for g in gl], [decs[g].rows[d] for g in gl], training.optimizer,
+                               [recv_fwd.get((g, d), 0.0) for g in gl], [recv_bwd.get((g, d), 0.0) for g in gl],
+                               extra_static[d])
+        peak_gb[ids[d]] = pb / 1e9
+        if pb > dtypes[d].usable_memory_bytes:
+            oom_devices.append(ids[d])
+    oom = bool(oom_devices)
+    it_ms = INF if oom else fit_ms
+    sps = 0.0 if oom or fit_ms <= 0 else batch / (fit_ms / 1e3)
+
+    lb = {}
+    for l, b in enumerate(link_bytes):
+        if b > 0:
+            key = f"{cluster.links[l].src}->{cluster.links[l].dst}"
+            lb[key] = lb.get(key, 0.0) + b
+
+    events: list[dict] = []
+    if trace:
+        op_names = gg.graph.ops
+        for k in range(len(dur)):
+            g = tgrp[k]
+            oids = groups[g].op_ids
+            ops = f"{op_names[oids[0]].name}" + (f" .. {op_names[oids[-1]].name}" if len(oids) > 1 else "") if oids else ""
+            events.append(x_event(f"{_KIND[tkind[k]]} g{g} {ops}".strip(), _KIND[tkind[k]], start[k], dur[k],
+                                  COMPUTE_PID, tdev[k], {"group": g, "rows": decs[g].rows[tdev[k]]}))
+        used_links = {}
+        for label, s, e, links in net_events:
+            for l in links:
+                used_links[l] = f"{cluster.links[l].src}->{cluster.links[l].dst}"
+                events.append(x_event(label, "comm", s, e - s, NETWORK_PID, l))
+        events = lane_metadata(dict(enumerate(ids)), used_links) + events
+
+    return SimResult(it_ms, sps, oom, oom_devices, peak_gb, dict(zip(ids, busy)), lb, events, fit_ms, batch,
+                     getattr(cost, "name", ""))
