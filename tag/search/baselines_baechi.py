@@ -3,16 +3,14 @@
 Both put every group whole on one device (all batch rows there: model parallelism) and keep each
 device's estimated memory under a cap. A group's memory on a device is estimated as
 
-    2 x param_bytes + param_count x optimizer state bytes per parameter
-      + saved_bytes_per_row x rows + saved_bytes_fixed
-
-(weights and gradients, optimizer state from `tag.cost.optimizer`, the activations kept for backward). The simulator's own memory accounting judges the result; this estimate only steers.
+    static bytes (weights + optimizer state, `tag.sim.memory.static_bytes`) + param_bytes (gradients)
+      + saved_bytes_per_row x rows + saved_bytes_fixed (activations kept for backward). The simulator's own memory accounting judges the result; this estimate only steers.
 """
 
 from __future__ import annotations
 
 from tag.cost.comm import p2p_ms
-from tag.cost.optimizer import state_bytes_per_param
+from tag.sim.memory import device_peak_bytes, static_bytes
 from tag.strategy import Decision, Strategy
 
 M_TOPO_SLACK = 0.10  # each device may take 10 % more than its proportional share of the model's memory
@@ -20,7 +18,7 @@ M_TOPO_SLACK = 0.10  # each device may take 10 % more than its proportional shar
 
 def group_memory_bytes(group, rows: int, optimizer: str) -> float:
     """Estimated bytes a group holds on one device computing `rows` rows (see the module docstring)."""
-    return (2 * group.param_bytes + group.param_count * state_bytes_per_param(optimizer)
+    return (static_bytes(group, optimizer) + group.param_bytes
             + group.saved_bytes_per_row * rows + group.saved_bytes_fixed)
 
 
@@ -43,6 +41,28 @@ def _placement_strategy(gg, cluster, placement: list[int], batch: int) -> Strate
         rows[dev] = batch
         decisions.append(Decision(rows=tuple(rows)))
     return Strategy(tuple(decisions))
+
+
+def placement_peak_bytes(gg, device: list[int], d: int, batch: int, optimizer: str, extra: int | None = None) -> float:
+    """Peak bytes on device d of a whole-group placement (`device[g]` = device or -1 if not placed yet),
+    with group `extra` added on d, by the simulator's memory model (`tag.sim.memory.device_peak_bytes`).
+
+    Received forward inputs: edges from groups placed elsewhere; received gradients: edges to groups
+    placed elsewhere (whole batch each).
+    """
+    on_d = sorted([g for g in range(gg.n_groups) if device[g] == d] + ([extra] if extra is not None else []))
+    where = {g: device[g] for g in range(gg.n_groups)}
+    if extra is not None:
+        where[extra] = d
+    recv_fwd = {g: 0.0 for g in on_d}
+    recv_bwd = {g: 0.0 for g in on_d}
+    for e in gg.edges:
+        if e.dst in recv_fwd and where[e.src] not in (-1, d):
+            recv_fwd[e.dst] += edge_bytes(e, batch)
+        if e.src in recv_bwd and where[e.dst] not in (-1, d):
+            recv_bwd[e.src] += e.bytes_per_row * batch
+    return device_peak_bytes([gg.groups[g] for g in on_d], [batch] * len(on_d), optimizer,
+                             [recv_fwd[g] for g in on_d], [recv_bwd[g] for g in on_d])
 
 
 def m_topo(gg, cluster, cost, training, batch: int) -> Strategy:
@@ -74,14 +94,13 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
     """m-ETF list schedule: (device, start ms, finish ms) per group.
 
     Repeatedly takes, among groups whose predecessors are all scheduled and devices with memory room
-    (usable memory), the (group, device) pair with the earliest start time, where start = max(device
+    (`placement_peak_bytes` with the group added stays within usable memory), the (group, device) pair with the earliest start time, where start = max(device
     free, max over predecessors of their finish + transfer of the edge's bytes at the whole batch from
     the predecessor's device). A group's time on a device is its forward + backward at the whole batch.
     Ties: earlier finish, then lower group id, then lower device index. If no device has room, the
     group goes where it starts earliest regardless of memory.
     """
     n, k = cluster.n_devices, gg.n_groups
-    need = [group_memory_bytes(g, batch, training.optimizer) for g in gg.groups]
     usable = [d.type.usable_memory_bytes for d in cluster.devices]
     preds: list[list] = [[] for _ in range(k)]
     for e in gg.edges:
@@ -96,7 +115,7 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
 
     device = [-1] * k
     start, finish = [0.0] * k, [0.0] * k
-    free, used = [0.0] * n, [0.0] * n
+    free = [0.0] * n
     done = 0
     while done < k:
         ready = [g for g in range(k) if device[g] < 0 and all(device[e.src] >= 0 for e in preds[g])]
@@ -109,12 +128,12 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
                 key = (s, s + dur(g, d), g, d)
                 if best_any is None or key < best_any:
                     best_any = key
-                if used[d] + need[g] <= usable[d] and (best is None or key < best):
+                if (best is None or key < best) and \
+                        placement_peak_bytes(gg, device, d, batch, training.optimizer, extra=g) <= usable[d]:
                     best = key
         s, f, g, d = best if best is not None else best_any
         device[g], start[g], finish[g] = d, s, f
         free[d] = f
-        used[d] += need[g]
         done += 1
     return device, start, finish
 
