@@ -1,0 +1,83 @@
+"""Memory accounting (OOM) and the Chrome trace."""
+
+import json
+import math
+
+import pytest
+
+from simkit_builders import FixedCost, make_cluster, make_gg
+from tag.sim import simulate, write_chrome_trace
+from tag.strategy import Decision, Strategy, TrainingConfig
+from tag.topology.cluster import DeviceType
+
+SMALL = DeviceType("Small1GB", peak_tflops=10.0, memory_gb=1.0, memory_bandwidth_gbps=8000.0)  # usable 0.92e9
+
+
+def _wide_pair():
+    # two wide layers of 3e7 fp32 params (1.2e8 bytes each); Adam: weights + 2 moments + gradient = 4.8e8
+    P = 30_000_000
+    return make_gg([dict(param_bytes=4 * P, param_count=P, saved_bytes_per_row=1000.0),
+                    dict(param_bytes=4 * P, param_count=P, saved_bytes_per_row=1000.0)],
+                   [(0, 1, 100.0, 0.0)])
+
+
+def test_wide_layers_oom_on_one_device_fit_on_two():
+    gg = _wide_pair()
+    cl = make_cluster([2], dtype=SMALL)
+    cost = FixedCost([0.1, 0.1], [0.2, 0.2])
+    one = simulate(gg, cl, cost, Strategy((Decision((8, 0)), Decision((8, 0)))), TrainingConfig("adam"))
+    # static 2 x (1.2e8 + 2.4e8); at the start of bwd g0 both gradients (2.4e8) and g0's saved 8000 B
+    assert one.peak_memory_gb["m0/0"] == pytest.approx((7.2e8 + 2.4e8 + 8000) / 1e9)
+    assert one.oom and one.oom_devices == ["m0/0"]
+    assert one.iteration_ms == math.inf and one.samples_per_s == 0.0
+    assert one.fit_iteration_ms > 0 and one.to_json()["iteration_ms"] is None
+    two = simulate(gg, cl, cost, Strategy((Decision((8, 0)), Decision((0, 8)))), TrainingConfig("adam"))
+    # per device: 3.6e8 static + 1.2e8 gradient + 8000 saved + 800 B of received slice (8 rows x 100 B)
+    assert two.peak_memory_gb["m0/0"] == pytest.approx((3.6e8 + 1.2e8 + 8000 + 800) / 1e9)
+    assert two.peak_memory_gb["m0/1"] == pytest.approx((3.6e8 + 1.2e8 + 8000 + 800) / 1e9)
+    assert not two.oom and math.isfinite(two.iteration_ms)
+
+
+def test_optimizer_state_changes_memory():
+    gg = _wide_pair()
+    cl = make_cluster([1], dtype=SMALL)
+    st = Strategy((Decision((8,)), Decision((8,))))
+    sgd = simulate(gg, cl, FixedCost([0.1, 0.1]), st, TrainingConfig("sgd"))
+    mom = simulate(gg, cl, FixedCost([0.1, 0.1]), st, TrainingConfig("momentum"))
+    # sgd: weights 2.4e8 + gradients 2.4e8; momentum adds one fp32 buffer (2.4e8)
+    assert sgd.peak_memory_gb["m0/0"] == pytest.approx((4.8e8 + 8000) / 1e9)
+    assert mom.peak_memory_gb["m0/0"] == pytest.approx((7.2e8 + 8000) / 1e9)
+    assert not sgd.oom and not mom.oom
+
+
+def test_activations_freed_by_backward():
+    # saved activations accumulate over the forward and peak at the start of backward (no params)
+    gg = make_gg([dict(saved_bytes_per_row=10.0, out_bytes_per_row=1.0), dict(saved_bytes_per_row=20.0),
+                  dict(saved_bytes_per_row=30.0, out_bytes_per_row=5.0)], [(0, 1, 1.0, 0.0), (1, 2, 1.0, 0.0)])
+    r = simulate(gg, make_cluster([1]), FixedCost([0.1] * 3), Strategy((Decision((10,)),) * 3), TrainingConfig())
+    # live after forward = 600 B; during bwd of g2 its output gradient (50 B) is transient -> 650
+    assert r.peak_memory_gb["m0/0"] == pytest.approx(650 / 1e9)
+
+
+def test_chrome_trace_is_valid_json_with_lanes(tmp_path):
+    gg = make_gg([dict(param_bytes=4e6, param_count=1_000_000), dict()], [(0, 1, 1e5, 0.0)])
+    cl = make_cluster([2, 1])
+    st = Strategy((Decision((4, 4, 0), "allreduce"), Decision((0, 0, 8))))
+    r = simulate(gg, cl, FixedCost([1.0, 1.0], [0.1, 0.0]), st, TrainingConfig(), trace=True)
+    path = tmp_path / "t.json"
+    write_chrome_trace(r, str(path))
+    doc = json.loads(path.read_text())
+    events = doc["traceEvents"]
+    xs = [e for e in events if e["ph"] == "X"]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    for e in xs:
+        assert {"name", "ph", "ts", "dur", "pid", "tid"} <= set(e)
+        assert e["dur"] >= 0 and (e["pid"], e["tid"]) in names
+    compute = [e for e in xs if e["pid"] == 0]
+    # 2 fwd + 2 bwd + 2 updates of g0, 1 fwd + 1 bwd of g1
+    assert len(compute) == 8
+    assert any("op0" in e["name"] and e["name"].startswith("fwd g0") for e in compute)
+    assert names[(0, 2)] == "m1/0"
+    net_lanes = {names[(1, e["tid"])] for e in xs if e["pid"] == 1}
+    assert "m0->sw" in net_lanes and "sw->m0" in net_lanes  # activation slices out, gradients back in
+    assert max(e["ts"] + e["dur"] for e in xs) / 1e3 == pytest.approx(r.iteration_ms)
