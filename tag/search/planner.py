@@ -37,6 +37,7 @@ class PlanResult:
     sfb: dict = field(default_factory=dict)  # SFB report: chosen ops, bytes and ms saved
     records: list[VisitRecord] = field(default_factory=list)
     search_space_size: int = 0
+    no_sfb_result: object = None  # SimResult of the searched plan before SFB selection
 
 
 def best_baseline(baselines: dict[str, tuple[Strategy, object]]) -> str | None:
@@ -99,6 +100,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         best = ev.best[1] or best
     method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
     sfb_report: dict = {}
+    no_sfb_result = ev.result(best)
     if sfb:
         best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn)
         if sfb_report.get("ops"):
@@ -106,7 +108,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,
                       method=method, playouts=res.playouts, seconds=time.monotonic() - t0, seed=seed,
                       simulations=ev.simulations, sfb=sfb_report, records=res.records,
-                      search_space_size=space.size())
+                      search_space_size=space.size(), no_sfb_result=no_sfb_result)
 
 
 def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn):

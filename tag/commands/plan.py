@@ -1,0 +1,105 @@
+"""`tag plan MODEL TOPOLOGY -o plan.json`: search a training strategy and compare it with every baseline."""
+
+from __future__ import annotations
+
+from tag.cliutil import add_model_flags, add_output_flags, add_verb
+
+BASELINE_NAMES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
+
+
+def add_parser(sub):
+    p = add_verb(sub, "plan", "search a training strategy (GNN-guided MCTS) and compare it with every baseline",
+                 "tag plan datasets/models/resnet50.onnx datasets/topologies/heterog8.json -o plan.json\n"
+                 "  tag plan model.onnx topo.json --playouts 200 --seed 1 --no-gnn --json > plan.json")
+    p.add_argument("model", help="the model .onnx")
+    p.add_argument("topology", help="the cluster topology .json")
+    p.add_argument("-o", "--output", metavar="P.json", default=None, help="write plan.json here")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="stop searching after this many seconds (default 60)")
+    p.add_argument("--playouts", type=int, default=None, metavar="N",
+                   help="tree-search playouts (default 400); same inputs, N and seed give the same plan")
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    gnn = p.add_mutually_exclusive_group()
+    gnn.add_argument("--gnn", metavar="CKPT", default=None, help="GNN checkpoint for priors (default: the shipped one)")
+    gnn.add_argument("--no-gnn", action="store_true", help="uniform priors, no GNN")
+    p.add_argument("--no-sfb", action="store_true", help="do not choose sufficient-factor broadcasting")
+    p.add_argument("--no-refine", action="store_true", help="skip the local refinement after the tree search")
+    p.add_argument("--baseline", choices=BASELINE_NAMES, metavar="NAME", default=None,
+                   help="write this baseline as the plan instead of searching: " + ", ".join(BASELINE_NAMES))
+    p.add_argument("--profile", metavar="F", default=None, help="profile.json with measured op times (default: roofline)")
+    p.add_argument("--trace", metavar="T.json", default=None, help="write a Chrome trace of the plan's iteration")
+    p.add_argument("--groups", type=int, default=None, metavar="K", help="number of op groups (default: automatic)")
+    add_model_flags(p)
+    add_output_flags(p)
+    return p
+
+
+def run(args) -> int:
+    import sys
+
+    from tag.cliutil import emit, progress
+    from tag.errors import InputError
+    from tag.modelio import load_inputs
+    from tag.search.planner import DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, plan
+    from tag.strategy.planfile import baselines_summary, plan_to_json, predicted_from_result, write_plan
+    from tag.commands._plan_report import report_text
+
+    if args.playouts is not None and args.playouts < 0:
+        raise InputError("--playouts", "N", "a non-negative integer", str(args.playouts))
+    if args.budget is not None and args.budget <= 0:
+        raise InputError("--budget", "SECONDS", "a positive number", str(args.budget))
+    inp = load_inputs(args.model, args.topology, args)
+    priors_fn, gnn_name = None, None
+    if args.baseline is None and not args.no_gnn:
+        priors_fn, gnn_name = _load_gnn(args, inp)
+    sys.stderr.write(f"tag plan: batch {inp.batch_size}, {inp.gg.n_groups} groups, {inp.cluster.n_devices} devices\n") \
+        if not args.json else None
+
+    if args.baseline is not None:
+        from tag.search.baselines import run_baselines
+        from tag.search.planner import PlanResult
+
+        baselines = run_baselines(inp.gg, inp.cluster, inp.cost, inp.training)
+        strategy, result = baselines[args.baseline]
+        res = PlanResult(strategy=strategy, result=result, baselines=baselines, best_baseline=None,
+                         method=f"baseline:{args.baseline}", playouts=0, seconds=0.0, seed=args.seed, simulations=0)
+    else:
+        playouts = DEFAULT_PLAYOUTS if args.playouts is None else args.playouts
+        bar = progress(total=playouts, desc="search", unit="playout")
+        def tick(done: int, best_ms: float) -> None:
+            bar.update(1)
+            bar.set_postfix_str(f"best {best_ms:.2f} ms")
+        try:
+            res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=playouts,
+                       budget_s=args.budget or DEFAULT_BUDGET_S, seed=args.seed, priors_fn=priors_fn,
+                       refine=not args.no_refine, sfb=not args.no_sfb, on_progress=tick)
+        finally:
+            bar.close()
+
+    search = {"method": res.method, "playouts": res.playouts, "seconds": round(res.seconds, 3), "seed": args.seed,
+              "gnn": gnn_name}
+    obj = plan_to_json(res.strategy, inp.gg, inp.cluster, inp.training, args.model, args.topology,
+                       predicted=predicted_from_result(res.result, inp.cost.name),
+                       baselines=baselines_summary(res.baselines), search=search)
+    if args.output:
+        write_plan(args.output, obj)
+    if args.trace:
+        from tag.sim import simulate, write_chrome_trace
+
+        write_chrome_trace(simulate(inp.gg, inp.cluster, inp.cost, res.strategy, inp.training, trace=True), args.trace)
+    emit(args, obj, report_text(inp, res, args.output))
+    return 0
+
+
+def _load_gnn(args, inp):
+    """The priors callable and its checkpoint name: --gnn CKPT, else the shipped weights if present."""
+    try:
+        from tag.gnn import default_checkpoint, load_priors_fn
+    except ImportError:
+        if args.gnn:
+            raise
+        return None, None
+    ckpt = args.gnn or default_checkpoint()
+    if ckpt is None:
+        return None, None
+    return load_priors_fn(ckpt, inp.gg, inp.cluster, inp.cost, inp.training), str(ckpt)
