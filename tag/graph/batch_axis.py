@@ -1,0 +1,329 @@
+"""Batch-axis analysis: which axis of every tensor carries batch rows, which ops can split rows.
+
+Rows start on axis 0 of every data input and are propagated through the ops in topological order by
+per-op rules (broadcasting, products, reshapes by prefix products, transposes, gathers, reductions).
+An op is *unsplittable* when its rows are not independent: it reduces, normalises, slices, concatenates
+or contracts across the batch axis. A Reshape/Expand/Slice whose shape constant encodes the file's batch
+on the batch axis yields a `BatchConstant` that deploy rewrites for the rows each rank runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tag.graph.opgraph import BatchConstant, Op, TensorInfo
+
+# ops whose outputs broadcast their inputs elementwise (numpy rules)
+BROADCAST_OPS = frozenset("""Add Sub Mul Div Pow Sum Max Min Mean Where Equal Less Greater LessOrEqual GreaterOrEqual
+And Or Xor Not Relu LeakyRelu PRelu Elu Selu Celu Sigmoid HardSigmoid HardSwish Tanh Exp Log Sqrt Reciprocal Neg Abs
+Erf Ceil Floor Round Sign Clip Cast CastLike Identity Dropout Softplus Softsign Mish Gelu FastGelu BiasGelu QuickGelu
+Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh IsNaN IsInf Mod BitShift ThresholdedRelu Shrink BitwiseAnd
+BitwiseOr BitwiseXor BitwiseNot Expand""".split())
+SHAPE_OUTPUT_OPS = frozenset("Shape Size".split())  # read a batched tensor, output no batch axis
+DATA_DEPENDENT_OPS = frozenset("NonZero Unique Compress NonMaxSuppression".split())
+REDUCE_OPS = frozenset("""ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum
+ReduceLogSumExp ReduceSumSquare ArgMax ArgMin""".split())
+
+
+def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: list[str], file_batch: int,
+                    consts: dict[str, np.ndarray], opset: int) -> list[BatchConstant]:
+    """Set `batch_axis` on every tensor and `batched`/`splittable` on every op; return the batch constants.
+
+    Ops are visited in topological order; data inputs carry rows on axis 0.
+    """
+    for name in data_inputs:
+        tensors[name].batch_axis = 0
+    found: list[BatchConstant] = []
+    for op in ops:
+        ins = [tensors[i] if i else None for i in op.inputs]
+        outs = [tensors[o] for o in op.outputs if o]
+        batched_in = [t for t in ins if t is not None and t.batch_axis is not None]
+        if not batched_in:
+            op.batched, op.splittable = False, True
+            continue
+        axes, split = _rule(op, ins, outs, opset, consts)
+        for t, a in zip(outs, axes):
+            t.batch_axis = a if (a is not None and t.shape is not None and a < len(t.shape)) else None
+        op.splittable = bool(split)
+        op.batched = op.op_type not in SHAPE_OUTPUT_OPS
+        if op.batched and op.splittable:
+            found += _batch_constants(op, ins, outs, file_batch, consts, tensors, ops)
+    return found
+
+
+def _rule(op: Op, ins, outs, opset: int, consts) -> tuple[list[int | None], bool]:
+    t, a0 = op.op_type, op.attrs
+    x = next(i for i in ins if i is not None and i.batch_axis is not None)
+    n_out = len(outs)
+    if t in SHAPE_OUTPUT_OPS:
+        return [None] * n_out, True
+    if t in DATA_DEPENDENT_OPS or any(i is None or i.shape is None for i in ins if i is not None and i.batch_axis is not None):
+        return [None] * n_out, False
+    if t in BROADCAST_OPS:
+        return _broadcast(ins, outs)
+    if t == "MatMul" or t == "MatMulInteger" or t == "FusedMatMul":
+        return _matmul(ins, outs)
+    if t == "Gemm":
+        return _gemm(ins, a0)
+    if t == "Einsum":
+        return _einsum(ins, a0.get("equation", ""), n_out)
+    if t in ("Reshape", "Flatten"):
+        return _reshape(x, outs[0])
+    if t in ("Squeeze", "Unsqueeze"):
+        return _squeeze(t, x, ins, outs[0], a0, consts)
+    if t == "Transpose":
+        perm = list(a0.get("perm") or reversed(range(len(x.shape))))
+        return [perm.index(x.batch_axis)], True
+    if t == "Gather":
+        return _gather(ins, outs[0], a0.get("axis", 0))
+    if t in REDUCE_OPS:
+        return _reduce(t, x, ins, a0, consts, opset)
+    if t in ("Softmax", "LogSoftmax", "Hardmax"):
+        axis = _norm_axis(a0.get("axis", 1 if opset < 13 else -1), len(x.shape))
+        bad = x.batch_axis >= axis if opset < 13 else x.batch_axis == axis
+        return [x.batch_axis], not bad
+    if t in ("LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization"):
+        axis = _norm_axis(a0.get("axis", -1), len(x.shape))
+        return [x.batch_axis] + [None] * (n_out - 1), x.batch_axis < axis
+    if t in ("Concat", "Split", "CumSum", "TopK", "GatherElements", "ScatterElements", "ReverseSequence", "LpNormalization"):
+        axis = _norm_axis(a0.get("axis", -1 if t in ("TopK", "LpNormalization") else 0), len(x.shape))
+        return _same_rank(x, outs, axis != x.batch_axis)
+    if t == "BatchNormalization":
+        return _same_rank(x, outs[:1], not a0.get("training_mode", 0) and x.batch_axis == 0) \
+            if n_out == 1 else ([x.batch_axis] + [None] * (n_out - 1), False)
+    return _same_rank(x, outs, True)
+
+
+def _same_rank(x: TensorInfo, outs, ok: bool) -> tuple[list[int | None], bool]:
+    """Generic rule: the batch axis keeps its index (right-aligned when ranks differ) if its size is kept."""
+    axes = []
+    for o in outs:
+        if o.shape is None:
+            axes.append(None)
+            continue
+        b = x.batch_axis + (len(o.shape) - len(x.shape)) if len(o.shape) >= len(x.shape) else x.batch_axis
+        axes.append(b if 0 <= b < len(o.shape) and o.shape[b] == x.shape[x.batch_axis] else None)
+    return axes, ok and all(a is not None for a in axes[:1])
+
+
+def _broadcast(ins, outs):
+    out = outs[0]
+    cands = set()
+    for t in ins:
+        if t is not None and t.batch_axis is not None:
+            cands.add(t.batch_axis + len(out.shape) - len(t.shape))
+    if len(cands) != 1:
+        return [None] * len(outs), False
+    return _same_rank_at(outs, cands.pop())
+
+
+def _same_rank_at(outs, b):
+    return [b if o.shape is not None and b < len(o.shape) else None for o in outs], True
+
+
+def _matmul(ins, outs):
+    out_rank = len(outs[0].shape)
+    cands, ok = set(), True
+    for k, t in enumerate(ins[:2]):
+        if t is None or t.batch_axis is None:
+            continue
+        r, a = len(t.shape), t.batch_axis
+        if r < 2:
+            return [None], False
+        contraction = r - 1 if k == 0 else r - 2
+        if a == contraction:
+            ok = False
+        elif a >= r - 2:
+            cands.add(out_rank - 2 if k == 0 else out_rank - 1)
+        else:
+            cands.add(a + out_rank - r)
+    if not ok or len(cands) != 1:
+        return [None] * len(outs), False
+    return [cands.pop()] + [None] * (len(outs) - 1), True
+
+
+def _gemm(ins, attrs):
+    a, b = ins[0], ins[1]
+    cands, ok = set(), True
+    if a.batch_axis is not None:
+        row = 1 if attrs.get("transA", 0) else 0
+        ok &= a.batch_axis == row
+        cands.add(0)
+    if b is not None and b.batch_axis is not None:
+        col = 0 if attrs.get("transB", 0) else 1
+        ok &= b.batch_axis == col
+        cands.add(1)
+    if not ok or len(cands) != 1:
+        return [None], False
+    return [cands.pop()], True
+
+
+def expand_einsum(equation: str, ranks: list[int]) -> tuple[list[str], str]:
+    """Split an einsum equation into per-operand subscripts and output, expanding '...' to placeholders."""
+    eq = equation.replace(" ", "")
+    lhs, _, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    ell_len = 0
+    out_terms = []
+    for term, r in zip(terms, ranks):
+        if "..." in term:
+            n = r - (len(term) - 3)
+            ell_len = max(ell_len, n)
+            term = term.replace("...", "".join(chr(0x391 + i + (ell_len - n)) for i in range(n)))
+        out_terms.append(term)
+    ell = "".join(chr(0x391 + i) for i in range(ell_len))
+    if "->" in eq:
+        rhs = rhs.replace("...", ell)
+    else:
+        letters = [c for term in out_terms for c in term if c not in ell]
+        rhs = ell + "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return out_terms, rhs
+
+
+def _einsum(ins, equation, n_out):
+    try:
+        terms, rhs = expand_einsum(equation, [len(t.shape) if t is not None and t.shape is not None else 0 for t in ins])
+    except Exception:
+        return [None] * n_out, False
+    cands = set()
+    for t, term in zip(ins, terms):
+        if t is None or t.batch_axis is None:
+            continue
+        if t.batch_axis >= len(term) or term[t.batch_axis] not in rhs:
+            return [None] * n_out, False
+        cands.add(rhs.index(term[t.batch_axis]))
+    if len(cands) != 1:
+        return [None] * n_out, False
+    return [cands.pop()], True
+
+
+def _reshape(x: TensorInfo, out: TensorInfo):
+    """Reshape/Flatten: the batch axis is the output axis starting at the same element offset (prefix product)."""
+    if out.shape is None:
+        return [None], False
+    a, shp = x.batch_axis, x.shape
+    prefix = int(np.prod(shp[:a])) if a else 1
+    best = None
+    for b in range(len(out.shape)):
+        p = int(np.prod(out.shape[:b])) if b else 1
+        if p == prefix:
+            d = out.shape[b]
+            if d == shp[a]:
+                return [b], True
+            if best is None and d > 0 and (d % shp[a] == 0 or shp[a] % d == 0):
+                best = b
+        elif p > prefix:
+            break
+    return [best], best is not None
+
+
+def _axes_arg(op_attrs, ins, consts, index=1):
+    axes = op_attrs.get("axes")
+    if axes is None and len(ins) > index and ins[index] is not None and ins[index].name in consts:
+        axes = [int(v) for v in np.ravel(consts[ins[index].name])]
+    return axes
+
+
+def _squeeze(t, x, ins, out, attrs, consts):
+    if out.shape is None:
+        return [None], False
+    axes = _axes_arg(attrs, ins, consts)
+    a = x.batch_axis
+    if axes is None:
+        if t == "Squeeze" and x.shape[a] == 1:
+            return [None], False
+        return _reshape(x, out)
+    if t == "Squeeze":
+        axes = [_norm_axis(v, len(x.shape)) for v in axes]
+        if a in axes:
+            return [None], False
+        return [a - sum(1 for v in axes if v < a)], True
+    axes = sorted(_norm_axis(v, len(out.shape)) for v in axes)
+    b = a
+    for v in axes:
+        if v <= b:
+            b += 1
+    return [b], True
+
+
+def _gather(ins, out, axis):
+    data, idx = ins[0], ins[1]
+    axis = _norm_axis(axis, len(data.shape))
+    if data.batch_axis is not None and idx is not None and idx.batch_axis is not None:
+        return [None], False
+    if data.batch_axis is not None:
+        a = data.batch_axis
+        if a == axis:
+            return [None], False
+        return [a if a < axis else a + len(idx.shape) - 1], True
+    return [axis + idx.batch_axis], True
+
+
+def _reduce(t, x, ins, attrs, consts, opset):
+    keep = attrs.get("keepdims", 1)
+    if t in ("ArgMax", "ArgMin"):
+        axes = [attrs.get("axis", 0)]
+    else:
+        axes = _axes_arg(attrs, ins, consts)
+    if not axes:
+        if attrs.get("noop_with_empty_axes", 0):
+            return [x.batch_axis], True
+        return [None], False
+    axes = [_norm_axis(v, len(x.shape)) for v in axes]
+    a = x.batch_axis
+    if a in axes:
+        return [None], False
+    return [a if keep else a - sum(1 for v in axes if v < a)], True
+
+
+def _norm_axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _batch_constants(op, ins, outs, file_batch, consts, tensors, ops) -> list[BatchConstant]:
+    """Shape constants of Reshape/Expand/Slice whose entry on the batch axis encodes the file's batch."""
+    out = outs[0] if outs else None
+    if out is None or out.batch_axis is None or out.shape is None or len(ins) < 2 or ins[1] is None:
+        return []
+    b = out.batch_axis
+    if op.op_type in ("Reshape", "Expand"):
+        index = b - (len(out.shape) - _length(ins[1]))
+        found = _const_entry(ins[1].name, index, consts, tensors, ops)
+        if found and found[2] == out.shape[b] and found[2] % file_batch == 0 and (op.op_type == "Reshape" or found[2] > 1):
+            return [BatchConstant(*found)]
+    if op.op_type == "Slice" and len(ins) >= 3 and ins[2] is not None:
+        axes = list(range(len(out.shape)))
+        if len(ins) > 3 and ins[3] is not None and ins[3].name in consts:
+            axes = [_norm_axis(int(v), len(out.shape)) for v in np.ravel(consts[ins[3].name])]
+        if b in axes:
+            found = _const_entry(ins[2].name, axes.index(b), consts, tensors, ops)
+            if found and found[2] == file_batch:
+                return [BatchConstant(*found)]
+    return []
+
+
+def _length(t: TensorInfo) -> int:
+    return int(t.shape[0]) if t.shape else 0
+
+
+def _const_entry(name, index, consts, tensors, ops, depth=0):
+    """(constant tensor, index, value) behind entry `index` of a 1-D shape tensor, following Concat/Cast/Unsqueeze."""
+    if index < 0 or depth > 8 or name not in tensors:
+        return None
+    if name in consts:
+        v = np.ravel(consts[name])
+        return (name, index, int(v[index])) if index < len(v) else None
+    p = tensors[name].producer
+    if p is None:
+        return None
+    op = ops[p]
+    if op.op_type in ("Cast", "Identity", "Unsqueeze") and op.inputs:
+        return _const_entry(op.inputs[0], index, consts, tensors, ops, depth + 1)
+    if op.op_type == "Concat":
+        start = 0
+        for i in op.inputs:
+            n = _length(tensors[i]) if i in tensors and tensors[i].shape else (1 if i in tensors and tensors[i].shape == () else 0)
+            if start <= index < start + max(n, 1):
+                return _const_entry(i, index - start, consts, tensors, ops, depth + 1)
+            start += max(n, 1)
+    return None

@@ -1,0 +1,182 @@
+"""Per-op costs: op class, forward and backward FLOPs, memory traffic, output and saved bytes.
+
+Rules (FLOP = 2 x MAC for products; figures for the whole op at the file's batch, then split per row):
+
+- Conv: 2 * out_elems * (C_in / group) * prod(kernel) (+ out_elems for the bias).
+- ConvTranspose: 2 * in_elems * (C_out / group) * prod(kernel) (+ out_elems for the bias).
+- Gemm: 2 * M * N * K (+ M * N for C). MatMul (batched, attention): 2 * out_elems * K.
+- Einsum: 2 * prod(size of every index letter) for two or more operands ((n - 1) x for n operands);
+  one operand: prod(size of every letter) additions.
+- MaxPool/AveragePool/LpPool: out_elems * prod(kernel); global pools: in_elems.
+- BatchNormalization (inference affine) 2, Layer/Instance/Group normalisation 5, Softmax family 5 FLOP
+  per element; LRN (2 * size + 3) per element.
+- Elementwise: `ELEMENT_FLOPS` per output element (1 unless listed); variadic Sum/Max/Min/Mean (n - 1).
+- Reductions: in_elems (2 x for sum of squares / L2 / log-sum-exp). CumSum, TopK: in_elems.
+- Resize: out_elems x (1 nearest, 2 * 2^r linear, 2 * 4^r cubic; r = rank - 2).
+- Gather family and data movement: 0 FLOP. An op type with no rule: 0 FLOP, costed as memory-bound by its
+  traffic, and named once in the graph's warnings.
+
+Backward FLOPs: products (conv, matmul classes) 2 x forward (input gradient + weight gradient; the input
+gradient is kept even when that input is data or needs no gradient); every other op 1 x forward.
+Memory traffic (`mem_bytes`): bytes of inputs read + outputs written; parameters and constants are read
+whole (fixed) except a Gather's table, of which only the gathered rows are read; views (Reshape, Squeeze,
+Identity, inference Dropout, ...) move nothing. Saved bytes: activations (not parameters) the backward
+needs, by `SAVES_OUTPUT` / `SAVES_NOTHING` / inputs otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tag.graph.batch_axis import BROADCAST_OPS, REDUCE_OPS, expand_einsum
+from tag.graph.opgraph import Op, TensorInfo
+
+CLASS_OPS = {
+    "conv": "Conv ConvTranspose ConvInteger QLinearConv DeformConv",
+    "matmul": "MatMul Gemm Einsum MatMulInteger QLinearMatMul FusedMatMul",
+    "norm": """BatchNormalization LayerNormalization InstanceNormalization GroupNormalization LRN LpNormalization
+               SkipLayerNormalization SimplifiedLayerNormalization MeanVarianceNormalization RMSNormalization""",
+    "pool": "MaxPool AveragePool GlobalAveragePool GlobalMaxPool LpPool GlobalLpPool MaxRoiPool RoiAlign MaxUnpool",
+    "softmax": "Softmax LogSoftmax Hardmax",
+    "reduce": " ".join(sorted(REDUCE_OPS)) + " CumSum TopK",
+    "gather": "Gather GatherElements GatherND ScatterND ScatterElements Scatter OneHot",
+    "data_movement": """Reshape Flatten Squeeze Unsqueeze Transpose Concat Split Slice Expand Tile Pad Identity Dropout
+                        Cast CastLike DepthToSpace SpaceToDepth Resize Upsample ReverseSequence Trilu""",
+    "shape": "Shape Size Constant ConstantOfShape Range EyeLike",
+}
+OP_CLASS = {t: c for c, ts in CLASS_OPS.items() for t in ts.split()}
+for _t in BROADCAST_OPS:
+    OP_CLASS.setdefault(_t, "elementwise")
+OP_CLASS["Where"] = "elementwise"
+
+VIEW_OPS = frozenset("Reshape Flatten Squeeze Unsqueeze Identity Dropout Shape Size Constant".split())
+ELEMENT_FLOPS = {"BatchNormalization": 2, "LayerNormalization": 5, "InstanceNormalization": 5,
+                 "GroupNormalization": 5, "SkipLayerNormalization": 6, "SimplifiedLayerNormalization": 4,
+                 "RMSNormalization": 4, "MeanVarianceNormalization": 5, "LpNormalization": 3,
+                 "Softmax": 5, "LogSoftmax": 5, "Hardmax": 2,
+                 "Sigmoid": 4, "Tanh": 4, "Erf": 4, "Gelu": 8, "FastGelu": 8, "BiasGelu": 9, "QuickGelu": 5,
+                 "Softplus": 3, "Mish": 6, "Elu": 3, "Selu": 4, "Celu": 4, "HardSigmoid": 3, "HardSwish": 4,
+                 "Pow": 2, "Clip": 2, "LeakyRelu": 2, "PRelu": 2,
+                 "Dropout": 0, "Identity": 0, "Cast": 0, "CastLike": 0, "Expand": 0}
+SAVES_OUTPUT = frozenset("Relu Sigmoid Tanh Exp Sqrt Softmax LogSoftmax Reciprocal Elu Selu Celu".split())
+SAVES_NOTHING = frozenset("""Add Sub Sum Neg Identity Dropout Cast CastLike Reshape Flatten Squeeze Unsqueeze Transpose
+    Concat Split Slice Expand Tile Pad AveragePool GlobalAveragePool ReduceSum ReduceMean Shape Size Constant
+    ConstantOfShape Range DepthToSpace SpaceToDepth Resize Upsample Equal Less Greater Not And Or
+    LessOrEqual GreaterOrEqual Floor Ceil Round Sign""".split())
+PRODUCT_CLASSES = ("conv", "matmul")
+
+
+def op_class(op_type: str) -> str:
+    """The roofline class of an op type ("other" when tag has no rule for it)."""
+    return OP_CLASS.get(op_type, "other")
+
+
+def has_rule(op_type: str) -> bool:
+    """Whether tag has a cost rule for this op type."""
+    return op_type in OP_CLASS
+
+
+def _numel(t: TensorInfo | None) -> int:
+    return int(np.prod(t.shape)) if t is not None and t.shape is not None else 0
+
+
+def forward_flops(op: Op, ins: list[TensorInfo | None], outs: list[TensorInfo]) -> float:
+    """Forward FLOPs of the whole op at the file's batch (see the module docstring for the rules)."""
+    t, a = op.op_type, op.attrs
+    out = outs[0] if outs else None
+    x = ins[0] if ins else None
+    n_out = _numel(out)
+    if any(i is not None and i.shape is None for i in ins[:2]) or (out is not None and out.shape is None):
+        return 0.0
+    if t in ("Conv", "ConvInteger", "QLinearConv", "DeformConv"):
+        w = ins[3] if t == "QLinearConv" else ins[1]
+        bias = n_out if len(ins) > 2 and ins[2] is not None and t == "Conv" else 0
+        return 2.0 * n_out * float(np.prod(w.shape[1:])) + bias
+    if t == "ConvTranspose":
+        w = ins[1]
+        bias = n_out if len(ins) > 2 and ins[2] is not None else 0
+        return 2.0 * _numel(x) * float(np.prod(w.shape[1:])) + bias
+    if t == "Gemm":
+        k = x.shape[0] if a.get("transA", 0) else x.shape[1]
+        return 2.0 * n_out * k + (n_out if len(ins) > 2 and ins[2] is not None else 0)
+    if t in ("MatMul", "MatMulInteger", "FusedMatMul", "QLinearMatMul"):
+        k = x.shape[-1] if x.shape else 1
+        return 2.0 * n_out * k
+    if t == "Einsum":
+        return _einsum_flops(a.get("equation", ""), ins)
+    if t in ("MaxPool", "AveragePool", "LpPool"):
+        return float(n_out * int(np.prod(a.get("kernel_shape", [1]))))
+    if t in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "CumSum", "TopK", "ArgMax", "ArgMin"):
+        return float(_numel(x))
+    if t == "LRN":
+        return float(n_out * (2 * a.get("size", 1) + 3))
+    if t in REDUCE_OPS:
+        return float(_numel(x) * (2 if t in ("ReduceSumSquare", "ReduceL2", "ReduceLogSumExp") else 1))
+    if t in ("Sum", "Max", "Min", "Mean"):
+        return float(n_out * max(len([i for i in ins if i is not None]) - 1, 1))
+    if t in ("Resize", "Upsample"):
+        r = max(len(out.shape) - 2, 1)
+        mode = a.get("mode", b"nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+        return float(n_out * (1 if mode == "nearest" else 2 * (4 if mode == "cubic" else 2) ** r))
+    if t in ELEMENT_FLOPS:
+        return float(ELEMENT_FLOPS[t] * max(n_out, _numel(x)))
+    if op_class(t) == "elementwise":
+        return float(n_out)
+    return 0.0
+
+
+def _einsum_flops(equation: str, ins) -> float:
+    ins = [i for i in ins if i is not None]
+    terms, _ = expand_einsum(equation, [len(i.shape) for i in ins])
+    sizes: dict[str, int] = {}
+    for term, t in zip(terms, ins):
+        for c, d in zip(term, t.shape):
+            sizes[c] = max(sizes.get(c, 1), int(d))
+    total = float(np.prod(list(sizes.values()))) if sizes else 0.0
+    return 2.0 * (len(ins) - 1) * total if len(ins) > 1 else total
+
+
+def fill_costs(op: Op, tensors: dict[str, TensorInfo], file_batch: int) -> None:
+    """Set op_class, FLOPs, memory traffic, output and saved bytes of `op` (per row + fixed)."""
+    ins = [tensors[i] if i else None for i in op.inputs]
+    outs = [tensors[o] for o in op.outputs if o]
+    op.op_class = op_class(op.op_type)
+    if op.is_weight_generator:
+        return
+    if op.op_class == "other" and not op.batched and all(o.dtype.startswith(("int", "uint", "bool")) for o in outs):
+        op.op_class = "shape"
+    fb = max(file_batch, 1)
+    rows_scale = op.batched or any(t is not None and t.batch_axis is not None for t in ins)
+    fwd = forward_flops(op, ins, outs)
+    bwd = fwd * (2.0 if op.op_class in PRODUCT_CLASSES else 1.0)
+    if op.op_class == "shape":
+        fwd = bwd = 0.0
+    if rows_scale:
+        op.fwd_flops_per_row, op.bwd_flops_per_row = fwd / fb, bwd / fb
+    else:
+        op.fwd_flops_fixed, op.bwd_flops_fixed = fwd, bwd
+    op.out_bytes_per_row = sum(o.bytes_per_row(fb) for o in outs)
+    op.out_bytes_fixed = sum(o.bytes_fixed() for o in outs)
+    if op.op_type not in VIEW_OPS and op.op_class != "shape":
+        per_row, fixed = op.out_bytes_per_row, op.out_bytes_fixed
+        for k, t in enumerate(ins):
+            if t is None:
+                continue
+            if k == 0 and op.op_class == "gather" and t.role in ("param", "constant"):
+                per_row, fixed = per_row + op.out_bytes_per_row, fixed + op.out_bytes_fixed
+            else:
+                per_row += t.bytes_per_row(fb)
+                fixed += t.bytes_fixed()
+        op.mem_bytes_per_row, op.mem_bytes_fixed = per_row, fixed
+    saved = _saved_tensors(op, ins, outs)
+    op.saved_bytes_per_row = sum(t.bytes_per_row(fb) for t in saved)
+    op.saved_bytes_fixed = sum(t.bytes_fixed() for t in saved)
+
+
+def _saved_tensors(op: Op, ins, outs) -> list[TensorInfo]:
+    if op.op_type in SAVES_NOTHING or op.op_class == "shape":
+        return []
+    if op.op_type in SAVES_OUTPUT:
+        return outs[:1]
+    return [t for t in ins if t is not None and t.role in ("activation", "data") and not t.dtype.startswith("bool")]

@@ -1,0 +1,82 @@
+"""Input roles (DESIGN.md § Models): which graph inputs are data, which are parameters, which constants.
+
+Data inputs are those named by ``--data-input``; without it, the non-initializer graph inputs whose leading
+dim is symbolic; failing that, the first non-initializer input plus every other non-float one sharing its
+leading dim (token ids and masks of a static-batch export). Every other float input and every float
+initializer of rank >= 1 is a parameter. Integer/bool initializers and rank-0 float initializers (exporter
+scalars such as ``sqrt(d)``) are constants. A non-float input that is not data is an error naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx
+
+from tag.errors import InputError
+
+FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
+@dataclass
+class Roles:
+    data: list[str]  # data inputs, in graph-input order
+    params: list[str] = field(default_factory=list)  # float non-data inputs and float initializers (rank >= 1)
+    constants: list[str] = field(default_factory=list)  # integer / scalar initializers
+
+
+def elem_type(vi: onnx.ValueInfoProto) -> int:
+    """The ONNX element type of a tensor value info (0 if not a tensor)."""
+    return vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+
+
+def declared_dims(vi: onnx.ValueInfoProto) -> list[int | str] | None:
+    """Declared dims of a value info: ints where known, the dim_param (or '?') where symbolic; None if no shape."""
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+
+
+def assign_roles(model: onnx.ModelProto, path: str, data_inputs=()) -> Roles:
+    """Decide the role of every graph input and initializer (see the module docstring)."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    free = [vi for vi in g.input if vi.name not in inits]
+    by_name = {vi.name: vi for vi in free}
+    if data_inputs:
+        for name in data_inputs:
+            if name not in by_name:
+                raise InputError(path, f"input '{name}'", "a graph input (not an initializer) named by --data-input",
+                                 "no such input; inputs are " + ", ".join(sorted(by_name)[:8]))
+        data = [vi.name for vi in free if vi.name in set(data_inputs)]
+    else:
+        data = [vi.name for vi in free if _symbolic_leading(vi)]
+        if not data and free:
+            anchor = free[0]
+            dims = declared_dims(anchor)
+            lead = dims[0] if dims else None
+            data = [anchor.name] + [vi.name for vi in free[1:] if elem_type(vi) not in FLOAT_TYPES
+                                    and declared_dims(vi) and declared_dims(vi)[0] == lead]
+    if not data:
+        raise InputError(path, "graph.input", "at least one data input (name it with --data-input NAME)", "none")
+    roles = Roles(data=data)
+    data_set = set(data)
+    for vi in free:
+        if vi.name in data_set:
+            continue
+        if elem_type(vi) not in FLOAT_TYPES:
+            raise InputError(path, f"input '{vi.name}'", "a float parameter input, or a data input named by --data-input",
+                             f"a non-float ({onnx.TensorProto.DataType.Name(elem_type(vi)) if elem_type(vi) else 'non-tensor'}) input that is not data")
+        roles.params.append(vi.name)
+    for t in g.initializer:
+        if t.data_type in FLOAT_TYPES and len(t.dims) >= 1:
+            roles.params.append(t.name)
+        else:
+            roles.constants.append(t.name)
+    return roles
+
+
+def _symbolic_leading(vi: onnx.ValueInfoProto) -> bool:
+    dims = declared_dims(vi)
+    return bool(dims) and isinstance(dims[0], str)

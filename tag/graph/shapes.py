@@ -1,0 +1,175 @@
+"""Shape completion (DESIGN.md § Shapes): every tensor's dtype and concrete shape at the file's batch.
+
+Data inputs get concrete dims (a symbolic leading dim becomes 1; other symbolic dims come from
+``--input-shape``), then onnx shape inference runs with data propagation on a weight-free copy of the graph.
+Where gaps remain in tensors that are used, ``onnx.reference.ReferenceEvaluator`` runs the graph once on a
+zero input of those shapes and reads the shapes off the results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from tag.errors import InputError
+from tag.graph.roles import Roles, declared_dims, elem_type
+
+_BIG_INIT_NUMEL = 4096  # float initializers above this become typed inputs in the inference copy
+
+
+@dataclass
+class Shapes:
+    dtypes: dict[str, str]  # tensor name -> numpy dtype name
+    shapes: dict[str, tuple[int, ...] | None]  # tensor name -> concrete shape (None if unknown)
+    input_shapes: dict[str, tuple[int, ...]]  # concrete shapes of the data inputs
+    file_batch: int
+
+
+def np_dtype_name(onnx_type: int) -> str:
+    """numpy dtype name of an ONNX element type ("float32", "int64", ...); "float32" if unknown."""
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(onnx_type)).name
+    except Exception:
+        return "bfloat16" if onnx_type == onnx.TensorProto.BFLOAT16 else "float32"
+
+
+def data_input_shapes(model: onnx.ModelProto, path: str, roles: Roles,
+                      given: dict[str, tuple[int, ...]] | None) -> dict[str, tuple[int, ...]]:
+    """Concrete shapes of the data inputs: declared dims, leading symbolic dim -> 1, rest from `given`."""
+    given = dict(given or {})
+    vis = {vi.name: vi for vi in model.graph.input}
+    out: dict[str, tuple[int, ...]] = {}
+    for name in roles.data:
+        dims = declared_dims(vis[name])
+        if name in given:
+            if dims is not None and len(dims) != len(given[name]):
+                raise InputError(path, f"input '{name}'", f"--input-shape {name}=DIMS with {len(dims)} dims",
+                                 "x".join(map(str, given[name])))
+            out[name] = tuple(given[name])
+            continue
+        if dims is None:
+            raise InputError(path, f"input '{name}'", f"a declared shape, or --input-shape {name}=DIMS", "no shape")
+        fixed = [1 if (i == 0 and isinstance(d, str)) else d for i, d in enumerate(dims)]
+        symbolic = [str(d) for d in fixed if isinstance(d, str)]
+        if symbolic or any(d == 0 for d in fixed if isinstance(d, int)):
+            raise InputError(path, f"input '{name}'", f"concrete non-batch dims, or --input-shape {name}=DIMS",
+                             "symbolic dims [" + ", ".join(str(d) for d in dims) + "]")
+        out[name] = tuple(int(d) for d in fixed)
+    for name in given:
+        if name not in out:
+            raise InputError("--input-shape", f"'{name}'", "the name of a data input: " + ", ".join(roles.data), name)
+    return out
+
+
+def complete_shapes(model: onnx.ModelProto, path: str, roles: Roles,
+                    given: dict[str, tuple[int, ...]] | None = None) -> Shapes:
+    """Every tensor's dtype and shape at the file's batch (see the module docstring)."""
+    g = model.graph
+    data_shapes = data_input_shapes(model, path, roles, given)
+    file_batch = data_shapes[roles.data[0]][0] if data_shapes[roles.data[0]] else 1
+    inputs = []
+    for vi in g.input:
+        if vi.name in data_shapes:
+            inputs.append(helper.make_tensor_value_info(vi.name, elem_type(vi), data_shapes[vi.name]))
+        elif vi.name in {t.name for t in g.initializer}:
+            continue
+        else:
+            dims = declared_dims(vi)
+            if dims is None or any(isinstance(d, str) for d in dims):
+                raise InputError(path, f"input '{vi.name}'", "a parameter input with static dims (or name it with --data-input)",
+                                 f"dims {dims}")
+            inputs.append(vi)
+    inits = []
+    for t in g.initializer:
+        numel = int(np.prod(t.dims)) if t.dims else 1
+        external = t.data_location == onnx.TensorProto.EXTERNAL
+        if external or (t.data_type in (1, 10, 11, 16) and numel > _BIG_INIT_NUMEL):
+            inputs.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+        else:
+            inits.append(t)
+    outputs = [helper.make_tensor_value_info(o.name, elem_type(o), None) for o in g.output]
+    graph = helper.make_graph(list(g.node), g.name or "g", inputs, outputs, initializer=inits)
+    light = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=max(model.ir_version, 7))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:
+        inferred = light
+    dtypes: dict[str, str] = {}
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        dtypes[vi.name] = np_dtype_name(elem_type(vi))
+        dims = declared_dims(vi)
+        shapes[vi.name] = tuple(dims) if dims is not None and all(isinstance(d, int) for d in dims) else None
+    for t in inits:
+        dtypes[t.name] = np_dtype_name(t.data_type)
+        shapes[t.name] = tuple(int(d) for d in t.dims)
+    _fill_dropout_masks(g, dtypes, shapes)
+    gaps = _used_gaps(g, shapes)
+    if gaps:
+        _fill_by_evaluation(inferred, gaps, data_shapes, dtypes, shapes)
+    return Shapes(dtypes=dtypes, shapes=shapes, input_shapes=data_shapes, file_batch=max(int(file_batch), 1))
+
+
+def _fill_dropout_masks(g: onnx.GraphProto, dtypes: dict, shapes: dict) -> None:
+    """Dropout's optional mask output has its data input's shape (bool); inference leaves it open in opset 9."""
+    for n in g.node:
+        if n.op_type == "Dropout" and len(n.output) > 1 and n.output[1] and shapes.get(n.output[1]) is None:
+            shapes[n.output[1]] = shapes.get(n.input[0])
+            dtypes[n.output[1]] = "bool"
+
+
+def _used_gaps(g: onnx.GraphProto, shapes: dict) -> list[str]:
+    used = {i for n in g.node for i in n.input if i} | {o.name for o in g.output}
+    out = []
+    for n in g.node:
+        for o in n.output:
+            if o and o in used and shapes.get(o) is None:
+                out.append(o)
+    return out
+
+
+def _fill_by_evaluation(model: onnx.ModelProto, gaps: list[str], data_shapes: dict, dtypes: dict, shapes: dict) -> None:
+    """Run the graph once on zeros and read the gap tensors' shapes (silently leaves them unknown on failure)."""
+    from onnx.reference import ReferenceEvaluator
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    known_outputs = {o.name for o in m.graph.output}
+    for name in gaps:
+        if name not in known_outputs:
+            m.graph.output.append(helper.make_empty_tensor_value_info(name))
+    feeds = {}
+    for vi in m.graph.input:
+        dt = helper.tensor_dtype_to_np_dtype(elem_type(vi))
+        shape = data_shapes.get(vi.name) or tuple(declared_dims(vi) or ())
+        feeds[vi.name] = np.zeros(shape, dtype=dt)
+    try:
+        names = [o.name for o in m.graph.output]
+        results = ReferenceEvaluator(m).run(None, feeds)
+    except Exception:
+        return
+    for name, value in zip(names, results):
+        if name in gaps and isinstance(value, np.ndarray):
+            shapes[name] = tuple(int(d) for d in value.shape)
+            dtypes[name] = value.dtype.name
+
+
+def constant_values(model: onnx.ModelProto, max_numel: int = 64) -> dict[str, np.ndarray]:
+    """Values of small integer constants: initializers and Constant node outputs (shape targets and such)."""
+    out: dict[str, np.ndarray] = {}
+    for t in model.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL and t.data_type in (6, 7) and int(np.prod(t.dims or [1])) <= max_numel:
+            out[t.name] = numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value" and a.t.data_type in (6, 7) and int(np.prod(a.t.dims or [1])) <= max_numel:
+                    out[n.output[0]] = numpy_helper.to_array(a.t)
+                elif a.name in ("value_int", "value_ints"):
+                    out[n.output[0]] = np.array(helper.get_attribute_value(a), dtype=np.int64)
+    return out
