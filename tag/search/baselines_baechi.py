@@ -43,36 +43,47 @@ def _placement_strategy(gg, cluster, placement: list[int], batch: int) -> Strate
     return Strategy(tuple(decisions))
 
 
-def placement_peak_bytes(gg, device: list[int], d: int, batch: int, optimizer: str, extra: int | None = None) -> float:
+def placement_peak_bytes(gg, device: list[int], d: int, batch: int, optimizer: str,
+                         extra: tuple[int, int] | None = None) -> float:
     """Peak bytes on device d of a whole-group placement (`device[g]` = device or -1 if not placed yet),
-    with group `extra` added on d, by the simulator's memory model (`tag.sim.memory.device_peak_bytes`).
+    with `extra` = (group, device) placed too, by the simulator's memory model
+    (`tag.sim.memory.device_peak_bytes`).
 
     Received forward inputs: edges from groups placed elsewhere; received gradients: edges to groups
-    placed elsewhere (whole batch each).
+    placed elsewhere or not placed yet (whole batch each; so later placements cannot push d over). Placing a group on one device can raise its predecessors'
+    devices' peaks (they receive its gradients), so a placer checks those devices too.
     """
-    on_d = sorted([g for g in range(gg.n_groups) if device[g] == d] + ([extra] if extra is not None else []))
-    where = {g: device[g] for g in range(gg.n_groups)}
+    where = list(device)
     if extra is not None:
-        where[extra] = d
+        where[extra[0]] = extra[1]
+    on_d = [g for g in range(gg.n_groups) if where[g] == d]
     recv_fwd = {g: 0.0 for g in on_d}
     recv_bwd = {g: 0.0 for g in on_d}
     for e in gg.edges:
         if e.dst in recv_fwd and where[e.src] not in (-1, d):
             recv_fwd[e.dst] += edge_bytes(e, batch)
-        if e.src in recv_bwd and where[e.dst] not in (-1, d):
+        if e.src in recv_bwd and where[e.dst] != d:  # unplaced consumers count as remote: headroom
             recv_bwd[e.src] += e.bytes_per_row * batch
     return device_peak_bytes([gg.groups[g] for g in on_d], [batch] * len(on_d), optimizer,
                              [recv_fwd[g] for g in on_d], [recv_bwd[g] for g in on_d])
+
+
+def overflow_bytes(gg, device: list[int], g: int, d: int, batch: int, optimizer: str, usable: list[float]) -> float:
+    """Bytes over usable memory, worst device, if group g goes on d (d and g's predecessors' devices), >= 0."""
+    touched = {d} | {device[e.src] for e in gg.edges if e.dst == g and device[e.src] >= 0}
+    return max(0.0, max(placement_peak_bytes(gg, device, x, batch, optimizer, extra=(g, d)) - usable[x]
+                        for x in touched))
 
 
 def m_topo(gg, cluster, cost, training, batch: int) -> Strategy:
     """m-TOPO: groups in topological order fill devices in topology order up to a memory cap.
 
     Device d's cap is min(usable memory, (1 + M_TOPO_SLACK) x total model memory x usable_d / sum of
-    usable): Baechi's total/n share, made proportional to memory for unequal devices. A group that
-    does not fit under the current device's cap moves placement on to the next device; past the last
-    device, a group goes to the device with the most usable memory left (the simulator reports OOM if
-    it still does not fit).
+    usable): Baechi's total/n share, made proportional to memory for unequal devices (the model memory
+    is the sum of `group_memory_bytes`). A group goes on the current device if it stays under the cap
+    (or the device is still empty) and fits by the simulator's memory model (`overflow_bytes` = 0);
+    otherwise placement moves on to the next device. Past the last device, a group goes where its
+    overflow is smallest (the simulator reports the OOM).
     """
     n = cluster.n_devices
     need = [group_memory_bytes(g, batch, training.optimizer) for g in gg.groups]
@@ -80,25 +91,28 @@ def m_topo(gg, cluster, cost, training, batch: int) -> Strategy:
     total = sum(need)
     caps = [min(usable[d], (1 + M_TOPO_SLACK) * total * usable[d] / sum(usable)) for d in range(n)]
     used = [0.0] * n
-    placement, cur = [], 0
+    device, cur = [-1] * gg.n_groups, 0
     for g in range(gg.n_groups):
-        while cur < n and used[cur] + need[g] > caps[cur] and used[cur] > 0:
+        while cur < n and ((used[cur] > 0 and used[cur] + need[g] > caps[cur])
+                           or overflow_bytes(gg, device, g, cur, batch, training.optimizer, usable) > 0):
             cur += 1
-        dev = cur if cur < n else max(range(n), key=lambda d: (usable[d] - used[d], -d))
+        dev = cur if cur < n else min(
+            range(n), key=lambda d: (overflow_bytes(gg, device, g, d, batch, training.optimizer, usable), d))
         used[dev] += need[g]
-        placement.append(dev)
-    return _placement_strategy(gg, cluster, placement, batch)
+        device[g] = dev
+    return _placement_strategy(gg, cluster, device, batch)
 
 
 def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], list[float], list[float]]:
     """m-ETF list schedule: (device, start ms, finish ms) per group.
 
     Repeatedly takes, among groups whose predecessors are all scheduled and devices with memory room
-    (`placement_peak_bytes` with the group added stays within usable memory), the (group, device) pair with the earliest start time, where start = max(device
+    (`overflow_bytes` = 0), the (group, device) pair with the earliest start time, where start = max(device
     free, max over predecessors of their finish + transfer of the edge's bytes at the whole batch from
     the predecessor's device). A group's time on a device is its forward + backward at the whole batch.
-    Ties: earlier finish, then lower group id, then lower device index. If no device has room, the
-    group goes where it starts earliest regardless of memory.
+    Ties: earlier finish, then lower group id, then lower device index. Room is checked on the device and
+    on the devices of the group's predecessors (they receive its gradients). If no pair fits, the pair
+    with the smallest overflow (bytes over usable memory on any device it touches) is taken.
     """
     n, k = cluster.n_devices, gg.n_groups
     usable = [d.type.usable_memory_bytes for d in cluster.devices]
@@ -119,19 +133,19 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
     done = 0
     while done < k:
         ready = [g for g in range(k) if device[g] < 0 and all(device[e.src] >= 0 for e in preds[g])]
-        best, best_any = None, None
+        best = None
         for g in ready:
             for d in range(n):
                 s = free[d]
                 for e in preds[g]:
                     s = max(s, finish[e.src] + transfer_ms(cluster, device[e.src], d, edge_bytes(e, batch)))
                 key = (s, s + dur(g, d), g, d)
-                if best_any is None or key < best_any:
-                    best_any = key
-                if (best is None or key < best) and \
-                        placement_peak_bytes(gg, device, d, batch, training.optimizer, extra=g) <= usable[d]:
-                    best = key
-        s, f, g, d = best if best is not None else best_any
+                if best is not None and best[0] == 0.0 and key > best[1]:
+                    continue  # cannot beat a fitting candidate
+                cand = (overflow_bytes(gg, device, g, d, batch, training.optimizer, usable), key)
+                if best is None or cand < best:
+                    best = cand
+        s, f, g, d = best[1]
         device[g], start[g], finish[g] = d, s, f
         free[d] = f
         done += 1
