@@ -1,0 +1,102 @@
+"""Collectives the per-rank runtime uses, over torch.distributed (gloo on CPU, NCCL on GPU).
+
+`Comm` creates every sub-group the schedule needs up front (all ranks must call ``new_group`` in the same
+order) and offers: a point-to-point `exchange`, the three gradient sync methods of DESIGN.md
+(`allreduce` = ring all-reduce over the replicas, `hierarchical` = reduce inside each machine, all-reduce
+across machine leaders, broadcast back, `ps` = reduce to the server, broadcast back) and an uneven
+`all_gather_rows` for sufficient factors. Every method is a sum: replicas' row-weighted contributions add
+up to the full-batch gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+import torch.distributed as dist
+
+
+class Comm:
+    """Process-group helper for rank `rank` of `world` ranks; `rank_machine[r]` is rank r's machine."""
+
+    def __init__(self, rank: int, world: int, rank_machine: list[str], rank_sets: Iterable[tuple[int, ...]]):
+        self.rank, self.world, self.rank_machine = rank, world, rank_machine
+        self._groups: dict[tuple[int, ...], object] = {}
+        if world > 1:
+            for ranks in sorted({tuple(sorted(s)) for s in rank_sets if len(s) > 1}):
+                if len(ranks) == world:
+                    self._groups[ranks] = dist.group.WORLD
+                else:
+                    self._groups[ranks] = dist.new_group(list(ranks))
+
+    @staticmethod
+    def needed_sets(buckets, sfb_ops, rank_machine: list[str]) -> list[tuple[int, ...]]:
+        """Every rank set a collective of the schedule runs on (to create the groups identically everywhere)."""
+        out = [tuple(range(len(rank_machine)))]
+        for b in buckets:
+            out.append(b.ranks)
+            if b.method == "hierarchical":
+                out += list(_machine_sets(b.ranks, rank_machine).values())
+                out.append(tuple(sorted(s[0] for s in _machine_sets(b.ranks, rank_machine).values())))
+        out += [s.ranks for s in sfb_ops]
+        return out
+
+    def group(self, ranks: tuple[int, ...]):
+        return self._groups[tuple(sorted(ranks))]
+
+    def exchange(self, sends: list[tuple[int, torch.Tensor, int]], recvs: list[tuple[int, torch.Tensor, int]]) -> None:
+        """Post every (peer, tensor, tag) send and receive, then wait for all of them."""
+        works = [dist.isend(t.contiguous(), dst=peer, tag=tag) for peer, t, tag in sends]
+        works += [dist.irecv(t, src=peer, tag=tag) for peer, t, tag in recvs]
+        for w in works:
+            w.wait()
+
+    def sum_over(self, flat: torch.Tensor, method: str, ranks: tuple[int, ...], server: int | None) -> None:
+        """Sum `flat` in place over `ranks` by `method`; every rank in `ranks` ends with the same total."""
+        if len(ranks) < 2:
+            return
+        if method == "allreduce":
+            dist.all_reduce(flat, group=self.group(ranks))
+        elif method == "ps":
+            g = self.group(ranks)
+            dist.reduce(flat, dst=server, group=g)
+            dist.broadcast(flat, src=server, group=g)
+        elif method == "hierarchical":
+            local = _machine_sets(ranks, self.rank_machine)[self.rank_machine[self.rank]]
+            leader = local[0]
+            if len(local) > 1:
+                dist.reduce(flat, dst=leader, group=self.group(local))
+            leaders = tuple(sorted(s[0] for s in _machine_sets(ranks, self.rank_machine).values()))
+            if self.rank == leader and len(leaders) > 1:
+                dist.all_reduce(flat, group=self.group(leaders))
+            if len(local) > 1:
+                dist.broadcast(flat, src=leader, group=self.group(local))
+        else:
+            raise ValueError(f"unknown sync method {method!r}")
+
+    def all_gather_rows(self, x: torch.Tensor, counts: list[int], ranks: tuple[int, ...]) -> torch.Tensor:
+        """Concatenate along dim 0 the tensors of `ranks` (in rank order), rank i holding counts[i] rows."""
+        if len(ranks) < 2:
+            return x
+        pad = max(counts)
+        buf = torch.zeros((pad,) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+        buf[: x.shape[0]] = x
+        parts = [torch.empty_like(buf) for _ in ranks]
+        dist.all_gather(parts, buf, group=self.group(ranks))
+        return torch.cat([p[:n] for p, n in zip(parts, counts)], dim=0)
+
+    def sum_scalar(self, value: float, op: str = "sum") -> float:
+        """Sum (or max) a float over all ranks."""
+        if self.world < 2:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
+        return float(t.item())
+
+
+def _machine_sets(ranks: tuple[int, ...], rank_machine: list[str]) -> dict[str, tuple[int, ...]]:
+    """Ranks of `ranks` grouped by machine, machines in order of their first rank."""
+    out: dict[str, list[int]] = {}
+    for r in sorted(ranks):
+        out.setdefault(rank_machine[r], []).append(r)
+    return {m: tuple(rs) for m, rs in out.items()}

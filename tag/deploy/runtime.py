@@ -1,0 +1,236 @@
+"""One rank's training step of a plan: forward and backward group by group, slices between ranks, gradient sync.
+
+The program is anything with ``run_ops(op_ids, env, rows) -> env`` (runs OpGraph ops by index on a dict of
+named tensors, `rows` being the batch rows of this call), ``param(name)`` and ``param_names``, like
+`tag.deploy.onnx_torch.TorchProgram`.
+
+Forward: groups in topological order. Before group g every rank posts the sends and receives of g's
+input slices (`Schedule.transfers[g]`); the rank then assembles each input for its rows from its own
+piece and the received slices, detaches it into a leaf, and runs g's ops. Backward is the mirror, groups
+in reverse order: the rank back-propagates g from its loss term and the output gradients its consumers
+returned, then sends each input leaf's gradient slice back to the rank it came from (the autograd-aware
+half of every transfer). Because all ranks walk the same group order, no exchange can deadlock.
+
+Loss = sum over float graph outputs of sum((y - target)^2) / numel(target over the global batch), so each
+rank's term is its rows' share and the replicas' gradients add up to the full-batch gradient: every sync
+method sums. SFB ops (`SFBOp`) keep X and dY, all-gather both over the group's replicas and form
+dW = X_all^T dY_all on every replica instead of all-reducing dW.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tag.deploy.comm import Comm
+from tag.deploy.schedule import Schedule, SFBOp
+from tag.deploy.sfb import sfb_forward, sfb_weight_grad
+from tag.graph.opgraph import OpGraph
+from tag.deploy.data import torch_dtype
+
+
+class RankRuntime:
+    """The training step of rank `rank`. `data`/`targets` hold the full global batch (sliced per group)."""
+
+    def __init__(self, schedule: Schedule, graph: OpGraph, program, rank: int, comm: Comm,
+                 data: dict[str, torch.Tensor], targets: dict[str, torch.Tensor], optimizer_factory):
+        self.s, self.g, self.p, self.rank, self.comm = schedule, graph, program, rank, comm
+        self.data, self.targets = data, targets
+        self.my_params = [n for n, users in schedule.param_users.items() if rank in users]
+        self.optimizer = optimizer_factory([program.param(n) for n in self.my_params]) if self.my_params else None
+        self.sfb_by_op = {op.op_id: op for op in schedule.sfb}
+
+    # ---- helpers -------------------------------------------------------------------------------
+    def _rows(self, g: int, r: int | None = None) -> tuple[int, int]:
+        r = self.rank if r is None else r
+        return self.s.rank_offset(g, r), self.s.rank_rows[g][r]
+
+    def _axis(self, t: str) -> int | None:
+        return self.g.tensors[t].batch_axis
+
+    def _shape(self, t: str, rows: int | None) -> tuple[int, ...]:
+        info = self.g.tensors[t]
+        if info.shape is None:
+            raise RuntimeError(f"shape of tensor {t!r} unknown; cannot receive it")
+        shape = list(info.shape)
+        if info.batch_axis is not None and rows is not None:
+            shape[info.batch_axis] = shape[info.batch_axis] // max(self.g.file_batch, 1) * rows
+        return tuple(shape)
+
+    def _is_float(self, t: str) -> bool:
+        return torch_dtype(self.g.tensors[t].dtype).is_floating_point
+
+    # ---- forward -------------------------------------------------------------------------------
+    def _forward_group(self, g: int) -> None:
+        io = self.s.groups[g]
+        sends, recvs, got = [], [], {}
+        for k, tr in enumerate(self.s.transfers[g]):
+            if tr.src == self.rank:
+                x = self.outs[(tr.producer_group, tr.tensor)]
+                if not tr.whole:
+                    off, _ = self._rows(tr.producer_group)
+                    x = x.narrow(self._axis(tr.tensor), tr.start - off, tr.rows)
+                sends.append((tr.dst, x.detach(), k))
+            if tr.dst == self.rank:
+                buf = torch.empty(self._shape(tr.tensor, None if tr.whole else tr.rows),
+                                  dtype=torch_dtype(self.g.tensors[tr.tensor].dtype), device=self.device)
+                recvs.append((tr.src, buf, k))
+                got.setdefault(tr.tensor, []).append((tr.start, buf))
+        if sends or recvs:
+            self.comm.exchange(sends, recvs)
+        off, n = self._rows(g)
+        if n == 0:
+            return
+        env: dict[str, torch.Tensor] = {}
+        for t, p in io.act_inputs:
+            pieces = list(got.get(t, []))
+            if self.s.rank_rows[p][self.rank] > 0:
+                mine = self.outs[(p, t)]
+                ax = self._axis(t)
+                if ax is None:
+                    pieces = [(0, mine)]
+                else:
+                    p_off, p_n = self._rows(p)
+                    lo, hi = max(off, p_off), min(off + n, p_off + p_n)
+                    if hi > lo:
+                        pieces.append((lo, mine.narrow(ax, lo - p_off, hi - lo)))
+            pieces.sort(key=lambda q: q[0])
+            x = pieces[0][1] if len(pieces) == 1 else torch.cat([q[1] for q in pieces], dim=self._axis(t))
+            x = x.detach()
+            if x.is_floating_point():
+                x.requires_grad_(True)
+            self.leaves[(g, t)] = x
+            env[t] = x
+        for t in io.data_inputs:
+            env[t] = self.data[t].narrow(self._axis(t) or 0, off, n)
+        for t in io.params:
+            env[t] = self.p.param(t)
+        env = self._run_ops(io.op_ids, env, n)
+        loss = None
+        for t in io.outputs:
+            self.outs[(g, t)] = env[t]
+            if t in self.targets:
+                ax = self._axis(t)
+                if ax is None and self.rank != self.s.ranks_of(g)[0]:
+                    continue
+                target = self.targets[t] if ax is None else self.targets[t].narrow(ax, off, n)
+                term = ((env[t] - target) ** 2).sum() / self.targets[t].numel()
+                loss = term if loss is None else loss + term
+        if loss is not None:
+            self.losses[g] = loss
+
+    def _run_ops(self, op_ids: list[int], env: dict, rows: int) -> dict:
+        seg: list[int] = []
+        for i in op_ids:
+            if i in self.sfb_by_op:
+                if seg:
+                    env = self.p.run_ops(seg, env, rows)
+                    seg = []
+                env = sfb_forward(self.g.ops[i], env, self.p, self.sfb_store.setdefault(i, []))
+            else:
+                seg.append(i)
+        if seg:
+            env = self.p.run_ops(seg, env, rows)
+        return env
+
+    # ---- backward ------------------------------------------------------------------------------
+    def _backward_group(self, g: int) -> None:
+        io = self.s.groups[g]
+        off, n = self._rows(g)
+        if n > 0:
+            roots, grads = [], []
+            if g in self.losses and self.losses[g].requires_grad:
+                roots.append(self.losses[g])
+                grads.append(torch.ones_like(self.losses[g]))
+            for t in io.outputs:
+                gb = self.grad_buf.pop((g, t), None)
+                y = self.outs[(g, t)]
+                if gb is not None and y.requires_grad:
+                    roots.append(y)
+                    grads.append(gb)
+            if roots:
+                torch.autograd.backward(roots, grads)
+            for t, p in io.act_inputs:
+                if not self._is_float(t) or self.s.rank_rows[p][self.rank] == 0:
+                    continue
+                dx = self._leaf_grad(g, t)
+                ax = self._axis(t)
+                if ax is None:
+                    self._add_grad(p, t, None, dx)
+                    continue
+                p_off, p_n = self._rows(p)
+                lo, hi = max(off, p_off), min(off + n, p_off + p_n)
+                if hi > lo:
+                    self._add_grad(p, t, lo, dx.narrow(ax, lo - off, hi - lo))
+        sends, recvs, got = [], [], []
+        for k, tr in enumerate(self.s.transfers[g]):
+            if not self._is_float(tr.tensor):
+                continue
+            if tr.dst == self.rank:
+                dx = self._leaf_grad(g, tr.tensor)
+                if not tr.whole:
+                    dx = dx.narrow(self._axis(tr.tensor), tr.start - off, tr.rows)
+                sends.append((tr.src, dx, k))
+            if tr.src == self.rank:
+                buf = torch.empty(self._shape(tr.tensor, None if tr.whole else tr.rows),
+                                  dtype=torch_dtype(self.g.tensors[tr.tensor].dtype), device=self.device)
+                recvs.append((tr.dst, buf, k))
+                got.append((tr, buf))
+        if sends or recvs:
+            self.comm.exchange(sends, recvs)
+        for tr, buf in got:
+            self._add_grad(tr.producer_group, tr.tensor, None if tr.whole else tr.start, buf)
+
+    def _leaf_grad(self, g: int, t: str) -> torch.Tensor:
+        x = self.leaves[(g, t)]
+        return x.grad if x.grad is not None else torch.zeros_like(x)
+
+    def _add_grad(self, p: int, t: str, start: int | None, dx: torch.Tensor) -> None:
+        """Add `dx` (rows from global row `start`, or the whole tensor) into the output gradient of (p, t)."""
+        y = self.outs[(p, t)]
+        buf = self.grad_buf.get((p, t))
+        if buf is None:
+            buf = self.grad_buf[(p, t)] = torch.zeros_like(y, dtype=y.dtype)
+        if start is None:
+            buf += dx
+        else:
+            p_off, _ = self._rows(p)
+            buf.narrow(self._axis(t), start - p_off, dx.shape[self._axis(t)]).add_(dx)
+
+    # ---- sync and step -------------------------------------------------------------------------
+    def _sync(self) -> None:
+        for op in self.s.sfb:
+            if self.rank not in op.ranks:
+                continue
+            self.p.param(op.param).grad = sfb_weight_grad(op, self.g.ops[op.op_id], self.sfb_store.get(op.op_id, []),
+                                                          self.s, self.comm, self.p.param(op.param))
+        for b in self.s.buckets:
+            if self.rank not in b.ranks:
+                continue
+            params = [self.p.param(n) for n in b.params]
+            flat = torch.cat([(q.grad if q.grad is not None else torch.zeros_like(q)).reshape(-1) for q in params])
+            self.comm.sum_over(flat, b.method, b.ranks, b.server)
+            pos = 0
+            for name, q in zip(b.params, params):
+                if self.rank in self.s.param_users[name]:
+                    q.grad = flat[pos: pos + q.numel()].view_as(q).clone()
+                pos += q.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return next(iter(self.data.values())).device if self.data else torch.device("cpu")
+
+    def step(self) -> float:
+        """One training step (forward, backward, sync, optimizer update); returns this rank's loss term."""
+        self.outs, self.leaves, self.losses, self.grad_buf, self.sfb_store = {}, {}, {}, {}, {}
+        for n in self.my_params:
+            self.p.param(n).grad = None
+        for g in range(len(self.s.groups)):
+            self._forward_group(g)
+        local = float(sum(float(v.detach()) for v in self.losses.values()))
+        for g in reversed(range(len(self.s.groups))):
+            self._backward_group(g)
+        self._sync()
+        if self.optimizer is not None:
+            self.optimizer.step()
+        self.outs = self.leaves = self.losses = self.grad_buf = self.sfb_store = {}
+        return local

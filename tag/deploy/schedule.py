@@ -1,0 +1,241 @@
+"""The rank-level schedule of a plan: who runs which rows of each group, which slices move, who syncs what.
+
+Pure functions over plain data (no torch). Every rank computes the same `Schedule` from the same plan, so
+all ranks agree on the order of every transfer and collective without talking.
+
+Devices map onto ranks in contiguous blocks of topology order (`device_ranks`): with ``nproc`` equal to
+the plan's device count each device is one rank; with fewer ranks several neighbouring devices share a
+process and their row slices simply concatenate (they are contiguous because rows are laid out in
+topology order), so the rank holds the sum of its devices' rows. Activation slices between ranks are
+exactly `tag.strategy.slices` of the rank-level row maps, the function the simulator charges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tag.errors import InputError
+from tag.graph.opgraph import OpGraph
+from tag.strategy import Decision, Strategy, row_offsets, slices
+
+SFB_OP_TYPES = ("Gemm", "MatMul")
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Tensor `tensor` sent from rank src to rank dst: global rows [start, start + rows), or whole if rows == 0."""
+
+    tensor: str
+    producer_group: int
+    src: int
+    dst: int
+    start: int
+    rows: int
+
+    @property
+    def whole(self) -> bool:
+        return self.rows == 0
+
+
+@dataclass
+class GroupIO:
+    """What group `id` reads from outside itself and what it hands on (tensor names)."""
+
+    id: int
+    op_ids: list[int]
+    act_inputs: list[tuple[str, int]]  # (tensor, producer group) for activations made by other groups
+    data_inputs: list[str]
+    params: list[str]
+    outputs: list[str]  # tensors read by later groups or graph outputs (the loss)
+
+
+@dataclass(frozen=True)
+class SyncBucket:
+    """Parameters whose gradients are summed over `ranks` by one method (`server` is a rank for ps)."""
+
+    method: str  # "allreduce" | "hierarchical" | "ps"
+    ranks: tuple[int, ...]
+    server: int | None
+    params: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SFBOp:
+    """A Gemm/MatMul whose weight gradient is formed from all-gathered sufficient factors."""
+
+    group: int
+    op_id: int
+    param: str
+    ranks: tuple[int, ...]
+
+
+@dataclass
+class Schedule:
+    n_ranks: int
+    batch_size: int
+    rank_machine: list[str]
+    rank_rows: list[tuple[int, ...]]  # per group: rows per rank
+    groups: list[GroupIO]
+    transfers: list[list[Transfer]]  # per consumer group, in a fixed order
+    buckets: list[SyncBucket]
+    sfb: list[SFBOp]
+    param_users: dict[str, tuple[int, ...]] = field(default_factory=dict)  # param -> ranks that use it
+
+    def rank_offset(self, group: int, rank: int) -> int:
+        """First global row rank `rank` computes in group `group`."""
+        return row_offsets(self.rank_rows[group])[rank]
+
+    def ranks_of(self, group: int) -> tuple[int, ...]:
+        return tuple(r for r, n in enumerate(self.rank_rows[group]) if n > 0)
+
+
+def device_ranks(n_devices: int, nproc: int) -> list[int]:
+    """Rank of each plan device: contiguous blocks in topology order, block sizes differing by at most one.
+
+    >>> device_ranks(4, 2)
+    [0, 0, 1, 1]
+    >>> device_ranks(5, 2)
+    [0, 0, 0, 1, 1]
+    """
+    if not 1 <= nproc <= n_devices:
+        raise ValueError(f"nproc must be in 1..{n_devices}, got {nproc}")
+    base, extra = divmod(n_devices, nproc)
+    out: list[int] = []
+    for r in range(nproc):
+        out += [r] * (base + (1 if r < extra else 0))
+    return out
+
+
+def rank_rows(rows: tuple[int, ...], dev_rank: list[int], nproc: int) -> tuple[int, ...]:
+    """Rows per rank: the sum of the rows of the devices mapped onto it (contiguous, so slices concatenate)."""
+    out = [0] * nproc
+    for d, n in enumerate(rows):
+        out[dev_rank[d]] += n
+    return tuple(out)
+
+
+def group_io(graph: OpGraph, groups: list[list[int]]) -> list[GroupIO]:
+    """Each group's external activation inputs, data inputs, parameters and outputs used elsewhere."""
+    op_group = {}
+    for g, ops in enumerate(groups):
+        for i in ops:
+            op_group[i] = g
+    graph_outputs = set(graph.outputs)
+    out = []
+    for g, ops in enumerate(groups):
+        produced = {t for i in ops for t in graph.ops[i].outputs}
+        acts, data, params, seen = [], [], [], set()
+        for i in ops:
+            op = graph.ops[i]
+            for t in list(op.inputs) + list(op.params):
+                if not t or t in produced or t in seen:
+                    continue
+                seen.add(t)
+                info = graph.tensors.get(t)
+                if info is None:
+                    continue
+                if info.producer is not None:
+                    acts.append((t, op_group[info.producer]))
+                elif info.role == "data":
+                    data.append(t)
+                elif info.role == "param":
+                    params.append(t)
+        outputs = []
+        for i in ops:
+            for t in graph.ops[i].outputs:
+                info = graph.tensors.get(t)
+                if info is None:
+                    continue
+                if t in graph_outputs or any(op_group.get(c, g) != g for c in info.consumers):
+                    outputs.append(t)
+        out.append(GroupIO(g, list(ops), acts, data, params, outputs))
+    return out
+
+
+def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, device_machines: list[str],
+                   nproc: int | None = None, plan_file: str = "plan.json") -> Schedule:
+    """The rank-level schedule of `strategy` over `groups` (op index lists) with plan devices on `nproc` ranks.
+
+    device_machines: machine name of every plan device in topology order. Raises InputError (naming
+    `plan_file`) for an SFB entry the runtime cannot honour.
+    """
+    n_dev = len(device_machines)
+    nproc = n_dev if nproc is None else nproc
+    dev_rank = device_ranks(n_dev, nproc)
+    rank_machine = [""] * nproc
+    for d in reversed(range(n_dev)):
+        rank_machine[dev_rank[d]] = device_machines[d]
+    rrows = [rank_rows(dec.rows, dev_rank, nproc) for dec in strategy.decisions]
+    ios = group_io(graph, groups)
+
+    transfers: list[list[Transfer]] = []
+    for c, io in enumerate(ios):
+        lst: list[Transfer] = []
+        c_ranks = [r for r, n in enumerate(rrows[c]) if n > 0]
+        for t, p in io.act_inputs:
+            if graph.tensors[t].batch_axis is not None:
+                lst += [Transfer(t, p, s.src, s.dst, s.start, s.rows) for s in slices(rrows[p], rrows[c])]
+            else:
+                p_ranks = [r for r, n in enumerate(rrows[p]) if n > 0]
+                lst += [Transfer(t, p, p_ranks[0], dst, 0, 0) for dst in c_ranks if dst not in p_ranks]
+        transfers.append(lst)
+
+    sfb_ops, sfb_params = _sfb_ops(graph, groups, strategy, rrows, plan_file)
+    users: dict[str, set[int]] = {}
+    first_group: dict[str, int] = {}
+    for g, io in enumerate(ios):
+        for prm in io.params:
+            users.setdefault(prm, set()).update(r for r, n in enumerate(rrows[g]) if n > 0)
+            first_group.setdefault(prm, g)
+    buckets: dict[tuple, list[str]] = {}
+    for prm in sorted(users, key=lambda p: (first_group[p], p)):
+        ranks = tuple(sorted(users[prm]))
+        if prm in sfb_params or len(ranks) < 2:
+            continue
+        dec = _sync_decision(strategy, ios, prm)
+        method = dec.sync or "allreduce"
+        server = None
+        if method == "ps":
+            server = dev_rank[dec.server] if dec.server is not None else ranks[0]
+            ranks = tuple(sorted(set(ranks) | {server}))
+        buckets.setdefault((method, ranks, server), []).append(prm)
+    blist = [SyncBucket(m, r, s, tuple(ps)) for (m, r, s), ps in buckets.items()]
+    return Schedule(nproc, sum(strategy.decisions[0].rows) if strategy.decisions else 0, rank_machine, rrows,
+                    ios, transfers, blist, sfb_ops, {p: tuple(sorted(u)) for p, u in users.items()})
+
+
+def _sync_decision(strategy: Strategy, ios: list[GroupIO], param: str) -> Decision:
+    """The decision that says how `param` syncs: the first group using it that names a sync method."""
+    using = [g for g, io in enumerate(ios) if param in io.params]
+    for g in using:
+        if strategy.decisions[g].sync:
+            return strategy.decisions[g]
+    return strategy.decisions[using[0]]
+
+
+def _sfb_ops(graph: OpGraph, groups: list[list[int]], strategy: Strategy, rrows: list[tuple[int, ...]],
+             plan_file: str) -> tuple[list[SFBOp], set[str]]:
+    names = graph.op_index()
+    out, params = [], set()
+    for g, dec in enumerate(strategy.decisions):
+        for k, name in enumerate(dec.sfb):
+            where = f"decisions[{g}].sfb[{k}]"
+            i = names.get(name)
+            if i is None or i not in groups[g]:
+                raise InputError(plan_file, where, f"an op of group {g}", repr(name))
+            op = graph.ops[i]
+            weight = op.inputs[1] if len(op.inputs) > 1 else ""
+            info = graph.tensors.get(weight)
+            if op.op_type not in SFB_OP_TYPES or info is None or info.role != "param" or info.producer is not None:
+                raise InputError(plan_file, where, "a Gemm or MatMul whose second input is a parameter",
+                                 f"{op.op_type} {name!r}")
+            if op.op_type == "Gemm" and int(op.attrs.get("transA", 0)):
+                raise InputError(plan_file, where, "a Gemm without transA", name)
+            others = [j for j, o in enumerate(graph.ops) if j != i and weight in (list(o.inputs) + list(o.params))]
+            if others or op.inputs[0] == weight:
+                raise InputError(plan_file, where, f"an op whose weight {weight!r} no other op uses",
+                                 f"also used by {graph.ops[others[0]].name!r}" if others else "weight used twice")
+            ranks = tuple(r for r, n in enumerate(rrows[g]) if n > 0)
+            out.append(SFBOp(g, i, weight, ranks))
+            params.add(weight)
+    return out, params

@@ -1,0 +1,61 @@
+"""Run several deploy scenarios in one torch.multiprocessing launch (gloo), and the single-process reference."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank, world, port, scenarios, make, outdir):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    from tag.deploy.schedule import build_schedule
+    from tag.deploy.train import train_rank
+
+    try:
+        for sc in scenarios:
+            graph, program, groups = make(sc)
+            sched = build_schedule(graph, groups, sc["strategy"], sc["machines"], nproc=world)
+            res = train_rank(sched, graph, program, rank, sc["steps"], sc.get("seed", 0), sc["optimizer"], sc["lr"])
+            torch.save({"losses": res.losses, "params": res.params, "step_ms": res.step_ms},
+                       os.path.join(outdir, f"{sc['name']}_{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def run_scenarios(world: int, scenarios: list[dict], make, outdir: str) -> dict[str, list[dict]]:
+    """Spawn `world` ranks that run every scenario in turn; returns per scenario the list of rank results."""
+    mp.spawn(_worker, args=(world, free_port(), scenarios, make, outdir), nprocs=world, join=True)
+    return {sc["name"]: [torch.load(os.path.join(outdir, f"{sc['name']}_{r}.pt")) for r in range(world)]
+            for sc in scenarios}
+
+
+def reference_training(graph, program, data, targets, steps, optimizer, lr):
+    """Plain single-process full-batch training: losses per step and final parameters."""
+    params = [program.param(n) for n in program.param_names]
+    opt = {"sgd": lambda: torch.optim.SGD(params, lr=lr),
+           "momentum": lambda: torch.optim.SGD(params, lr=lr, momentum=0.9),
+           "adam": lambda: torch.optim.Adam(params, lr=lr)}[optimizer]()
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        env = dict(data)
+        env = program.run_ops(list(range(len(graph.ops))), env, graph.batch_size)
+        loss = sum(F.mse_loss(env[t], targets[t]) for t in targets)
+        loss.backward()
+        losses.append(float(loss))
+        opt.step()
+    return losses, {n: program.param(n).detach().clone() for n in program.param_names}
