@@ -1,0 +1,91 @@
+"""GNN checkpoints: save, load (``torch.load(weights_only=True)``), the metadata card, the shipped weights.
+
+A checkpoint is one dict of plain values and tensors:
+
+    {"format": "tag-gnn", "feature_version": 1, "config": {"hidden": 64, "layers": 3, "heads": 4},
+     "model": state_dict, "optimizer": state_dict | None,
+     "progress": {"episodes": 12, "steps": 96, "seed": 0},
+     "card": {"data": {...}, "metrics": {...}, "created": "...", "command": "tag train ..."}}
+
+Loading a checkpoint whose feature version differs from this code's `FEATURE_VERSION` is an `InputError`
+(the features it was trained on are not the ones we build). The card is also written next to it as
+``<ckpt>.card.json`` for people to read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from importlib import resources
+
+import torch
+
+from tag.errors import InputError
+from tag.gnn.data import FEATURE_VERSION
+from tag.gnn.model import TagGNN
+
+FORMAT = "tag-gnn"
+SHIPPED_NAME = "tag-gnn-v1.pt"
+
+
+def default_checkpoint() -> str | None:
+    """Path of the shipped pretrained weights (package data of `tag.gnn`), or None if absent."""
+    try:
+        p = resources.files("tag.gnn").joinpath("pretrained", SHIPPED_NAME)
+        if p.is_file():
+            return str(p)
+    except (ModuleNotFoundError, FileNotFoundError):
+        pass
+    return None
+
+
+def save_checkpoint(path: str, net: TagGNN, *, optimizer=None, progress: dict | None = None,
+                    card: dict | None = None) -> None:
+    """Write a checkpoint atomically (temp file + rename) and its ``.card.json``."""
+    obj = {"format": FORMAT, "feature_version": FEATURE_VERSION, "config": dict(net.config),
+           "model": net.state_dict(), "optimizer": optimizer.state_dict() if optimizer is not None else None,
+           "progress": dict(progress or {}), "card": dict(card or {})}
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+    os.close(fd)
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+    with open(path + ".card.json", "w") as f:
+        json.dump({"feature_version": FEATURE_VERSION, "config": obj["config"], "progress": obj["progress"],
+                   **obj["card"]}, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
+def read_checkpoint(path: str) -> dict:
+    """The raw checkpoint dict, checked for format and feature version (InputError otherwise)."""
+    path = str(path)
+    if not os.path.isfile(path):
+        raise InputError(path, "file", "an existing GNN checkpoint", "no such file")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # not a torch file, or not loadable with weights_only
+        raise InputError(path, "file", "a tag GNN checkpoint (torch.save of plain values)",
+                         f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}") from None
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise InputError(path, "format", f"'{FORMAT}'", repr(obj.get("format") if isinstance(obj, dict) else type(obj).__name__))
+    fv = obj.get("feature_version")
+    if fv != FEATURE_VERSION:
+        raise InputError(path, "feature_version", f"feature version {FEATURE_VERSION} (this tag's features; "
+                         "retrain with `tag train` or use a matching tag)", repr(fv))
+    return obj
+
+
+def load_checkpoint(path: str) -> tuple[TagGNN, dict]:
+    """(network in eval mode, raw checkpoint dict) from a checkpoint file."""
+    obj = read_checkpoint(path)
+    cfg = obj.get("config") or {}
+    try:
+        net = TagGNN(**cfg)
+        net.load_state_dict(obj["model"])
+    except (TypeError, KeyError, RuntimeError, ValueError) as e:
+        raise InputError(str(path), "model", "weights matching the network's configuration",
+                         f"{type(e).__name__}: {str(e).splitlines()[0][:80]}") from None
+    net.eval()
+    return net, obj

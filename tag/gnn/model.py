@@ -1,0 +1,98 @@
+"""The network: a heterogeneous graph-attention encoder with a policy head and a value head.
+
+Encoder. Per node type a linear embedding to `hidden`, then `layers` rounds of
+
+    h_t <- LayerNorm(h_t + ReLU(sum over edge types r into t of GATv2_r(h_src, h_t, edge_attr_r)))
+
+(`HeteroConv` of `GATv2Conv` with `edge_dim`, so attention reads the edge features: bytes over bandwidth,
+latency, compute time at the assigned rows).
+
+Policy head. A candidate decision c of the current group g is embedded as the row-share weighted sum of the
+embeddings of the devices it uses, concatenated with its own features (sync one-hot, replication, balanced
+flag, estimated compute/sync/transfer times, memory) and g's embedding; an MLP scores it; a softmax over the
+candidates of each state gives the prior. Any number of candidates.
+
+Value head. Mean and max pooling of group and device embeddings -> MLP -> the log speedup of the state's
+strategy over the best baseline.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch_geometric.nn import GATv2Conv, HeteroConv
+from torch_geometric.utils import scatter, softmax
+
+from tag.gnn.data import CAND_DIM, DEVICE_DIM, EDGE_DIMS, GROUP_DIM, USES
+
+
+def _batch_vec(store, n: int) -> torch.Tensor:
+    b = getattr(store, "batch", None)
+    return b if b is not None else torch.zeros(n, dtype=torch.long)
+
+
+class TagGNN(nn.Module):
+    """Joint embedding of op groups and devices; `forward(data)` -> (candidate logits [C], values [B])."""
+
+    def __init__(self, hidden: int = 64, layers: int = 3, heads: int = 4):
+        super().__init__()
+        if layers < 1 or hidden % heads:
+            raise ValueError("need layers >= 1 and hidden divisible by heads")
+        self.config = {"hidden": hidden, "layers": layers, "heads": heads}
+        self.enc = nn.ModuleDict({"group": nn.Linear(GROUP_DIM, hidden), "device": nn.Linear(DEVICE_DIM, hidden)})
+        self.convs = nn.ModuleList()
+        self.norms = nn.ModuleList()
+        for _ in range(layers):
+            self.convs.append(HeteroConv({
+                et: GATv2Conv(hidden, hidden // heads, heads=heads, edge_dim=dim, add_self_loops=False)
+                for et, dim in EDGE_DIMS.items()}, aggr="sum"))
+            self.norms.append(nn.ModuleDict({"group": nn.LayerNorm(hidden), "device": nn.LayerNorm(hidden)}))
+        self.cand = nn.Sequential(nn.Linear(2 * hidden + CAND_DIM, hidden), nn.ReLU(),
+                                  nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.value = nn.Sequential(nn.Linear(4 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                   nn.Linear(hidden, 1))
+
+    def embed(self, data) -> dict[str, torch.Tensor]:
+        """Node embeddings {"group": [G, hidden], "device": [D, hidden]}."""
+        h = {t: self.enc[t](data[t].x) for t in ("group", "device")}
+        eidx = {et: data[et].edge_index for et in EDGE_DIMS}
+        eattr = {et: data[et].edge_attr for et in EDGE_DIMS}
+        for conv, norm in zip(self.convs, self.norms):
+            out = conv(h, eidx, edge_attr_dict=eattr)
+            h = {t: norm[t](h[t] + torch.relu(out[t])) if t in out else h[t] for t in h}
+        return h
+
+    def value_head(self, data, h) -> torch.Tensor:
+        """Predicted log speedup per graph in the batch, [B]."""
+        bg = _batch_vec(data["group"], h["group"].shape[0])
+        bd = _batch_vec(data["device"], h["device"].shape[0])
+        nb = int(bg.max()) + 1 if bg.numel() else 1
+        pooled = torch.cat([scatter(h["group"], bg, 0, dim_size=nb, reduce="mean"),
+                            scatter(h["group"], bg, 0, dim_size=nb, reduce="max"),
+                            scatter(h["device"], bd, 0, dim_size=nb, reduce="mean"),
+                            scatter(h["device"], bd, 0, dim_size=nb, reduce="max")], dim=1)
+        return self.value(pooled).squeeze(-1)
+
+    def policy_logits(self, data, h) -> torch.Tensor:
+        """Scores of every candidate node [C] (softmax them per state with `policy_log_probs`)."""
+        cx = data["cand"].x
+        C = cx.shape[0]
+        src, dst = data[USES].edge_index
+        w = data[USES].edge_attr
+        pooled = scatter(h["device"][src] * w, dst, 0, dim_size=C, reduce="sum")
+        current = data["group"].x[:, 8] > 0.5  # the "is current" flag (see InstanceFeatures.state)
+        cur = h["group"][current]
+        cb = _batch_vec(data["cand"], C)
+        return self.cand(torch.cat([cur[cb], pooled, cx], dim=1)).squeeze(-1)
+
+    def forward(self, data, with_policy: bool = True):
+        h = self.embed(data)
+        value = self.value_head(data, h)
+        logits = self.policy_logits(data, h) if with_policy else None
+        return logits, value
+
+
+def policy_log_probs(data, logits: torch.Tensor) -> torch.Tensor:
+    """Log-softmax of candidate logits within each state of a batch, [C]."""
+    cb = _batch_vec(data["cand"], logits.shape[0])
+    return torch.log(softmax(logits, cb) + 1e-12)

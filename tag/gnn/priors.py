@@ -1,0 +1,63 @@
+"""The callable the search takes: ``priors_fn(strategy, group_id, candidates) -> (priors, value)``.
+
+`tag.search` never imports `tag.gnn`; the caller (`tag plan`, training, benchmarks) builds the closure here and
+passes it to `tag.search.planner.plan(..., priors_fn=...)`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from tag.gnn.data import InstanceFeatures
+from tag.gnn.model import TagGNN, policy_log_probs
+from tag.strategy import Decision, Strategy
+
+
+def search_order(gg, cluster, cost, training, batch: int | None = None) -> list[int]:
+    """The order in which the search decides groups (it does not depend on the base strategy)."""
+    from tag.search.baselines import build_baseline
+    from tag.search.space import build_space
+
+    batch = int(batch or gg.graph.batch_size)
+    base = build_baseline("dp-even", gg, cluster, cost, training, batch)
+    return build_space(gg, cluster, cost, batch, base).order
+
+
+def make_priors_fn(net: TagGNN, features: InstanceFeatures, *, noise: float = 0.0,
+                   rng: np.random.Generator | None = None):
+    """A priors_fn evaluating `net` on `features.state(...)`.
+
+    noise > 0 mixes Dirichlet(0.3) noise into the priors with that weight (exploration while training;
+    `rng` required then). Returns (priors over candidates summing to 1, predicted log speedup).
+    """
+    if noise > 0 and rng is None:
+        raise ValueError("noise needs an rng (every random choice takes a seed)")
+
+    def priors_fn(strategy: Strategy, group_id: int, candidates: Sequence[Decision]):
+        data = features.state(strategy, group_id, candidates)
+        with torch.no_grad():
+            logits, value = net(data)
+            p = policy_log_probs(data, logits).exp().double().numpy()
+        p = p / p.sum()
+        if noise > 0 and len(p) > 1:
+            p = (1 - noise) * p + noise * rng.dirichlet(np.full(len(p), 0.3))
+        return p, float(value[0])
+
+    return priors_fn
+
+
+def load_priors_fn(ckpt_path: str, gg, cluster, cost, training, batch: int | None = None):
+    """The priors_fn of a checkpoint for one instance (InputError for a bad or mismatched checkpoint).
+
+    Sets torch to one intra-op thread: these graphs are small, and extra threads only contend.
+    """
+    from tag.gnn.checkpoint import load_checkpoint
+
+    net, _ = load_checkpoint(ckpt_path)
+    torch.set_num_threads(1)
+    order = search_order(gg, cluster, cost, training, batch)
+    features = InstanceFeatures(gg, cluster, cost, batch, training.optimizer, order=order)
+    return make_priors_fn(net, features)
