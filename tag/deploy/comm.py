@@ -19,8 +19,10 @@ import torch.distributed as dist
 class Comm:
     """Process-group helper for rank `rank` of `world` ranks; `rank_machine[r]` is rank r's machine."""
 
-    def __init__(self, rank: int, world: int, rank_machine: list[str], rank_sets: Iterable[tuple[int, ...]]):
+    def __init__(self, rank: int, world: int, rank_machine: list[str], rank_sets: Iterable[tuple[int, ...]],
+                 device: torch.device | str = "cpu"):
         self.rank, self.world, self.rank_machine = rank, world, rank_machine
+        self.device = torch.device(device)
         self._groups: dict[tuple[int, ...], object] = {}
         if world > 1:
             for ranks in sorted({tuple(sorted(s)) for s in rank_sets if len(s) > 1}):
@@ -89,7 +91,7 @@ class Comm:
         """Sum (or max) a float over all ranks."""
         if self.world < 2:
             return value
-        t = torch.tensor([value], dtype=torch.float64)
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
         return float(t.item())
 

@@ -134,17 +134,19 @@ def group_io(graph: OpGraph, groups: list[list[int]]) -> list[GroupIO]:
                 info = graph.tensors.get(t)
                 if info is None:
                     continue
-                if info.producer is not None:
+                if info.role == "param":  # a weight, or a weight generator's output (the program holds it)
+                    params.append(t)
+                elif info.role == "constant":  # every rank's program makes its own
+                    continue
+                elif info.producer is not None:
                     acts.append((t, op_group[info.producer]))
                 elif info.role == "data":
                     data.append(t)
-                elif info.role == "param":
-                    params.append(t)
         outputs = []
         for i in ops:
             for t in graph.ops[i].outputs:
                 info = graph.tensors.get(t)
-                if info is None:
+                if info is None or info.role in ("param", "constant"):
                     continue
                 if t in graph_outputs or any(op_group.get(c, g) != g for c in info.consumers):
                     outputs.append(t)

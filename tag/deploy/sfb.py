@@ -76,7 +76,7 @@ def _per_row(comm, n: int, rows: int, ranks) -> int:
     """Factor rows per batch row, agreed over the replicas (a rank without factors learns it from the others)."""
     import torch.distributed as dist
 
-    t = torch.tensor([n // rows if rows and n else 0], dtype=torch.int64)
+    t = torch.tensor([n // rows if rows and n else 0], dtype=torch.int64, device=comm.device)
     if len(ranks) > 1:
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=comm.group(ranks))
     return int(t.item())

@@ -40,7 +40,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
     import torch.distributed as dist
 
     comm = Comm(rank, schedule.n_ranks, schedule.rank_machine,
-                Comm.needed_sets(schedule.buckets, schedule.sfb, schedule.rank_machine))
+                Comm.needed_sets(schedule.buckets, schedule.sfb, schedule.rank_machine), device)
     data, targets = synthetic_batch(graph, schedule.batch_size, seed)
     data = {k: v.to(device) for k, v in data.items()}
     targets = {k: v.to(device) for k, v in targets.items()}

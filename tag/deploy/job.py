@@ -1,0 +1,112 @@
+"""A deploy job: the validated plan, model and flags every rank needs, prepared once by the launcher.
+
+`prepare_job` loads the topology, the model and the plan, checks the plan against both (hashes, op
+names, device ids, rows: `tag.modelio.load_inputs`) and the SFB entries against what the runtime can
+run, and returns a picklable `Job`. The launcher writes it to the run directory; each rank reads it,
+builds the model program with the same seed and trains (`tag.deploy.worker`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from argparse import Namespace
+from dataclasses import dataclass, field
+
+from tag.errors import InputError
+from tag.strategy import Strategy, TrainingConfig
+
+
+@dataclass
+class Job:
+    plan_path: str
+    model_path: str
+    topology_path: str
+    graph: object  # OpGraph
+    groups: list[list[int]]  # op indices per group
+    strategy: Strategy
+    device_ids: list[str]
+    device_machines: list[str]
+    device_kinds: list[str]  # "gpu" | "cpu" per plan device
+    training: TrainingConfig
+    steps: int
+    nproc: int
+    seed: int = 0
+    threads: int = 1
+    warmup: int = 1
+    timeout_s: float = 300.0
+    predicted_step_ms: float | None = None
+    run_dir: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        return sum(self.strategy.decisions[0].rows)
+
+
+def topology_path_of(plan_path: str, given: str | None) -> str:
+    """The topology file of a plan: `given`, else the plan's topology.path (as written, or beside the plan)."""
+    if given:
+        return given
+    from tag.strategy.planfile import load_plan_json
+
+    raw = load_plan_json(plan_path)
+    topo = raw.get("topology") if isinstance(raw.get("topology"), dict) else {}
+    path = topo.get("path")
+    if not isinstance(path, str) or not path:
+        raise InputError(plan_path, "topology.path", "the path of the plan's topology file (or pass --topology)",
+                         repr(path))
+    for cand in (path, os.path.join(os.path.dirname(os.path.abspath(plan_path)), path)):
+        if os.path.isfile(cand):
+            return cand
+    raise InputError(plan_path, "topology.path", "an existing topology file (or pass --topology T.json)", repr(path))
+
+
+def prepare_job(plan_path: str, model_path: str, args: Namespace) -> Job:
+    """Load and check plan, model and topology into a Job (InputError on any mismatch).
+
+    Reads from `args`: topology, steps, nproc, seed, threads, warmup, timeout and the model flags.
+    """
+    from tag.deploy.schedule import build_schedule
+    from tag.modelio import load_inputs
+
+    topo = topology_path_of(plan_path, getattr(args, "topology", None))
+    if not os.path.isfile(model_path):
+        raise InputError(model_path, "file", "an existing ONNX model", "no such file")
+    model_args = Namespace(batch_size=getattr(args, "batch_size", None), input_shape=getattr(args, "input_shape", []),
+                           data_input=getattr(args, "data_input", []), optimizer=None, profile=None)
+    inp = load_inputs(model_path, topo, model_args, plan_path=plan_path)
+    cluster = inp.cluster
+    n_dev = cluster.n_devices
+    steps = int(getattr(args, "steps", 5))
+    if steps < 1:
+        raise InputError("--steps", "N", "a positive integer", str(steps))
+    nproc = getattr(args, "nproc", None) or n_dev
+    if not 1 <= nproc <= n_dev:
+        raise InputError("--nproc", "N", f"a number of ranks in 1..{n_dev} (the plan's devices)", str(nproc))
+    training = inp.training
+    opt = getattr(args, "optimizer", None)
+    if opt and opt != training.optimizer:
+        training = TrainingConfig(optimizer=opt, lr=training.lr, loss=training.loss, precision=training.precision)
+    groups = [list(g.op_ids) for g in inp.gg.groups]
+    machines = [d.machine for d in cluster.devices]
+    build_schedule(inp.graph, groups, inp.strategy, machines, nproc, plan_file=plan_path)  # SFB checks
+    predicted = None
+    if inp.plan is not None and isinstance(inp.plan.predicted, dict):
+        predicted = inp.plan.predicted.get("iteration_ms")
+    return Job(plan_path=plan_path, model_path=model_path, topology_path=topo, graph=inp.graph, groups=groups,
+               strategy=inp.strategy, device_ids=[d.id for d in cluster.devices], device_machines=machines,
+               device_kinds=[d.type.kind for d in cluster.devices], training=training, steps=steps, nproc=nproc,
+               seed=int(getattr(args, "seed", 0) or 0), threads=int(getattr(args, "threads", 1) or 1),
+               warmup=int(getattr(args, "warmup", 1)), timeout_s=float(getattr(args, "timeout", 300.0)),
+               predicted_step_ms=predicted)
+
+
+def save_job(job: Job, path: str) -> None:
+    with open(path, "wb") as f:
+        pickle.dump(job, f)
+
+
+def load_job(path: str) -> Job:
+    with open(path, "rb") as f:
+        return pickle.load(f)

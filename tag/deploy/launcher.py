@@ -1,0 +1,190 @@
+"""Start the ranks of a deploy job with torchrun, watch them, and collect the result or the first failure.
+
+`launch` writes the Job into a fresh run directory, runs ``torchrun --standalone`` in its own process
+session and polls: when a rank writes an error file or torchrun exits non-zero it waits a short grace
+period for torchrun to stop the others, then kills the whole session; when no rank makes progress for
+`timeout_s` seconds (a hang) it kills the session too. Either way `DeployFailed` names the failing rank
+and its error; nothing of a failed run is returned as a result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from tag.deploy.job import Job, save_job
+
+GRACE_S = 5.0  # after a first failure: time torchrun gets to stop the other ranks
+POLL_S = 0.1
+
+
+class DeployFailed(Exception):
+    """A rank failed or hung; the message names the rank and its error (one line)."""
+
+
+@dataclass
+class DeployResult:
+    losses: list[float]
+    step_ms: list[float]
+    measured_step_ms: float
+    backend: str
+    world: int
+
+
+def torchrun_command(job_path: str, nproc: int, *, nnodes: int = 1, node_rank: int = 0,
+                     endpoint: str | None = None) -> list[str]:
+    """The torchrun command line for one machine (standalone when there is one node)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    if nnodes == 1:
+        cmd += ["--standalone"]
+    else:
+        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={endpoint.split(':')[0]}",
+                f"--master-port={endpoint.split(':')[1]}"]
+    cmd += [f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.1",
+            "-m", "tag.deploy.worker", job_path]
+    return cmd
+
+
+def launch_commands(job: Job, job_path: str, master: str = "MASTER_HOST:29500") -> list[tuple[str, str]]:
+    """(machine, shell command) per machine of the plan's cluster: ranks are its devices, in topology order."""
+    machines: list[str] = []
+    for m in job.device_machines:
+        if m not in machines:
+            machines.append(m)
+    out = []
+    for i, m in enumerate(machines):
+        n = job.device_machines.count(m)
+        cmd = torchrun_command(job_path, n, nnodes=len(machines), node_rank=i, endpoint=master)
+        cmd[0] = "python"
+        out.append((m, shlex.join(cmd)))
+    return out
+
+
+def launch(job: Job, keep_dir: str | None = None) -> DeployResult:
+    """Run `job` on local ranks; returns rank 0's result, or raises DeployFailed (never hangs past the timeout)."""
+    run_dir = keep_dir or tempfile.mkdtemp(prefix="tag-deploy-")
+    os.makedirs(run_dir, exist_ok=True)
+    job.run_dir = run_dir
+    job_path = os.path.join(run_dir, "job.pkl")
+    save_job(job, job_path)
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(job.threads)
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    log_path = os.path.join(run_dir, "torchrun.log")
+    try:
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(torchrun_command(job_path, job.nproc), stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            failure = _watch(proc, job, run_dir)
+        if failure is None and proc.returncode == 0 and os.path.exists(os.path.join(run_dir, "result.json")):
+            with open(os.path.join(run_dir, "result.json")) as f:
+                r = json.load(f)
+            return DeployResult(r["losses"], r["step_ms"], r["measured_step_ms"], r["backend"], r["world"])
+        raise DeployFailed(failure or _first_error(run_dir, job.nproc, log_path, proc.returncode))
+    finally:
+        if keep_dir is None:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _watch(proc: subprocess.Popen, job: Job, run_dir: str) -> str | None:
+    """Poll until torchrun exits; kill its session on a failure or a hang. Returns a hang message or None."""
+    last_beats, last_change = None, time.monotonic()
+    failed_at = None
+    while proc.poll() is None:
+        time.sleep(POLL_S)
+        now = time.monotonic()
+        if failed_at is None and any(os.path.exists(os.path.join(run_dir, f"rank{r}.error")) for r in range(job.nproc)):
+            failed_at = now
+        if failed_at is not None and now - failed_at > GRACE_S:
+            _kill(proc)
+            return None
+        beats = _beats(run_dir, job.nproc)
+        if beats != last_beats:
+            last_beats, last_change = beats, now
+        elif now - last_change > job.timeout_s:
+            _kill(proc)
+            if any(os.path.exists(os.path.join(run_dir, f"rank{r}.error")) for r in range(job.nproc)):
+                return None
+            behind = min(range(job.nproc), key=lambda r: (beats[r] if beats[r] is not None else -2))
+            at = "during setup" if beats[behind] is None else f"after step {beats[behind] + 1}"
+            return (f"rank {behind} hung: no rank made progress for {job.timeout_s:g} s "
+                    f"(rank {behind} stopped {at}); killed all ranks")
+    return None
+
+
+def _beats(run_dir: str, nproc: int) -> list[int | None]:
+    out = []
+    for r in range(nproc):
+        try:
+            with open(os.path.join(run_dir, f"rank{r}.beat")) as f:
+                out.append(int(f.read().strip() or -1))
+        except (OSError, ValueError):
+            out.append(None)
+    return out
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _first_error(run_dir: str, nproc: int, log_path: str, returncode: int | None) -> str:
+    """The root failure: a rank killed by a signal (torchrun's report), else the earliest rank error file."""
+    killed = _signalled_rank(log_path)
+    if killed is not None:
+        return f"rank {killed[0]} died: {killed[1]}; the other ranks were stopped"
+    errors = []
+    for r in range(nproc):
+        try:
+            with open(os.path.join(run_dir, f"rank{r}.error")) as f:
+                t, line = f.readline().strip(), f.readline().strip()
+            errors.append((float(t), r, line))
+        except (OSError, ValueError):
+            continue
+    if errors:
+        _, r, line = min(errors)
+        return f"rank {r} failed: {line}"
+    tail = ""
+    try:
+        with open(log_path) as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+        tail = lines[-1] if lines else ""
+    except OSError:
+        pass
+    return f"torchrun exited with code {returncode}" + (f": {tail}" if tail else "")
+
+
+def _signalled_rank(log_path: str) -> tuple[int, str] | None:
+    """(rank, 'signal SIGKILL' or 'exit code N') of the root cause torchrun reports for a rank that died without an error file."""
+    try:
+        with open(log_path) as f:
+            text = f.read()
+    except OSError:
+        return None
+    root = text.split("Root Cause", 1)
+    if len(root) < 2:
+        return None
+    m_rank = re.search(r"rank\s*:\s*(\d+)", root[1])
+    m_code = re.search(r"exitcode\s*:\s*(-?\d+)", root[1])
+    if not (m_rank and m_code):
+        return None
+    code = int(m_code.group(1))
+    if code >= 0:
+        return None  # an ordinary exit: its error file says more
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = str(-code)
+    return int(m_rank.group(1)), f"signal {name}"

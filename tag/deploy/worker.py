@@ -1,0 +1,104 @@
+"""One rank of `tag deploy`, started by torchrun: ``python -m tag.deploy.worker RUN_DIR/job.pkl``.
+
+Reads the Job, joins the process group (gloo on CPU, NCCL when CUDA is present and the plan's devices
+are GPUs; the group's timeout is the job's), builds the model program with the job's seed (identical
+parameters on every rank) and trains. It reports through files in the run directory, which the
+launcher watches:
+
+- ``rank{r}.beat``: the last finished step (-1 after setup), rewritten atomically: the watchdog's
+  progress signal;
+- ``rank{r}.error``: ``<unix time>\\n<one-line error>\\n<traceback>`` if the rank fails;
+- ``result.json``: rank 0's losses and step times, written only after the last step.
+
+Fault injection for tests: ``TAG_DEPLOY_FAULT=RANK:STEP:MODE`` makes rank RANK, after step STEP, raise
+(``raise``), hang (``hang``) or kill itself with SIGKILL (``kill``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _fault(rank: int):
+    spec = os.environ.get("TAG_DEPLOY_FAULT", "")
+    if not spec:
+        return None
+    r, step, mode = spec.split(":")
+    return (int(step), mode) if int(r) == rank else None
+
+
+def main(job_path: str) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from tag.deploy.job import load_job
+
+    job = load_job(job_path)
+    run_dir = os.path.dirname(os.path.abspath(job_path))
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    beat = os.path.join(run_dir, f"rank{rank}.beat")
+    try:
+        torch.set_num_threads(job.threads)
+        use_cuda = torch.cuda.is_available() and all(k == "gpu" for k in job.device_kinds)
+        device = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device("cpu")
+        if use_cuda:
+            torch.cuda.set_device(device)
+        if world != job.nproc:
+            raise RuntimeError(f"started with {world} ranks for a job of {job.nproc}")
+        dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=job.timeout_s))
+        import onnx
+
+        from tag.deploy.onnx_torch import TorchProgram
+        from tag.deploy.schedule import build_schedule
+        from tag.deploy.train import train_rank
+
+        program = TorchProgram(onnx.load(job.model_path), job.graph, seed=job.seed).to(device)
+        sched = build_schedule(job.graph, job.groups, job.strategy, job.device_machines, job.nproc, job.plan_path)
+        _write_atomic(beat, "-1")
+        fault = _fault(rank)
+
+        def on_step(step, loss):
+            _write_atomic(beat, str(step))
+            if fault and fault[0] == step:
+                if fault[1] == "raise":
+                    raise RuntimeError(f"injected fault at step {step}")
+                if fault[1] == "hang":
+                    time.sleep(10 ** 6)
+                if fault[1] == "kill":
+                    os.kill(os.getpid(), 9)
+
+        res = train_rank(sched, job.graph, program, rank, job.steps, job.seed, job.training.optimizer,
+                         job.training.lr, device, on_step)
+        if rank == 0:
+            _write_atomic(os.path.join(run_dir, "result.json"), json.dumps({
+                "losses": res.losses, "step_ms": res.step_ms, "measured_step_ms": res.measured_step_ms(job.warmup),
+                "backend": "nccl" if use_cuda else "gloo", "world": world}))
+        dist.destroy_process_group()
+        return 0
+    except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher
+        line = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        _write_atomic(os.path.join(run_dir, f"rank{rank}.error"), f"{time.time()}\n{line}\n{traceback.format_exc()}")
+        sys.stderr.write(f"rank {rank}: {line}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    rc = main(sys.argv[1])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)
