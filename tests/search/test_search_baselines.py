@@ -132,3 +132,28 @@ def test_replicated_strategy_host_takes_unsplittable():
     s = replicated_strategy(gg, (1, 5, 2), "hierarchical", host=1)
     assert [d.rows for d in s.decisions] == [(1, 5, 2), (0, 8, 0)]
     assert [d.sync for d in s.decisions] == ["hierarchical", None]
+
+
+def test_single_device_skips_the_fast_device_that_does_not_fit():
+    # each group keeps 1 GB for backward: 3 GB in all. "fast" (4x) has 2 GB (1.84 usable): OOM by simulation;
+    # "mid" (2x, 8 GB) is next by predicted time and fits: 3 groups x 4 rows / 2 = 6 ms.
+    from tag.search.baselines import single_device
+    from tag.sim import simulate
+
+    gg = make_gg(3, [(0, 1, 1.0), (1, 2, 1.0)], saved_fixed=[1e9] * 3)
+    cl = make_cluster([2, 16, 8], names=["fast", "slow", "mid"])
+    cost = FakeCost([1, 1, 1], {"fast": 4.0, "slow": 1.0, "mid": 2.0})
+    s = single_device(gg, cl, cost, TrainingConfig(), 4)
+    assert [d.rows for d in s.decisions] == [(0, 0, 4)] * 3
+    res = simulate(gg, cl, cost, s, TrainingConfig())
+    assert not res.oom and res.iteration_ms == pytest.approx(6.0)
+
+
+def test_dp_proportional_on_one_machine_uses_allreduce():
+    from tag.search.baselines import dp_proportional
+
+    gg = make_gg(2, [(0, 1, 1.0)], param_bytes=[400, 0])
+    cl = make_cluster([16, 16], names=["A", "B"])
+    s = dp_proportional(gg, cl, FakeCost([1.0, 1.0], {"A": 1.0, "B": 3.0}, bwd_factor=2.0), TrainingConfig(), 8)
+    assert [d.rows for d in s.decisions] == [(2, 6), (2, 6)]
+    assert [d.sync for d in s.decisions] == ["allreduce", None]
