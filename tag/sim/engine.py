@@ -5,13 +5,14 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from tag.sim.collectives import FlowSpec, p2p_spec, sync_phases
+from tag.sim.collectives import FlowSpec
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
-from tag.sim.memory import device_peak_bytes
+from tag.sim.context import _context
+from tag.sim.memory import peak_memory_bytes
 from tag.sim.network import INF, Flow, Network
 from tag.sim.result import SimResult
 from tag.sim.trace import COMPUTE_PID, NETWORK_PID, lane_metadata, x_event
-from tag.strategy import Strategy, TrainingConfig, slices
+from tag.strategy import Strategy, TrainingConfig
 
 _FWD, _BWD, _UPD = 0, 1, 2
 _KIND = ("fwd", "bwd", "update")
@@ -63,7 +64,8 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
         if len(dc.rows) != n_dev:
             raise ValueError(f"group {g}: row map has {len(dc.rows)} entries for {n_dev} devices")
     batch = sum(decs[0].rows) if decs else 0
-    dtypes = [d.type for d in cluster.devices]
+    ctx = _context(gg, cluster, cost, training)
+    dtypes = ctx.dtypes
     groups = gg.groups
     devs_of = [dc.devices for dc in decs]
 
@@ -72,18 +74,17 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
     tdev: list[int] = []
     tkind: list[int] = []
     tgrp: list[int] = []
-    fwd_id = [dict() for _ in range(n_grp)]
-    bwd_id = [dict() for _ in range(n_grp)]
+    fwd_id: list[dict] = [None] * n_grp
+    bwd_id: list[dict] = [None] * n_grp
+    per_group = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
     for g in range(n_grp):
-        rows = decs[g].rows
-        for d in devs_of[g]:
-            fwd_id[g][d] = len(dur)
-            dur.append(cost.group_fwd_ms(g, dtypes[d], rows[d])); tdev.append(d); tkind.append(_FWD); tgrp.append(g)
+        devs, fwd, _, _ = per_group[g]
+        fwd_id[g] = dict(zip(devs, range(len(dur), len(dur) + len(devs))))
+        dur += fwd; tdev += devs; tkind += [_FWD] * len(devs); tgrp += [g] * len(devs)
     for g in range(n_grp - 1, -1, -1):
-        rows = decs[g].rows
-        for d in devs_of[g]:
-            bwd_id[g][d] = len(dur)
-            dur.append(cost.group_bwd_ms(g, dtypes[d], rows[d])); tdev.append(d); tkind.append(_BWD); tgrp.append(g)
+        devs, _, bwd, _ = per_group[g]
+        bwd_id[g] = dict(zip(devs, range(len(dur), len(dur) + len(devs))))
+        dur += bwd; tdev += devs; tkind += [_BWD] * len(devs); tgrp += [g] * len(devs)
     n_compute = len(dur)
     pend = [0] * n_compute
     acts: list = [None] * n_compute
@@ -95,31 +96,15 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
             acts[k].append(a)
 
     # ---- activation and gradient transfers between groups --------------------------------------------
-    recv_fwd: dict[tuple[int, int], float] = {}
-    recv_bwd: dict[tuple[int, int], float] = {}
-    for e in gg.edges:
-        prow, crow = decs[e.src].rows, decs[e.dst].rows
-        pairs: dict[tuple[int, int], float] = {}
-        if e.bytes_per_row > 0 and prow != crow:
-            for sl in slices(prow, crow):
-                key = (sl.src, sl.dst)
-                pairs[key] = pairs.get(key, 0.0) + sl.rows * e.bytes_per_row
-        pset = set(devs_of[e.src])
-        first = devs_of[e.src][0] if devs_of[e.src] else None
-        if first is not None and (e.bytes_fixed > 0 or e.bytes_per_row <= 0):
-            for d in devs_of[e.dst]:
-                if d not in pset:
-                    pairs[(first, d)] = pairs.get((first, d), 0.0) + e.bytes_fixed
-        for (s, d), b in pairs.items():
-            fspec = p2p_spec(cluster, s, d, b)
-            bspec = p2p_spec(cluster, d, s, b)
+    recv: list[tuple] = []  # (consumer group, consumer device, producer group, producer device, bytes)
+    for ei, e in enumerate(gg.edges):
+        for s, d, b, fspec, bspec in ctx.edge_transfers(ei, decs[e.src], decs[e.dst]):
             kf, kb = fwd_id[e.dst][d], bwd_id[e.src][s]
             add_act(fwd_id[e.src][s], (0, fspec, kf, f"act g{e.src}->g{e.dst}"))
             add_act(bwd_id[e.dst][d], (0, bspec, kb, f"grad g{e.dst}->g{e.src}"))
             pend[kf] += 1
             pend[kb] += 1
-            recv_fwd[(e.dst, d)] = recv_fwd.get((e.dst, d), 0.0) + b
-            recv_bwd[(e.src, s)] = recv_bwd.get((e.src, s), 0.0) + b
+            recv.append((e.dst, d, e.src, s, b))
 
     # ---- gradient syncs and optimizer updates ----------------------------------------------------------
     shared = _shared_params(gg)
@@ -146,10 +131,10 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
     in_unit = {g for u in units for g in u.groups}
     for g in range(n_grp - 1, -1, -1):
         if groups[g].param_count > 0 or g in in_unit:
-            for d in devs_of[g]:
-                upd_id[g][d] = len(dur)
-                dur.append(cost.update_ms(g, dtypes[d])); tdev.append(d); tkind.append(_UPD); tgrp.append(g)
-                pend.append(0); acts.append(None)
+            devs, _, _, upd = per_group[g]
+            upd_id[g] = dict(zip(devs, range(len(dur), len(dur) + len(devs))))
+            dur += upd; tdev += devs; tkind += [_UPD] * len(devs); tgrp += [g] * len(devs)
+            pend += [0] * len(devs); acts += [None] * len(devs)
     for j, u in enumerate(units):
         for g in u.groups:
             for d in devs_of[g]:
@@ -244,37 +229,42 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
 
     def begin_unit(j, t):
         u = units[j]
-        u.phases = sync_phases(u.method, cluster, u.devices, u.nbytes, u.server)
+        u.phases = ctx.phases(u.method, u.devices, u.nbytes, u.server)
         u.phase, u.start_ms = 0, t
         start_phase(j, t)
+
+    def handle(t, kind, payload):
+        if kind == 0:
+            spec, deliver, label = payload
+            start_flow(spec, deliver, label, t)
+        elif kind == 1:
+            deliver = payload[0]
+            if deliver[0] == "t":
+                resolve(deliver[1], t)
+            else:
+                u = units[deliver[1]]
+                u.outstanding -= 1
+                if u.outstanding == 0:
+                    u.phase += 1
+                    start_phase(deliver[1], t)
+        else:
+            key = units[payload].devices
+            comm_queue.setdefault(key, deque())
+            if comm_busy.get(key):
+                comm_queue[key].append(payload)
+            else:
+                comm_busy[key] = True
+                begin_unit(payload, t)
 
     for d in range(n_dev):
         advance(d)
     while True:
         tn = net.next_drain_ms()
         if heap and heap[0][0] <= tn:
-            t, _, kind, payload = heapq.heappop(heap)
-            if kind == 0:
-                spec, deliver, label = payload
-                start_flow(spec, deliver, label, t)
-            elif kind == 1:
-                deliver = payload[0]
-                if deliver[0] == "t":
-                    resolve(deliver[1], t)
-                else:
-                    u = units[deliver[1]]
-                    u.outstanding -= 1
-                    if u.outstanding == 0:
-                        u.phase += 1
-                        start_phase(deliver[1], t)
-            else:
-                key = units[payload].devices
-                comm_queue.setdefault(key, deque())
-                if comm_busy.get(key):
-                    comm_queue[key].append(payload)
-                else:
-                    comm_busy[key] = True
-                    begin_unit(payload, t)
+            t = heap[0][0]
+            while heap and heap[0][0] == t:  # every event at this instant before rates are recomputed
+                _, _, kind, payload = heapq.heappop(heap)
+                handle(t, kind, payload)
         elif tn < INF:
             for f in net.pop_drained(tn):
                 if trace:
@@ -282,6 +272,7 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
                 push(tn + f.latency_ms, 1, (f.payload, None))
         else:
             break
+
     if any(ptr[d] != len(programs[d]) for d in range(n_dev)):
         raise RuntimeError("simulation deadlock: a task waits for an input that never arrives")
 
@@ -292,16 +283,9 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
 
     # ---- memory -------------------------------------------------------------------------------------
     ids = [d.id for d in cluster.devices]
-    peak_gb: dict[str, float] = {}
-    oom_devices: list[str] = []
-    for d in range(n_dev):
-        gl = [g for g in range(n_grp) if decs[g].rows[d] > 0]
-        pb = device_peak_bytes([groups[g] for g in gl], [decs[g].rows[d] for g in gl], training.optimizer,
-                               [recv_fwd.get((g, d), 0.0) for g in gl], [recv_bwd.get((g, d), 0.0) for g in gl],
-                               extra_static[d])
-        peak_gb[ids[d]] = pb / 1e9
-        if pb > dtypes[d].usable_memory_bytes:
-            oom_devices.append(ids[d])
+    peak = peak_memory_bytes(ctx, decs, recv, training.optimizer, extra_static)
+    peak_gb = dict(zip(ids, (peak / 1e9).tolist()))
+    oom_devices = [ids[d] for d in range(n_dev) if peak[d] > dtypes[d].usable_memory_bytes]
     oom = bool(oom_devices)
     it_ms = INF if oom else fit_ms
     sps = 0.0 if oom or fit_ms <= 0 else batch / (fit_ms / 1e3)

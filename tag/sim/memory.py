@@ -15,6 +15,8 @@ Peak = static + the largest (live + transient) over the program. Figures are byt
 
 from __future__ import annotations
 
+import numpy as np
+
 from tag.cost.optimizer import state_bytes_per_param
 
 
@@ -43,3 +45,28 @@ def device_peak_bytes(groups_in_order: list, rows: list[int], optimizer: str,
         peak = max(peak, live + g.out_bytes_per_row * r + recv_bwd[k])
         live -= g.saved_bytes_per_row * r + g.saved_bytes_fixed + recv_fwd[k]
     return static + peak
+
+
+def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static) -> np.ndarray:
+    """Peak bytes per device (topology order) for a strategy: `device_peak_bytes` for all devices at once.
+
+    recv: (consumer group, consumer device, producer group, producer device, bytes) per transfer pair;
+    the consumer receives activations in forward and the producer receives gradients in backward.
+    """
+    rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
+    hosted = rows > 0
+    recv_fwd = np.zeros_like(rows)
+    recv_bwd = np.zeros_like(rows)
+    if recv:
+        cg, cd, pg, pd, b = (np.array(x) for x in zip(*recv))
+        np.add.at(recv_fwd, (cg, cd), b)
+        np.add.at(recv_bwd, (pg, pd), b)
+    saved = ctx.saved_per_row[:, None] * rows + ctx.saved_fixed[:, None] * hosted + recv_fwd
+    out = ctx.out_per_row[:, None] * rows
+    cum = np.cumsum(saved, axis=0)  # live after each forward
+    fwd_peak = (cum + out).max(axis=0)
+    grads = ctx.param_bytes[:, None] * hosted
+    grads_from = np.cumsum(grads[::-1], axis=0)[::-1]  # gradients allocated once backward reached g
+    bwd_peak = (cum + grads_from + out + recv_bwd).max(axis=0)
+    static = ctx.static_bytes @ hosted + np.asarray(extra_static, dtype=float)
+    return static + np.maximum(np.maximum(fwd_peak, bwd_peak), 0.0)

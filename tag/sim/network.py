@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 INF = float("inf")
 
 
@@ -33,6 +35,17 @@ class Flow:
 
 def max_min_rates(flows: list[Flow], caps_bytes_per_ms: list[float]) -> None:
     """Set each flow's `rate` (bytes/ms) to its weighted max-min fair share of the link capacities."""
+    if len(flows) == 1:
+        f = flows[0]
+        f.rate = min((caps_bytes_per_ms[l] / w for l, w in zip(f.links, f.weights)), default=INF)
+    elif len(flows) > 400:
+        _max_min_rates_np(flows, caps_bytes_per_ms)
+    else:
+        _max_min_rates_py(flows, caps_bytes_per_ms)
+
+
+def _max_min_rates_py(flows: list[Flow], caps_bytes_per_ms) -> None:
+    """`max_min_rates` with dicts: raise all unfrozen flows to the lowest link saturation level, freeze."""
     rem: dict[int, float] = {}
     wsum: dict[int, float] = {}
     on_link: dict[int, list[Flow]] = {}
@@ -71,6 +84,35 @@ def max_min_rates(flows: list[Flow], caps_bytes_per_ms: list[float]) -> None:
         wsum[best] = 0.0
 
 
+def _max_min_rates_np(flows: list[Flow], caps_bytes_per_ms) -> None:
+    """`max_min_rates` with numpy arrays (same allocation; links that tie as bottleneck freeze together)."""
+    counts = [len(f.links) for f in flows]
+    link = np.fromiter((l for f in flows for l in f.links), dtype=np.int64, count=sum(counts))
+    w = np.fromiter((x for f in flows for x in f.weights), dtype=float, count=len(link))
+    fid = np.repeat(np.arange(len(flows)), counts)
+    used, inv = np.unique(link, return_inverse=True)
+    rem = np.asarray(caps_bytes_per_ms, dtype=float)[used]
+    rates = np.full(len(flows), INF)
+    live = np.ones(len(link), dtype=bool)
+    frozen = np.zeros(len(flows), dtype=bool)
+    level = 0.0
+    while live.any():
+        wsum = np.bincount(inv, weights=w * live, minlength=len(used))
+        has = wsum > 1e-12
+        share = np.full(len(used), INF)
+        share[has] = rem[has] / wsum[has]
+        m = share.min()
+        level += m
+        rem -= m * wsum
+        bottleneck = has & (share <= m * (1 + 1e-12))
+        hit = np.unique(fid[live & bottleneck[inv]])
+        rates[hit] = level
+        frozen[hit] = True
+        live = ~frozen[fid]
+    for f, r in zip(flows, rates.tolist()):
+        f.rate = r
+
+
 class Network:
     """The flows in flight over a cluster's directed links, advanced in time by the engine."""
 
@@ -79,15 +121,19 @@ class Network:
         self.active: list[Flow] = []
         self.now = 0.0
         self._next = INF
+        self._dirty = False
 
     def _advance(self, t: float) -> None:
         dt = t - self.now
         if dt > 0:
+            if self._dirty:
+                self._recompute()
             for f in self.active:
                 f.remaining_bytes -= f.rate * dt
         self.now = t
 
     def _recompute(self) -> None:
+        self._dirty = False
         if self.active:
             max_min_rates(self.active, self.caps)
             self._next = min(self.now + max(f.remaining_bytes, 0.0) / f.rate for f in self.active)
@@ -95,15 +141,17 @@ class Network:
             self._next = INF
 
     def add(self, flow: Flow, t: float) -> None:
-        """Start `flow` at time t (ms)."""
+        """Start `flow` at time t (ms); rates are recomputed lazily, once for flows starting together."""
         self._advance(t)
         flow.remaining_bytes = flow.volume_bytes
         flow.start_ms = t
         self.active.append(flow)
-        self._recompute()
+        self._dirty = True
 
     def next_drain_ms(self) -> float:
         """Time the next active flow drains (inf if none)."""
+        if self._dirty:
+            self._recompute()
         return self._next
 
     def pop_drained(self, t: float) -> list[Flow]:
@@ -116,5 +164,5 @@ class Network:
             f = min(self.active, key=lambda f: f.remaining_bytes / f.rate)
             done, keep = [f], [g for g in self.active if g is not f]
         self.active = keep
-        self._recompute()
+        self._dirty = True
         return done

@@ -81,3 +81,32 @@ def test_chrome_trace_is_valid_json_with_lanes(tmp_path):
     net_lanes = {names[(1, e["tid"])] for e in xs if e["pid"] == 1}
     assert "m0->sw" in net_lanes and "sw->m0" in net_lanes  # activation slices out, gradients back in
     assert max(e["ts"] + e["dur"] for e in xs) / 1e3 == pytest.approx(r.iteration_ms)
+
+
+def test_vectorised_peak_equals_program_walk():
+    """peak_memory_bytes (numpy, all devices) against device_peak_bytes (walks one device's program)."""
+    import random
+
+    import numpy as np
+
+    from tag.sim.context import SimContext
+    from tag.sim.memory import device_peak_bytes, peak_memory_bytes
+
+    rng = random.Random(3)
+    for _ in range(20):
+        k, n = rng.randint(1, 6), rng.randint(1, 4)
+        gg = make_gg([dict(param_bytes=4.0 * p, param_count=p, saved_bytes_per_row=rng.choice([0.0, 10.0, 50.0]),
+                           saved_bytes_fixed=rng.choice([0.0, 7.0]), out_bytes_per_row=rng.choice([0.0, 3.0]))
+                      for p in (rng.choice([0, 100, 1000]) for _ in range(k))], [])
+        decs = [Decision(tuple(rng.choice([0, 0, 2, 5]) for _ in range(n))) for _ in range(k)]
+        recv = [(rng.randrange(k), rng.randrange(n), rng.randrange(k), rng.randrange(n), float(rng.randint(1, 99)))
+                for _ in range(rng.randint(0, 5))]
+        recv = [r for r in recv if decs[r[0]].rows[r[1]] > 0 and decs[r[2]].rows[r[3]] > 0]
+        ctx = SimContext(gg, make_cluster([n]), FixedCost([0.0] * k), TrainingConfig("adam"))
+        got = peak_memory_bytes(ctx, decs, recv, "adam", np.zeros(n))
+        for d in range(n):
+            gl = [g for g in range(k) if decs[g].rows[d] > 0]
+            rf = [sum(r[4] for r in recv if (r[0], r[1]) == (g, d)) for g in gl]
+            rb = [sum(r[4] for r in recv if (r[2], r[3]) == (g, d)) for g in gl]
+            want = device_peak_bytes([gg.groups[g] for g in gl], [decs[g].rows[d] for g in gl], "adam", rf, rb)
+            assert got[d] == pytest.approx(want)

@@ -1,0 +1,106 @@
+"""Per-(GroupGraph, Cluster, CostModel, TrainingConfig) caches the simulator reuses across calls.
+
+The search changes one group's decision at a time and simulates thousands of strategies, so the costs
+of a group under a row map, the transfers of an edge between two row maps and the flows of a sync are
+computed once and looked up afterwards.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from tag.cost.optimizer import state_bytes_per_param
+from tag.sim.collectives import p2p_spec, sync_phases
+from tag.strategy import slices
+
+_MAX_ENTRIES = 200_000
+
+
+class SimContext:
+    """Caches for one (gg, cluster, cost, training)."""
+
+    def __init__(self, gg, cluster, cost, training):
+        self.gg, self.cluster, self.cost, self.training = gg, cluster, cost, training
+        self.dtypes = [d.type for d in cluster.devices]
+        gs = gg.groups
+        self.saved_per_row = np.array([g.saved_bytes_per_row for g in gs], dtype=float)
+        self.saved_fixed = np.array([g.saved_bytes_fixed for g in gs], dtype=float)
+        self.out_per_row = np.array([g.out_bytes_per_row for g in gs], dtype=float)
+        self.param_bytes = np.array([g.param_bytes for g in gs], dtype=float)
+        self.static_bytes = self.param_bytes + np.array([g.param_count for g in gs], dtype=float) * state_bytes_per_param(training.optimizer)
+        self._group: dict = {}
+        self._edge: dict = {}
+        self._phases: dict = {}
+
+    def group_costs(self, g: int, decision) -> tuple:
+        """(devices, fwd ms per device, bwd ms per device, update ms per device) of group g."""
+        key = (g, decision.rows)
+        hit = self._group.get(key)
+        if hit is None:
+            c, dt = self.cost, self.dtypes
+            devs = list(decision.devices)
+            rows = decision.rows
+            hit = (devs, [c.group_fwd_ms(g, dt[d], rows[d]) for d in devs],
+                   [c.group_bwd_ms(g, dt[d], rows[d]) for d in devs], [c.update_ms(g, dt[d]) for d in devs])
+            if len(self._group) > _MAX_ENTRIES:
+                self._group.clear()
+            self._group[key] = hit
+        return hit
+
+    def edge_transfers(self, ei: int, producer, consumer) -> list:
+        """[(src device, dst device, bytes, forward FlowSpec, backward FlowSpec)] of edge `ei`.
+
+        Batched bytes move as `slices(producer rows, consumer rows)` merged per device pair; unbatched
+        bytes go whole from the first producer device to each consumer device that is not a producer; a
+        pair with no bytes still carries a latency-only message.
+        """
+        key = (ei, producer.rows, consumer.rows)
+        hit = self._edge.get(key)
+        if hit is not None:
+            return hit
+        e = self.gg.edges[ei]
+        pairs: dict[tuple[int, int], float] = {}
+        if e.bytes_per_row > 0 and producer.rows != consumer.rows:
+            for sl in slices(producer.rows, consumer.rows):
+                pairs[(sl.src, sl.dst)] = pairs.get((sl.src, sl.dst), 0.0) + sl.rows * e.bytes_per_row
+        pdevs = producer.devices
+        if pdevs and (e.bytes_fixed > 0 or e.bytes_per_row <= 0):
+            pset = set(pdevs)
+            for d in consumer.devices:
+                if d not in pset:
+                    pairs[(pdevs[0], d)] = pairs.get((pdevs[0], d), 0.0) + e.bytes_fixed
+        cl = self.cluster
+        hit = [(s, d, b, p2p_spec(cl, s, d, b), p2p_spec(cl, d, s, b)) for (s, d), b in pairs.items()]
+        if len(self._edge) > _MAX_ENTRIES:
+            self._edge.clear()
+        self._edge[key] = hit
+        return hit
+
+    def phases(self, method: str, devices: tuple, nbytes: float, server) -> list:
+        """The cached `sync_phases` of one sync."""
+        key = (method, devices, nbytes, server)
+        hit = self._phases.get(key)
+        if hit is None:
+            hit = sync_phases(method, self.cluster, devices, nbytes, server)
+            if len(self._phases) > _MAX_ENTRIES:
+                self._phases.clear()
+            self._phases[key] = hit
+        return hit
+
+
+_CONTEXTS: "OrderedDict[tuple, SimContext]" = OrderedDict()
+
+
+def _context(gg, cluster, cost, training) -> SimContext:
+    """The cached SimContext of these objects (the few most recently used are kept)."""
+    key = (id(gg), id(cluster), id(cost), training)
+    ctx = _CONTEXTS.get(key)
+    if ctx is None or ctx.gg is not gg or ctx.cluster is not cluster or ctx.cost is not cost:
+        ctx = SimContext(gg, cluster, cost, training)
+        _CONTEXTS[key] = ctx
+        while len(_CONTEXTS) > 8:
+            _CONTEXTS.popitem(last=False)
+    _CONTEXTS.move_to_end(key)
+    return ctx
