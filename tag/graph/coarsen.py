@@ -1,8 +1,9 @@
 """Coarsening: OpGraph -> GroupGraph with K connected op groups and an acyclic quotient graph.
 
 Steps (each a pure function):
-1. `atoms_of`: weight generators and pure shape ops (unbatched, no parameters, no FLOPs) join the atom of
-   their earliest consumer, so they never form a group of their own and parameters live with their user.
+1. `atoms_of`: weight generators and free ops (no FLOPs, no parameters: shape arithmetic, Reshape,
+   Identity, ...) join the atom of their earliest consumer, so they never form a group of their own and
+   parameters live with their user.
 2. `atom_weights`: balance weight of each atom = its share of the model's compute (forward + backward FLOPs
    at the global batch) + its share of its memory (saved activations at the global batch + parameter bytes).
 3. A depth-first topological order of the atoms is cut into K contiguous segments of weight at most
@@ -34,11 +35,11 @@ BALANCE_SLACK = 0.15  # segments may weigh up to 15% above the best possible max
 
 
 def is_attachable(op: Op) -> bool:
-    """True for ops that never form a group of their own: weight generators and pure shape ops."""
+    """True for ops that never form a group of their own: weight generators and free ops (no FLOPs and no
+    parameters: shape arithmetic, Identity, Reshape, Clone, ...); they join their earliest consumer."""
     if op.is_weight_generator:
         return True
-    no_flops = op.fwd_flops_per_row == 0 and op.fwd_flops_fixed == 0
-    return (not op.batched) and not op.params and (no_flops or op.op_class == "shape")
+    return op.fwd_flops_per_row == 0 and op.fwd_flops_fixed == 0 and not op.params
 
 
 def _op_succs(graph: OpGraph) -> list[list[int]]:
@@ -127,14 +128,15 @@ def _atom_nets(graph: OpGraph, atom: list[int]) -> list[tuple[int, tuple[int, ..
 
 
 def graph_atom_count(graph: OpGraph) -> int:
-    """Number of ops that can head a group (ops that are not weight generators or pure shape ops)."""
+    """Number of atoms: ops that can head a group (not weight generators or free ops), plus free ops
+    without consumers."""
     return len(set(atoms_of(graph))) if graph.ops else 0
 
 
 def default_group_count(graph: OpGraph, n_devices: int = 1) -> int:
     """Default K: min(#atoms, max(2 x devices, clamp(round(1.5 sqrt(#atoms)), 16, 48))).
 
-    #atoms counts the ops that can head a group (weight generators and shape ops ride with their consumer),
+    #atoms counts the ops that can head a group (weight generators and free ops ride with their consumer),
     so K is never below min(#atoms, 2 x devices).
     """
     n = graph_atom_count(graph)

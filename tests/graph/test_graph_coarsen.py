@@ -202,3 +202,12 @@ def test_refinement_moves_atom_to_cheaper_side():
              ("c", ["b_shape"], ["tc"], {"fwd_flops_per_row": 10.0})]
     gg = coarsen(make_graph(specs), k=2)
     assert [grp.op_ids for grp in gg.groups] == [[0, 1], [2]]
+
+
+def test_free_batched_op_joins_its_consumer():
+    # an Identity with no FLOPs between two real ops must not become a group even with k = #ops
+    specs = [("op0", ["x"], ["t0"], {"fwd_flops_per_row": 10.0}),
+             ("ident", ["t0"], ["t1"], {"op_type": "Identity"}),
+             ("op2", ["t1"], ["t2"], {"fwd_flops_per_row": 10.0})]
+    gg = coarsen(make_graph(specs), k=3)
+    assert [grp.op_ids for grp in gg.groups] == [[0], [1, 2]]

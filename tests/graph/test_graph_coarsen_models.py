@@ -40,10 +40,13 @@ def _check(graph, k):
     # group figures add up to the model's
     assert sum(g.param_bytes for g in gg.groups) == pytest.approx(graph.param_bytes)
     assert sum(g.fwd_flops_per_row for g in gg.groups) == pytest.approx(sum(o.fwd_flops_per_row for o in graph.ops))
-    # no weight generator or pure shape op sits alone in a group (unless the whole model is one)
+    # no weight generator or free op (no FLOPs, no params) with a consumer sits alone in a group
     for g in gg.groups:
-        if len(graph.ops) > 1 and len(g.op_ids) == 1:
-            assert not graph.ops[g.op_ids[0]].is_weight_generator
+        if len(g.op_ids) == 1:
+            op = graph.ops[g.op_ids[0]]
+            has_consumer = any(graph.tensors[t].consumers for t in op.outputs if t in graph.tensors)
+            free = op.is_weight_generator or (op.fwd_flops_per_row == 0 and op.fwd_flops_fixed == 0 and not op.params)
+            assert not (free and has_consumer), f"{op.name} forms a group of its own"
     return gg
 
 
