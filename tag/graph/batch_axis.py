@@ -26,11 +26,14 @@ ReduceLogSumExp ReduceSumSquare ArgMax ArgMin""".split())
 
 
 def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: list[str], file_batch: int,
-                    consts: dict[str, np.ndarray], opset: int) -> list[BatchConstant]:
+                    consts: dict[str, np.ndarray], opset: int, values: dict | None = None) -> list[BatchConstant]:
     """Set `batch_axis` on every tensor and `batched`/`splittable` on every op; return the batch constants.
 
-    Ops are visited in topological order; data inputs carry rows on axis 0.
+    Ops are visited in topological order; data inputs carry rows on axis 0. `consts`: values fixed by the
+    file's constants (batch constants are found among them); `values`: every small value known at the file's
+    batch, including shape arithmetic (used to read axes inputs).
     """
+    values = {**(values or {}), **consts}
     for name in data_inputs:
         tensors[name].batch_axis = 0
     found: list[BatchConstant] = []
@@ -41,7 +44,7 @@ def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: 
         if not batched_in:
             op.batched, op.splittable = False, True
             continue
-        axes, split = _rule(op, ins, outs, opset, consts)
+        axes, split = _rule(op, ins, outs, opset, values)
         for t, a in zip(outs, axes):
             t.batch_axis = a if (a is not None and t.shape is not None and a < len(t.shape)) else None
         op.splittable = bool(split)

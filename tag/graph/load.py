@@ -20,7 +20,7 @@ from tag.graph.costs import fill_costs, has_rule
 from tag.graph.opgraph import Op, OpGraph, TensorInfo
 from tag.graph.reader import file_sha256, read_model
 from tag.graph.roles import assign_roles
-from tag.graph.shapes import complete_shapes, constant_values, np_dtype_name
+from tag.graph.shapes import complete_shapes, constant_values, fold_shape_values, np_dtype_name
 
 GENERATOR_SOURCES = frozenset("ConstantOfShape RandomNormal RandomUniform RandomNormalLike RandomUniformLike EyeLike".split())
 _SCALAR_ATTR_TYPES = (onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
@@ -50,8 +50,9 @@ def load_model(path, *, data_inputs=(), input_shapes=None, batch_size=None, n_de
     model = read_model(path)
     roles = assign_roles(model, path, data_inputs)
     shp = complete_shapes(model, path, roles, input_shapes)
-    consts = constant_values(model)
     g = model.graph
+    consts = constant_values(model)
+    fold_shape_values(list(g.node), shp.dtypes, shp.shapes, consts, use_shapes=False)
     nodes = _topological(list(g.node))
     tensors = _tensors(g, roles, shp)
     ops = _ops(nodes, tensors, shp)
@@ -59,7 +60,7 @@ def load_model(path, *, data_inputs=(), input_shapes=None, batch_size=None, n_de
     roots = _param_roots(ops, tensors)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 9)
     data = list(roles.data)
-    batch_constants = propagate_batch(ops, tensors, data, shp.file_batch, consts, opset)
+    batch_constants = propagate_batch(ops, tensors, data, shp.file_batch, consts, opset, shp.values)
     counted: set[str] = set()
     for op in ops:
         fill_costs(op, tensors, shp.file_batch)

@@ -26,6 +26,7 @@ class Shapes:
     shapes: dict[str, tuple[int, ...] | None]  # tensor name -> concrete shape (None if unknown)
     input_shapes: dict[str, tuple[int, ...]]  # concrete shapes of the data inputs
     file_batch: int
+    values: dict[str, np.ndarray]  # small integer tensors whose values are known at the file's batch
 
 
 def np_dtype_name(onnx_type: int) -> str:
@@ -91,28 +92,119 @@ def complete_shapes(model: onnx.ModelProto, path: str, roles: Roles,
         else:
             inits.append(t)
     outputs = [helper.make_tensor_value_info(o.name, elem_type(o), None) for o in g.output]
-    graph = helper.make_graph(list(g.node), g.name or "g", inputs, outputs, initializer=inits)
-    light = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=max(model.ir_version, 7))
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, strict_mode=False, data_prop=True)
-    except Exception:
-        inferred = light
+    nodes = list(g.node)
+    values = constant_values(model)
     dtypes: dict[str, str] = {}
     shapes: dict[str, tuple[int, ...] | None] = {}
-    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
-        if not vi.type.HasField("tensor_type"):
-            continue
-        dtypes[vi.name] = np_dtype_name(elem_type(vi))
-        dims = declared_dims(vi)
-        shapes[vi.name] = tuple(dims) if dims is not None and all(isinstance(d, int) for d in dims) else None
-    for t in inits:
-        dtypes[t.name] = np_dtype_name(t.data_type)
-        shapes[t.name] = tuple(int(d) for d in t.dims)
+    for _ in range(6):  # infer, fold shape arithmetic that data propagation missed, infer again
+        graph = helper.make_graph(nodes, g.name or "g", inputs, outputs, initializer=inits)
+        light = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=max(model.ir_version, 7))
+        inferred = _infer(light)
+        _read_value_infos(inferred, inits, dtypes, shapes)
+        if not _used_gaps(g, shapes):
+            break
+        folded = fold_shape_values(nodes, dtypes, shapes, values)
+        if not folded:
+            break
+        done = set(folded)
+        nodes = [n for n in nodes if not all(o in done for o in n.output if o)]
+        inits = inits + [numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items()]
     _fill_dropout_masks(g, dtypes, shapes)
     gaps = _used_gaps(g, shapes)
     if gaps:
         _fill_by_evaluation(inferred, gaps, data_shapes, dtypes, shapes)
-    return Shapes(dtypes=dtypes, shapes=shapes, input_shapes=data_shapes, file_batch=max(int(file_batch), 1))
+    fold_shape_values(list(g.node), dtypes, shapes, values)
+    return Shapes(dtypes=dtypes, shapes=shapes, input_shapes=data_shapes, file_batch=max(int(file_batch), 1),
+                  values=values)
+
+
+def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception:
+        return model
+
+
+def _read_value_infos(inferred: onnx.ModelProto, inits, dtypes: dict, shapes: dict) -> None:
+    for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        dims = declared_dims(vi)
+        shape = tuple(dims) if dims is not None and all(isinstance(d, int) for d in dims) else None
+        if shape is not None or vi.name not in shapes:
+            dtypes[vi.name] = np_dtype_name(elem_type(vi))
+            shapes[vi.name] = shape
+    for t in inits:
+        dtypes[t.name] = np_dtype_name(t.data_type)
+        shapes[t.name] = tuple(int(d) for d in t.dims)
+
+
+_NO_FOLD = frozenset("RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial Loop If Scan".split())
+_SMALL = 64
+
+
+def fold_shape_values(nodes, dtypes: dict, shapes: dict, values: dict, use_shapes: bool = True) -> dict[str, np.ndarray]:
+    """Evaluate small shape-arithmetic nodes (Shape of known shapes, then ops on small constants).
+
+    `values` (name -> array) is extended in place; returns the newly computed values of node outputs.
+    With ``use_shapes=False`` Shape/Size are not read, so only values fixed by the file's constants result.
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    new: dict[str, np.ndarray] = {}
+    for n in nodes:
+        outs = [o for o in n.output if o]
+        if not outs or all(o in values for o in outs):
+            continue
+        if n.op_type in ("Shape", "Size"):
+            shape = shapes.get(n.input[0]) if use_shapes else None
+            if shape is None:
+                continue
+            if n.op_type == "Size":
+                val = np.array(int(np.prod(shape)), dtype=np.int64)
+            else:
+                attrs = {a.name: a.i for a in n.attribute}
+                val = np.array(shape[attrs.get("start", 0):attrs.get("end", len(shape))] if "end" in attrs
+                               else shape[attrs.get("start", 0):], dtype=np.int64)
+            values[outs[0]] = new[outs[0]] = val
+            continue
+        ins = [i for i in n.input if i]
+        if all(dtypes.get(o, "").startswith(("float", "bfloat")) for o in outs) and n.op_type != "Cast":
+            continue  # weights and masks, not shape arithmetic
+        if n.op_type == "CastLike" and ins[0] in values and dtypes.get(ins[1]) and np.size(values[ins[0]]) <= _SMALL:
+            values[outs[0]] = new[outs[0]] = np.asarray(values[ins[0]]).astype(dtypes[ins[1]])
+            continue
+        if n.op_type in _NO_FOLD or n.domain not in ("", "ai.onnx") or any(i not in values for i in ins):
+            continue
+        if any(np.size(values[i]) > _SMALL for i in ins):
+            continue
+        if n.op_type in ("ConstantOfShape", "Range", "Expand", "Tile") and not _small_result(n, values):
+            continue
+        try:
+            graph = helper.make_graph([n], "fold", [], [helper.make_empty_tensor_value_info(o) for o in outs],
+                                      initializer=[numpy_helper.from_array(np.asarray(values[i]), i) for i in ins])
+            results = ReferenceEvaluator(helper.make_model(graph)).run(None, {})
+        except Exception:
+            continue
+        for o, v in zip(outs, results):
+            if isinstance(v, np.ndarray) and v.size <= _SMALL:
+                values[o] = new[o] = v
+    return new
+
+
+def _small_result(n, values) -> bool:
+    v = [np.asarray(values[i]) for i in n.input if i]
+    try:
+        if n.op_type == "ConstantOfShape":
+            return int(np.prod(v[0])) <= _SMALL
+        if n.op_type == "Expand":
+            return int(np.prod(np.broadcast_shapes(v[0].shape, tuple(int(d) for d in v[1])))) <= _SMALL
+        if n.op_type == "Tile":
+            return int(np.prod(v[0].shape) * np.prod(v[1])) <= _SMALL
+    except ValueError:
+        return False
+    start, limit, delta = (float(x) for x in v[:3])
+    return delta != 0 and (limit - start) / delta <= _SMALL
 
 
 def _fill_dropout_masks(g: onnx.GraphProto, dtypes: dict, shapes: dict) -> None:
