@@ -5,6 +5,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
+import numpy as np
+
 from tag.sim.collectives import FlowSpec
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
 from tag.sim.context import _context
@@ -67,7 +69,6 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
     ctx = _context(gg, cluster, cost, training)
     dtypes = ctx.dtypes
     groups = gg.groups
-    devs_of = [dc.devices for dc in decs]
 
     # ---- tasks -------------------------------------------------------------------------------------
     dur: list[float] = []
@@ -77,6 +78,7 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
     fwd_id: list[dict] = [None] * n_grp
     bwd_id: list[dict] = [None] * n_grp
     per_group = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
+    devs_of = [pg[0] for pg in per_group]
     for g in range(n_grp):
         devs, fwd, _, _ = per_group[g]
         fwd_id[g] = dict(zip(devs, range(len(dur), len(dur) + len(devs))))
@@ -126,7 +128,7 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
         if groups[g].param_bytes > 0 and decs[g].replicated:
             own = groups[g].param_bytes - shared_by_owner.get(g, 0.0)
             for method, nbytes, label in group_syncs(gg, g, decs[g], own):
-                units.append(_Unit((g,), devs_of[g], nbytes, method, decs[g].server, label))
+                units.append(_Unit((g,), tuple(devs_of[g]), nbytes, method, decs[g].server, label))
     upd_id = [dict() for _ in range(n_grp)]
     in_unit = {g for u in units for g in u.groups}
     for g in range(n_grp - 1, -1, -1):
@@ -135,19 +137,26 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
             upd_id[g] = dict(zip(devs, range(len(dur), len(dur) + len(devs))))
             dur += upd; tdev += devs; tkind += [_UPD] * len(devs); tgrp += [g] * len(devs)
             pend += [0] * len(devs); acts += [None] * len(devs)
+    join_of = [-1] * len(dur)  # the sync unit a backward task completes (others, rare, go in acts)
     for j, u in enumerate(units):
         for g in u.groups:
             for d in devs_of[g]:
-                add_act(bwd_id[g][d], (1, j))
+                kb = bwd_id[g][d]
+                if join_of[kb] < 0:
+                    join_of[kb] = j
+                else:
+                    add_act(kb, (1, j))
                 u.waiting += 1
                 k = upd_id[g][d]
                 u.upd_tasks.append(k)
                 pend[k] += 1
 
     # ---- per-device programs: forward in topological order, backward reversed, then updates ------------
-    programs: list[list[int]] = [[] for _ in range(n_dev)]
-    for k, d in enumerate(tdev):
-        programs[d].append(k)
+    tdev_arr = np.asarray(tdev, dtype=np.int64)
+    order = np.argsort(tdev_arr, kind="stable")  # task ids per device, in creation (program) order
+    bounds = np.searchsorted(tdev_arr[order], np.arange(n_dev + 1)).tolist()
+    order_l = order.tolist()
+    programs: list[list[int]] = [order_l[bounds[d]:bounds[d + 1]] for d in range(n_dev)]
     ptr = [0] * n_dev
     free = [0.0] * n_dev
     ready = [0.0] * len(dur)
@@ -171,6 +180,14 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
                 t = ready[k]
             start[k] = t
             t += dur[k]
+            j = join_of[k]
+            if j >= 0:
+                u = units[j]
+                u.waiting -= 1
+                if t > u.ready_ms:
+                    u.ready_ms = t
+                if u.waiting == 0:
+                    push(u.ready_ms, 2, j)
             a = acts[k]
             if a is not None:
                 for act in a:
@@ -277,9 +294,7 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
         raise RuntimeError("simulation deadlock: a task waits for an input that never arrives")
 
     fit_ms = max(free) if free else 0.0
-    busy = [0.0] * n_dev
-    for k, d in enumerate(tdev):
-        busy[d] += dur[k]
+    busy = np.bincount(tdev_arr, weights=np.asarray(dur, dtype=float), minlength=n_dev).tolist()
 
     # ---- memory -------------------------------------------------------------------------------------
     ids = [d.id for d in cluster.devices]
