@@ -1,8 +1,8 @@
 """Simulator speed: ms per simulation of dp-even for every datasets model x topology.
 
 Run: python benchmarks/sim_bench.py [--repeat N] [--models a,b] [--topologies x,y]
-Prints one row per (model, topology): groups, devices, ms per simulation (median of N after one warm-up
-run that fills the cost caches), simulations per second, simulated iteration ms. The goal is ResNet-50
+Prints one row per (model, topology): groups, devices, wall and CPU ms per simulation (median of N after one
+warm-up run that fills the caches), simulations per second (wall), simulated iteration ms. The goal is ResNet-50
 dp-even on hap64 <= 20 ms per simulation.
 """
 
@@ -42,7 +42,8 @@ def main(argv=None) -> int:
         topos = [t for t in topos if stem(t) in args.topologies.split(",")]
     tc = TrainingConfig()
     build = baselines.dp_even if args.baseline == "dp-even" else baselines.ps
-    print(f"{'model':<14} {'topology':<10} {'groups':>6} {'devices':>7} {'ms/sim':>8} {'sims/s':>8} {'iter_ms':>10}")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall ms/sim grows with load; cpu ms/sim less)")
+    print(f"{'model':<18} {'topology':<10} {'groups':>6} {'devices':>7} {'ms/sim':>8} {'cpu_ms':>8} {'sims/s':>8} {'iter_ms':>10}")
     for t in topos:
         cluster = load_topology(t)
         for m in models:
@@ -51,14 +52,15 @@ def main(argv=None) -> int:
             cost = make_cost_model(gg, tc)
             st = build(gg, cluster, cost, tc, graph.batch_size)
             r = simulate(gg, cluster, cost, st, tc)  # warm-up: fills the cost caches
-            times = []
+            times, cpu = [], []
             for _ in range(args.repeat):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 simulate(gg, cluster, cost, st, tc)
                 times.append((time.perf_counter() - t0) * 1e3)
-            ms = statistics.median(times)
+                cpu.append((time.process_time() - c0) * 1e3)
+            ms, cpu_ms = statistics.median(times), statistics.median(cpu)
             it = f"{r.iteration_ms:.2f}" if not r.oom else "OOM"
-            print(f"{stem(m):<14} {stem(t):<10} {gg.n_groups:>6} {cluster.n_devices:>7} {ms:>8.2f} {1e3 / ms:>8.1f} {it:>10}",
+            print(f"{stem(m):<18} {stem(t):<10} {gg.n_groups:>6} {cluster.n_devices:>7} {ms:>8.2f} {cpu_ms:>8.2f} {1e3 / ms:>8.1f} {it:>10}",
                   flush=True)
     return 0
 
