@@ -211,3 +211,19 @@ def test_free_batched_op_joins_its_consumer():
              ("op2", ["t1"], ["t2"], {"fwd_flops_per_row": 10.0})]
     gg = coarsen(make_graph(specs), k=3)
     assert [grp.op_ids for grp in gg.groups] == [[0], [1, 2]]
+
+
+def test_group_report_rows():
+    from tag.graph.coarsen_report import TABLE_HEADERS, group_table, groups_json
+    specs = [("emb", ["x", "w"], ["t0"], {"fwd_flops_per_row": 2e9, "param_count": 4, "param_bytes": 3e6}),
+             ("mid", ["t0"], ["t1"], {"fwd_flops_per_row": 2e9}),
+             ("head", ["t1", "t0", "w"], ["t2"], {"fwd_flops_per_row": 2e9})]
+    gg = coarsen(make_graph(specs, params=("w",)), k=3)
+    js = groups_json(gg)
+    assert [d["preds"] for d in js] == [[], [0], [0, 1]]
+    assert [d["ops"] for d in js] == [["emb"], ["mid"], ["head"]]
+    assert js[2]["shared_params_used"] == ["w"] and js[0]["params"] == ["w"]
+    rows, headers = group_table(gg)
+    assert headers == TABLE_HEADERS and len(rows) == 3
+    assert rows[0][5] == "2.000" and rows[0][6] == "3.00" and rows[2][9] == "0,1"
+    assert rows[0][8] == "0.0"  # 2 edges x 16 B/row = 32 B/row -> "0.0" KB
