@@ -72,5 +72,10 @@ def run_model(args) -> int:
     lines += [f"warning: {w}" for w in graph.warnings]
     lines += ["", f"costliest {min(TOP_OPS, len(graph.ops))} ops (per sample):",
               table(costliest_ops(graph), ["op", "type", "class", "fwd MFLOP", "bwd MFLOP", "params", "out KB", "splittable"])]
+    if group_graph is not None and args.groups is not None:
+        from tag.graph.coarsen_report import group_table, groups_json
+        s["group_details"] = groups_json(group_graph)
+        lines += ["", f"{group_graph.n_groups} op groups (per sample; preds = groups it reads from):",
+                  table(*group_table(group_graph))]
     emit(args, s, "\n".join(lines))
     return 0
