@@ -3,11 +3,12 @@
 Model (what the search, SFB and fidelity work can rely on):
 
 Tasks. For every group g and every device d with rows r = strategy.decisions[g].rows[d] > 0 there is a
-forward task (cost.group_fwd_ms(g, type(d), r)), a backward task (cost.group_bwd_ms) and, if g has
-parameters, an optimizer-update task (cost.update_ms). Each device has one compute stream that runs its
-tasks in a fixed program order: forwards in group (topological) order, then backwards in reverse order,
-then updates in reverse group order. A task starts when the stream is free and all its remote inputs have
-arrived; same-device dependencies are satisfied by the program order.
+forward task (cost.group_fwd_ms(g, type(d), r)) and a backward task (cost.group_bwd_ms). Each device that
+holds parameters has one optimizer-step task (as ``optimizer.step()`` after backward and sync), lasting the
+sum of cost.update_ms over its groups, that waits for every sync covering the device. Each device has one
+compute stream that runs its tasks in a fixed program order: forwards in group (topological) order, then
+backwards in reverse order, then the optimizer step. A task starts when the stream is free and all its
+remote inputs have arrived; same-device dependencies are satisfied by the program order.
 
 Transfers. For a group edge src -> dst, the row slices that move are exactly
 `tag.strategy.slices(rows[src], rows[dst])`, each ``rows x bytes_per_row`` bytes, merged per device pair;
@@ -24,7 +25,7 @@ while other backwards continue (DDP buckets). Syncs over the same device set run
 order they become ready (one communicator per device set); syncs over different sets run concurrently.
 The method is Decision.sync (None -> allreduce): see `tag.sim.collectives` for the flows each method
 puts on the network (ring coflow; hierarchical = chain reduce, leader ring, chain broadcast; ps = push
-then pull through the server). A device's update of g waits for g's syncs. `engine.group_syncs` is the
+then pull through the server). `engine.group_syncs` is the
 one place where a per-op sufficient-factor (SFB) path adds an all-gather of factors.
 
 Network. Communication never uses a compute stream. Every flow follows the cluster's routes over

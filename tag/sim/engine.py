@@ -129,16 +129,25 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
             own = groups[g].param_bytes - shared_by_owner.get(g, 0.0)
             for method, nbytes, label in group_syncs(gg, g, decs[g], own):
                 units.append(_Unit((g,), tuple(devs_of[g]), nbytes, method, decs[g].server, label))
-    upd_id = [dict() for _ in range(n_grp)]
+    # one optimizer step per device (as optimizer.step() after backward and sync), summing its groups' updates
     in_unit = {g for u in units for g in u.groups}
-    for g in range(n_grp - 1, -1, -1):
+    upd_ms = [0.0] * n_dev
+    has_upd = [False] * n_dev
+    for g in range(n_grp):
         if groups[g].param_count > 0 or g in in_unit:
             devs, _, _, upd = per_group[g]
-            upd_id[g] = dict(zip(devs, range(len(dur), len(dur) + len(devs))))
-            dur += upd; tdev += devs; tkind += [_UPD] * len(devs); tgrp += [g] * len(devs)
-            pend += [0] * len(devs); acts += [None] * len(devs)
+            for d, ms in zip(devs, upd):
+                upd_ms[d] += ms
+                has_upd[d] = True
+    upd_id = [-1] * n_dev
+    for d in range(n_dev):
+        if has_upd[d]:
+            upd_id[d] = len(dur)
+            dur.append(upd_ms[d]); tdev.append(d); tkind.append(_UPD); tgrp.append(-1)
+            pend.append(0); acts.append(None)
     join_of = [-1] * len(dur)  # the sync unit a backward task completes (others, rare, go in acts)
     for j, u in enumerate(units):
+        covered = set()
         for g in u.groups:
             for d in devs_of[g]:
                 kb = bwd_id[g][d]
@@ -147,9 +156,10 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
                 else:
                     add_act(kb, (1, j))
                 u.waiting += 1
-                k = upd_id[g][d]
-                u.upd_tasks.append(k)
-                pend[k] += 1
+                covered.add(d)
+        for d in sorted(covered):
+            u.upd_tasks.append(upd_id[d])
+            pend[upd_id[d]] += 1
 
     # ---- per-device programs: forward in topological order, backward reversed, then updates ------------
     tdev_arr = np.asarray(tdev, dtype=np.int64)
@@ -316,6 +326,9 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
         op_names = gg.graph.ops
         for k in range(len(dur)):
             g = tgrp[k]
+            if g < 0:
+                events.append(x_event("update", "update", start[k], dur[k], COMPUTE_PID, tdev[k]))
+                continue
             oids = groups[g].op_ids
             ops = f"{op_names[oids[0]].name}" + (f" .. {op_names[oids[-1]].name}" if len(oids) > 1 else "") if oids else ""
             events.append(x_event(f"{_KIND[tkind[k]]} g{g} {ops}".strip(), _KIND[tkind[k]], start[k], dur[k],
