@@ -125,7 +125,7 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
             dc = decs[owner]
             units.append(_Unit(gids, union, nbytes, dc.sync or "allreduce", dc.server, f"sync {pname}"))
     for g in range(n_grp):
-        if groups[g].param_bytes > 0 and decs[g].replicated:
+        if groups[g].param_bytes > 0 and len(devs_of[g]) > 1:
             own = groups[g].param_bytes - shared_by_owner.get(g, 0.0)
             for method, nbytes, label in group_syncs(gg, g, decs[g], own):
                 units.append(_Unit((g,), tuple(devs_of[g]), nbytes, method, decs[g].server, label))
