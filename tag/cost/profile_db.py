@@ -37,6 +37,8 @@ VERSION = 1
 
 @dataclass
 class OpProfile:
+    """Measured times of one op signature: row counts (increasing) and ms per row count."""
+
     rows: list[int]
     fwd_ms: list[float]
     bwd_ms: list[float] | None = None
@@ -44,6 +46,8 @@ class OpProfile:
 
 @dataclass
 class ProfileDB:
+    """A loaded profile file (see the module docstring for the JSON format)."""
+
     device_type: str
     threads: int = 1
     machine: dict = field(default_factory=dict)

@@ -27,6 +27,9 @@ from tag.topology.cluster import Cluster
 
 @dataclass(frozen=True)
 class FlowSpec:
+    """A flow to start: directed links with weights (bytes per byte of progress), its volume in bytes, the
+    latency added after it drains (ms), and its first and last device (for labels)."""
+
     links: tuple[int, ...]
     weights: tuple[float, ...]
     volume_bytes: float
