@@ -9,6 +9,8 @@ on the batch axis yields a `BatchConstant` that deploy rewrites for the rows eac
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from tag.graph.opgraph import BatchConstant, Op, TensorInfo
@@ -26,30 +28,55 @@ ReduceLogSumExp ReduceSumSquare ArgMax ArgMin""".split())
 
 
 def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: list[str], file_batch: int,
-                    consts: dict[str, np.ndarray], opset: int, values: dict | None = None) -> list[BatchConstant]:
+                    consts: dict[str, np.ndarray], opset: int, values: dict | None = None,
+                    probe_shapes: dict | None = None) -> list[BatchConstant]:
     """Set `batch_axis` on every tensor and `batched`/`splittable` on every op; return the batch constants.
 
     Ops are visited in topological order; data inputs carry rows on axis 0. `consts`: values fixed by the
     file's constants (batch constants are found among them); `values`: every small value known at the file's
-    batch, including shape arithmetic (used to read axes inputs).
+    batch, including shape arithmetic (used to read axes inputs). `probe_shapes`: shapes completed at a
+    second batch (> 1) where the file's batch is symbolic; the rules read them where known, because a batch
+    of 1 makes a merged or squeezed batch axis ambiguous.
     """
     values = {**(values or {}), **consts}
+    view = tensors
+    if probe_shapes:
+        view = {n: replace(t, shape=probe_shapes.get(n) or t.shape) for n, t in tensors.items()}
     for name in data_inputs:
-        tensors[name].batch_axis = 0
-    found: list[BatchConstant] = []
+        view[name].batch_axis = 0
+    layout: dict[str, tuple[int, int]] = {}  # tensor -> (outer, extent): batch axis dim = outer x extent x inner
     for op in ops:
-        ins = [tensors[i] if i else None for i in op.inputs]
-        outs = [tensors[o] for o in op.outputs if o]
+        ins = [view[i] if i else None for i in op.inputs]
+        outs = [view[o] for o in op.outputs if o]
         batched_in = [t for t in ins if t is not None and t.batch_axis is not None]
         if not batched_in:
             op.batched, op.splittable = False, True
             continue
-        axes, split = _rule(op, ins, outs, opset, values)
+        x = batched_in[0]
+        x_layout = layout.get(x.name, (1, x.shape[x.batch_axis] if x.shape is not None else 0))
+        if op.op_type in ("Reshape", "Flatten") and x.shape is not None and outs and outs[0].shape is not None:
+            b, outer, extent = reshape_layout(x.shape, x.batch_axis, x_layout, outs[0].shape)
+            axes, split = [b], b is not None and outer == 1
+            if b is not None:
+                layout[outs[0].name] = (outer, extent)
+        else:
+            axes, split = _rule(op, ins, outs, opset, values)
+            for t, a in zip(outs, axes):
+                if x.name in layout and a is not None and t.shape is not None and t.shape[a] == x.shape[x.batch_axis]:
+                    layout[t.name] = layout[x.name]
+        if any(layout.get(t.name, (1, 0))[0] > 1 for t in batched_in):
+            split = False  # rows interleaved with an outer dim: not contiguous slices
         for t, a in zip(outs, axes):
             t.batch_axis = a if (a is not None and t.shape is not None and a < len(t.shape)) else None
         op.splittable = bool(split)
         op.batched = op.op_type not in SHAPE_OUTPUT_OPS
+    found: list[BatchConstant] = []
+    for n, t in view.items():
+        tensors[n].batch_axis = t.batch_axis if tensors[n].shape is not None else None
+    for op in ops:
         if op.batched and op.splittable:
+            ins = [tensors[i] if i else None for i in op.inputs]
+            outs = [tensors[o] for o in op.outputs if o]
             found += _batch_constants(op, ins, outs, file_batch, consts, tensors, ops)
     return found
 
@@ -198,6 +225,35 @@ def _einsum(ins, equation, n_out):
     if len(cands) != 1:
         return [None] * n_out, False
     return [cands.pop()], True
+
+
+def reshape_layout(in_shape, a: int, layout: tuple[int, int], out_shape):
+    """Where the batch lands in a reshape: (output axis, outer factor, batch extent), axis None if split apart.
+
+    The input's batch axis `a` has dim = outer x extent x inner (`layout` = (outer, extent)). The batch starts
+    at element offset P = prod(in_shape[:a]) x outer; it lands on output axis b whose prefix product divides P
+    and whose span holds P x extent. Exact matches (outer 1, dim == extent) win, then the first axis.
+
+    >>> reshape_layout((7, 16, 64), 0, (1, 7), (112, 64))   # batch outer in a merged axis
+    (0, 1, 7)
+    >>> reshape_layout((16, 7, 64), 1, (1, 7), (112, 64))   # batch inside a merged axis
+    (0, 16, 7)
+    """
+    outer, extent = layout
+    p_in = int(np.prod(in_shape[:a])) * outer if a else outer
+    cands = []
+    prefix = 1
+    for b, d in enumerate(out_shape):
+        if prefix > p_in:
+            break
+        if p_in % prefix == 0 and (prefix * d) % (p_in * extent) == 0:
+            new_outer = p_in // prefix
+            cands.append((not (new_outer == 1 and d == extent), b, new_outer))
+        prefix *= d
+    if not cands:
+        return None, 1, extent
+    _, b, new_outer = min(cands)
+    return b, new_outer, extent
 
 
 def _reshape(x: TensorInfo, out: TensorInfo):

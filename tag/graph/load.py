@@ -60,7 +60,8 @@ def load_model(path, *, data_inputs=(), input_shapes=None, batch_size=None, n_de
     roots = _param_roots(ops, tensors)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 9)
     data = list(roles.data)
-    batch_constants = propagate_batch(ops, tensors, data, shp.file_batch, consts, opset, shp.values)
+    probe = _probe_shapes(model, path, roles, shp)
+    batch_constants = propagate_batch(ops, tensors, data, shp.file_batch, consts, opset, shp.values, probe)
     counted: set[str] = set()
     for op in ops:
         fill_costs(op, tensors, shp.file_batch)
@@ -85,6 +86,26 @@ def load_model(path, *, data_inputs=(), input_shapes=None, batch_size=None, n_de
                    outputs=[o.name for o in g.output], file_batch=shp.file_batch,
                    batch_size=global_batch(shp.file_batch, batch_size, n_devices), batch_constants=batch_constants,
                    input_shapes=dict(shp.input_shapes), sha256=file_sha256(path), warnings=warnings)
+
+
+PROBE_BATCH = 7  # a batch no other dim is likely to equal
+
+
+def _probe_shapes(model, path, roles, shp) -> dict | None:
+    """Shapes at batch PROBE_BATCH when every data input's batch dim is symbolic (None otherwise or on failure)."""
+    from tag.graph.roles import declared_dims
+
+    vis = {vi.name: vi for vi in model.graph.input}
+    given = {}
+    for name in roles.data:
+        dims = declared_dims(vis[name])
+        if not dims or not isinstance(dims[0], str):
+            return None
+        given[name] = (PROBE_BATCH,) + tuple(shp.input_shapes[name][1:])
+    try:
+        return complete_shapes(model, path, roles, given, evaluate=False).shapes
+    except Exception:
+        return None
 
 
 def _topological(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:

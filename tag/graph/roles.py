@@ -3,8 +3,8 @@
 Data inputs are those named by ``--data-input``; without it, the non-initializer graph inputs whose leading
 dim is symbolic; failing that, the first non-initializer input plus every other non-float one sharing its
 leading dim (token ids and masks of a static-batch export). Every other float input and every float
-initializer of rank >= 1 is a parameter. Integer/bool initializers and rank-0 float initializers (exporter
-scalars such as ``sqrt(d)``) are constants. A non-float input that is not data is an error naming it.
+initializer with more than one element is a parameter. Integer/bool initializers and one-element float
+initializers (exporter scalars such as ``sqrt(d)``) are constants. A non-float input that is not data is an error naming it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto
 @dataclass
 class Roles:
     data: list[str]  # data inputs, in graph-input order
-    params: list[str] = field(default_factory=list)  # float non-data inputs and float initializers (rank >= 1)
+    params: list[str] = field(default_factory=list)  # float non-data inputs and float initializers (> 1 element)
     constants: list[str] = field(default_factory=list)  # integer / scalar initializers
 
 
@@ -70,7 +70,7 @@ def assign_roles(model: onnx.ModelProto, path: str, data_inputs=()) -> Roles:
                              f"a non-float ({onnx.TensorProto.DataType.Name(elem_type(vi)) if elem_type(vi) else 'non-tensor'}) input that is not data")
         roles.params.append(vi.name)
     for t in g.initializer:
-        if t.data_type in FLOAT_TYPES and len(t.dims) >= 1:
+        if t.data_type in FLOAT_TYPES and _numel(t.dims) > 1:
             roles.params.append(t.name)
         else:
             roles.constants.append(t.name)
@@ -80,3 +80,10 @@ def assign_roles(model: onnx.ModelProto, path: str, data_inputs=()) -> Roles:
 def _symbolic_leading(vi: onnx.ValueInfoProto) -> bool:
     dims = declared_dims(vi)
     return bool(dims) and isinstance(dims[0], str)
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n

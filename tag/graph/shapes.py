@@ -66,8 +66,11 @@ def data_input_shapes(model: onnx.ModelProto, path: str, roles: Roles,
 
 
 def complete_shapes(model: onnx.ModelProto, path: str, roles: Roles,
-                    given: dict[str, tuple[int, ...]] | None = None) -> Shapes:
-    """Every tensor's dtype and shape at the file's batch (see the module docstring)."""
+                    given: dict[str, tuple[int, ...]] | None = None, evaluate: bool = True) -> Shapes:
+    """Every tensor's dtype and shape at the file's batch (see the module docstring).
+
+    evaluate: run the reference evaluator where inference leaves gaps.
+    """
     g = model.graph
     data_shapes = data_input_shapes(model, path, roles, given)
     file_batch = data_shapes[roles.data[0]][0] if data_shapes[roles.data[0]] else 1
@@ -111,7 +114,7 @@ def complete_shapes(model: onnx.ModelProto, path: str, roles: Roles,
         inits = inits + [numpy_helper.from_array(np.asarray(v), name) for name, v in folded.items()]
     _fill_dropout_masks(g, dtypes, shapes)
     gaps = _used_gaps(g, shapes)
-    if gaps:
+    if gaps and evaluate:
         _fill_by_evaluation(inferred, gaps, data_shapes, dtypes, shapes)
     fold_shape_values(list(g.node), dtypes, shapes, values)
     return Shapes(dtypes=dtypes, shapes=shapes, input_shapes=data_shapes, file_batch=max(int(file_batch), 1),
