@@ -69,8 +69,9 @@ def run(args) -> int:
             rows_of[d] = max(rows_of.get(d, 0), dec.rows[d])
     lines = [f"{source}: {inp.gg.n_groups} groups, batch {inp.batch_size}, optimizer {inp.training.optimizer}, "
              f"cost model {inp.cost.name}",
-             f"iteration {res.iteration_ms:.2f} ms, {res.samples_per_s:,.1f} samples/s"
-             + (", OUT OF MEMORY on " + ", ".join(sorted(oom_devices)) if res.oom else ""), ""]
+             (f"OUT OF MEMORY on {', '.join(sorted(oom_devices))} (the iteration would take "
+              f"{getattr(res, 'fit_iteration_ms', float('nan')):.2f} ms if it fit)" if res.oom else
+              f"iteration {res.iteration_ms:.2f} ms, {res.samples_per_s:,.1f} samples/s"), ""]
     rows = []
     for d in inp.cluster.devices:
         usable_gb = d.type.usable_memory_bytes / 1e9
