@@ -40,6 +40,10 @@ def run(args) -> int:
     from tag.search.baselines import build_baseline
     from tag.sim import simulate
 
+    if args.plan and args.groups is not None:
+        from tag.errors import InputError
+
+        raise InputError("--groups", "K", "no --groups with --plan (the plan's own groups are simulated)", str(args.groups))
     inp = load_inputs(args.model, args.topology, args, plan_path=args.plan)
     if args.plan:
         strategy, source = inp.strategy, f"plan {args.plan}"

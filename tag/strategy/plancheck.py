@@ -10,7 +10,7 @@ from __future__ import annotations
 from tag.errors import InputError, short_repr
 from tag.strategy import Strategy
 from tag.strategy.planfile import PlanMeta, file_sha256, load_plan_json, parse_plan
-from tag.strategy.regroup import groupgraph_from_partition, partition_problems
+from tag.strategy.regroup import groupgraph_from_plan
 
 
 def check_plan_hashes(raw: dict, plan_path: str, model_path: str, topology_path: str) -> None:
@@ -46,19 +46,9 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
         raise InputError(path, "model.batch_size", f"the batch the model was loaded with ({graph.batch_size})",
                          str(meta.batch_size))
 
-    op_index = graph.op_index()
-    op_groups: list[list[int]] = []
-    for g, names in enumerate(meta.groups):
-        ids = []
-        for k, name in enumerate(names):
-            if name not in op_index:
-                raise InputError(path, f"groups[{g}].ops[{k}]", f"an op name of {model_path}", short_repr(name))
-            ids.append(op_index[name])
-        op_groups.append(ids)
-    for where, expected, found in partition_problems(graph, op_groups):
-        raise InputError(path, where, expected, found)
-    if gg is None or [sorted(g.op_ids) for g in gg.groups] != [sorted(ids) for ids in op_groups]:
-        gg = groupgraph_from_partition(graph, op_groups)
+    rebuilt = groupgraph_from_plan(graph, meta.groups, path)
+    if gg is None or [sorted(g.op_ids) for g in gg.groups] != [g.op_ids for g in rebuilt.groups]:
+        gg = rebuilt
 
     for g, dec in enumerate(strategy.decisions):
         where = f"decisions[{_position(raw, g)}]"

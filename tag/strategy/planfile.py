@@ -147,7 +147,8 @@ def read_plan(path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
     """Read and structurally check a plan file: the Strategy and the rest of the plan.
 
     With `cluster`, device indices are the cluster's topology order and unknown device ids are errors;
-    without, the order is one consistent with every row map in the file (PlanMeta.device_ids).
+    without, the order is one consistent with every row map in the file (PlanMeta.device_ids; ps
+    servers that compute no rows anywhere come after, in order of appearance).
     """
     return parse_plan(load_plan_json(path), path, cluster)
 
@@ -203,7 +204,8 @@ def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
     if cluster is not None:
         device_ids = tuple(dev.id for dev in cluster.devices)
     else:
-        device_ids = _device_order([list(d["rows"]) for _, d in decs], path)
+        servers = [[d["server"]] for _, d in decs if d.get("sync") == "ps" and isinstance(d.get("server"), str)]
+        device_ids = _device_order([list(d["rows"]) for _, d in decs] + servers, path)
     index = {dev: k for k, dev in enumerate(device_ids)}
 
     decisions = []

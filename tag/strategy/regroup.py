@@ -55,3 +55,25 @@ def partition_problems(graph: OpGraph, op_groups: list[list[int]]) -> list[tuple
                                      f"op {graph.ops[c].name!r} consumes {t!r} from later groups[{seen[i]}]"))
                     return problems
     return problems
+
+
+def groupgraph_from_plan(graph: OpGraph, plan_groups: list[list[str]], path: str = "plan.json") -> GroupGraph:
+    """The GroupGraph of a plan's groups given by op names (``PlanMeta.groups``).
+
+    Raises InputError(path, ``groups[g].ops[k]`` or ``groups[g]``, ...) for an unknown op name or a
+    partition that `partition_problems` rejects.
+    """
+    from tag.errors import InputError, short_repr
+
+    index = graph.op_index()
+    op_groups = []
+    for g, names in enumerate(plan_groups):
+        ids = []
+        for k, name in enumerate(names):
+            if name not in index:
+                raise InputError(path, f"groups[{g}].ops[{k}]", f"an op name of {graph.path}", short_repr(name))
+            ids.append(index[name])
+        op_groups.append(ids)
+    for where, expected, found in partition_problems(graph, op_groups):
+        raise InputError(path, where, expected, found)
+    return groupgraph_from_partition(graph, op_groups)

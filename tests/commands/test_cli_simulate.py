@@ -104,6 +104,8 @@ def test_plan_batch_contradicting_flag_and_bad_rows(files, capsys):
     _plan_from_baseline(model, topo, plan, name="dp-even")
     code, _, err = run_cli(capsys, "simulate", model, topo, "--plan", str(plan), "--batch-size", "64")
     assert code == 2 and "model.batch_size" in err
+    code, _, err = run_cli(capsys, "simulate", model, topo, "--plan", str(plan), "--groups", "2")
+    assert code == 2 and err.startswith("tag simulate: error: --groups")
     obj = json.loads(plan.read_text())
     obj["decisions"][0]["rows"]["m0/0"] += 1
     plan.write_text(json.dumps(obj))

@@ -115,3 +115,54 @@ def test_contradictory_device_order_is_an_error(setup):
     with pytest.raises(InputError) as e:
         read_plan(_write_raw(tmp, plan))
     assert e.value.where == "decisions"
+
+
+def _strategies():
+    """Random valid strategies for the 2-group tiny graph on the 4-device cluster (batch 8)."""
+    from hypothesis import strategies as st
+
+    def decision(draw_rows, sync_pick, server, sfb):
+        rows = tuple(draw_rows)
+        devices = [d for d, r in enumerate(rows) if r > 0]
+        sync = sync_pick if len(devices) > 1 else None
+        return Decision(rows=rows, sync=sync, server=server if sync == "ps" else None,
+                        sfb=sfb if sync else ())
+
+    rows = st.lists(st.integers(0, 8), min_size=3, max_size=3).filter(lambda r: sum(r) <= 8).map(
+        lambda r: (*r, 8 - sum(r)))
+    dec0 = st.builds(decision, rows, st.sampled_from(["allreduce", "hierarchical", "ps"]), st.integers(0, 3),
+                     st.sampled_from([(), ("mm1",)]))
+    dec1 = st.builds(decision, rows, st.sampled_from(["allreduce", "ps"]), st.integers(0, 3), st.just(()))
+    return st.builds(lambda a, b: Strategy((a, b)), dec0, dec1)
+
+
+def test_round_trip_property(tmp_path):
+    from hypothesis import given, settings
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"m")
+    topo = tmp_path / "t.json"
+    topo.write_text(json.dumps(TOPO))
+    cluster = parse_topology(TOPO, str(topo))
+    gg = groupgraph_from_partition(tiny_graph(), [[0, 1], [2]])
+    path = str(tmp_path / "p.json")
+
+    @settings(max_examples=60, deadline=None)
+    @given(_strategies())
+    def check(s):
+        write_plan(path, s, gg, cluster, TrainingConfig(), str(model), str(topo))
+        assert read_plan(path, cluster)[0] == s
+        back, meta = read_plan(path)  # without the cluster: same maps over the devices the file uses
+        full = {dev: k for k, dev in enumerate(cluster.devices[i].id for i in range(4))}
+        for a, b in zip(s.decisions, back.decisions):
+            assert {cluster.devices[d].id: r for d, r in enumerate(a.rows) if r} == \
+                   {meta.device_ids[d]: r for d, r in enumerate(b.rows) if r}
+            assert a.sync == b.sync and a.sfb == b.sfb
+            if a.server is not None:
+                assert cluster.devices[a.server].id == meta.device_ids[b.server]
+        # within every row map the inferred order agrees with topology order (what slices depend on)
+        for b in back.decisions:
+            topo_idx = [full[meta.device_ids[d]] for d in b.devices]
+            assert topo_idx == sorted(topo_idx)
+
+    check()
