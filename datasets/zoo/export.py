@@ -9,6 +9,7 @@ import onnx
 import onnx_ir
 import torch
 
+from .cleanup import drop_zero_conv_bias
 from .spec import ModelSpec
 
 OPSET = 20
@@ -53,7 +54,7 @@ def export_spec(spec: ModelSpec, seed: int = 0) -> tuple[onnx.ModelProto, float]
 
     Every data input gets the symbolic dim "batch" on axis 0. With spec.weights_as_inputs, float
     initializers become graph inputs without values (after the data inputs) and integer constants get
-    their remembered values back.
+    their remembered values back. Zero biases synthesised for bias-free Conv layers are dropped (exact).
     """
     start = time.perf_counter()
     device = "meta" if spec.weights_as_inputs else "cpu"
@@ -90,6 +91,7 @@ def export_spec(spec: ModelSpec, seed: int = 0) -> tuple[onnx.ModelProto, float]
     for value, inp in zip(graph.inputs, spec.inputs):
         value.shape = onnx_ir.Shape(["batch"] + list(value.shape.dims[1:]))
     proto = onnx_ir.serde.serialize_model(ir_model)
+    drop_zero_conv_bias(proto)
     proto.producer_name = "tag datasets/build.py"
     proto.doc_string = spec.description
     return proto, time.perf_counter() - start

@@ -19,8 +19,8 @@ def causal_mask(tokens: int, like: torch.Tensor) -> torch.Tensor:
 
 def sinusoidal_positions(tokens: int, d_model: int, like: torch.Tensor) -> torch.Tensor:
     """(tokens, d_model) sinusoidal encoding of Vaswani et al.: sin on even, cos on odd features."""
-    pos = torch.arange(tokens, dtype=like.dtype, device=like.device).unsqueeze(1)
-    freq = torch.exp(torch.arange(0, d_model, 2, dtype=like.dtype, device=like.device)
+    pos = torch.arange(tokens, device=like.device).to(like.dtype).unsqueeze(1)
+    freq = torch.exp(torch.arange(0, d_model, 2, device=like.device).to(like.dtype)
                      * (-math.log(10000.0) / d_model))
     angle = pos * freq
     return torch.stack([torch.sin(angle), torch.cos(angle)], dim=-1).flatten(-2)

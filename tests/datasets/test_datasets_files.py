@@ -67,3 +67,18 @@ def test_big_models_keep_batchnorm_layernorm_and_integer_constants():
     pairs = [onnx.numpy_helper.to_array(i) for i in dlrm.graph.initializer if i.name == "pair_index"]
     # Strictly lower triangle of the 9 x 9 dot-product matrix, row-major flattened.
     assert pairs and pairs[0].tolist() == [i * 9 + j for i in range(9) for j in range(i)]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_shape_inference_leaves_only_the_batch_symbolic(name):
+    """After onnx shape inference every node output has a shape whose only symbolic dim is `batch`."""
+    model = onnx.shape_inference.infer_shapes(onnx.load(os.path.join(MODELS_DIR, f"{name}.onnx")), data_prop=True)
+    known = {v.name: v for v in list(model.graph.value_info) + list(model.graph.output)}
+    for node in model.graph.node:
+        for out in node.output:
+            assert out in known and known[out].type.tensor_type.HasField("shape"), f"{name}: {out} unknown"
+            dims = known[out].type.tensor_type.shape.dim
+            assert all(d.HasField("dim_value") or d.dim_param == "batch" for d in dims), \
+                f"{name}: {node.op_type} output {out} has shape {dims}"
+    if any(n.op_type == "Conv" for n in model.graph.node):
+        assert not any(n.op_type == "CastLike" for n in model.graph.node)
