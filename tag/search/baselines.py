@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from tag.search.baselines_baechi import m_etf, m_topo
 from tag.strategy import Decision, Strategy
+from tag.strategy.plancheck import group_has_params
 
 
 def even_rows(batch: int, n: int) -> tuple[int, ...]:
@@ -47,10 +48,6 @@ def largest_remainder(batch: int, weights: list[float]) -> tuple[int, ...]:
     return tuple(rows)
 
 
-def _has_params(group) -> bool:
-    return group.param_count > 0 or group.param_bytes > 0 or bool(group.params)
-
-
 def replicated_strategy(gg, rows: tuple[int, ...], sync: str, host: int = 0,
                         servers: dict[int, int] | None = None) -> Strategy:
     """Every splittable group on the row map `rows`, unsplittable groups whole on device `host`.
@@ -63,7 +60,7 @@ def replicated_strategy(gg, rows: tuple[int, ...], sync: str, host: int = 0,
     for g in gg.groups:
         r = rows if g.splittable else whole
         replicated = sum(1 for x in r if x > 0) > 1
-        s = sync if replicated and _has_params(g) else None
+        s = sync if replicated and group_has_params(gg, g.id) else None
         server = servers.get(g.id) if (s == "ps" and servers) else None
         decisions.append(Decision(rows=r, sync=s, server=server))
     return Strategy(tuple(decisions))
@@ -78,7 +75,7 @@ def ps_servers(gg, n_devices: int) -> dict[int, int]:
     """Server device per group with parameters: largest groups first, each to the least-loaded device (bytes)."""
     load = [0.0] * n_devices
     servers = {}
-    for g in sorted((g for g in gg.groups if _has_params(g)), key=lambda g: (-g.param_bytes, g.id)):
+    for g in sorted((g for g in gg.groups if group_has_params(gg, g.id)), key=lambda g: (-g.param_bytes, g.id)):
         d = min(range(n_devices), key=lambda d: (load[d], d))
         servers[g.id] = d
         load[d] += g.param_bytes

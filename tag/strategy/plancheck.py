@@ -13,6 +13,15 @@ from tag.strategy.planfile import PlanMeta, file_sha256, load_plan_json, parse_p
 from tag.strategy.regroup import groupgraph_from_plan
 
 
+def group_has_params(gg, group_id: int) -> bool:
+    """True when a group's gradients need a sync method if replicated: it owns parameters, or it uses a
+    parameter shared with other groups (``GroupGraph.shared_params``). Same rule as `tag.search.space`."""
+    g = gg.groups[group_id]
+    if g.param_bytes > 0 or g.param_count > 0 or g.params:
+        return True
+    return any(group_id in users for users in (getattr(gg, "shared_params", None) or {}).values())
+
+
 def check_plan_hashes(raw: dict, plan_path: str, model_path: str, topology_path: str) -> None:
     """Raise InputError unless the plan's model and topology sha256 match the files given (cheap: no loading)."""
     for key, file in (("model", model_path), ("topology", topology_path)):
@@ -56,7 +65,7 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
         if not group.splittable and dec.replicated:
             raise InputError(path, f"{where}.rows", f"all rows on one device (group {g} cannot be split by rows)",
                              f"{len(dec.devices)} devices")
-        has_params = group.param_count > 0 or group.param_bytes > 0 or bool(group.params)
+        has_params = group_has_params(gg, g)
         if has_params and dec.replicated:
             if dec.sync is None:
                 raise InputError(path, f"{where}.sync", "allreduce, hierarchical or ps for a replicated group with parameters",

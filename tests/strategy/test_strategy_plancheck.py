@@ -137,3 +137,14 @@ def test_partition_problems_by_brute_force(env):
         groups = [[i for i in range(3) if assign[i] == g] for g in range(k)]
         ok = all(groups) and list(assign) == sorted(assign)  # chain graph: topological iff non-decreasing
         assert (partition_problems(graph, groups) == []) == ok, assign
+
+
+def test_group_using_a_shared_parameter_needs_a_sync(env):
+    model, topo, cluster, graph = env
+    graph.ops[1].params = ["W1"]  # relu (group 1) now also reads W1, owned by group 0
+    graph.tensors["W1"].consumers = [0, 1]
+    gg = three_groups(graph)
+    assert gg.shared_params == {"W1": [0, 1]}
+    _expect(env, plan_of(env, good_strategy(), gg), "decisions[1].sync")
+    ok = good_strategy().replace(1, Decision((2, 2, 2, 2), sync="allreduce"))
+    assert check(env, plan_of(env, ok, gg))[0] == ok
