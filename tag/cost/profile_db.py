@@ -10,13 +10,23 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
       "ops": {
         "<signature>": {"rows": [1, 2, 4, 8], "fwd_ms": [0.10, 0.18, 0.33, 0.64],
                          "bwd_ms": [0.21, 0.37, 0.70, 1.35]}
-      }
+      },
+      "dispatch_ms": 0.004,              # optional: per-op launch/dispatch overhead estimate
+      "settings": {"warmup": 2, ...},    # optional: how the figures were measured (free-form)
+      "groups": [                         # optional: measured group-level runs
+        {"ops": ["/conv1/Conv", "/relu/Relu"], "rows": [1, 2], "fwd_ms": [..], "bwd_ms": [..],
+         "ops_fwd_ms": [..], "ops_bwd_ms": [..]}   # ops_*: the sum of the group's per-op figures
+      ]
     }
 
 ``rows`` is strictly increasing and positive; ``fwd_ms`` and ``bwd_ms`` have one non-negative time per
 row count (``bwd_ms`` may be omitted: the cost model then uses the roofline's backward for that op).
 A signature is ``op_type|input shapes per row|attribute hash`` (see `op_signature`): the batch axis of
 a batched input is written ``N``, so the same op at any batch has one signature.
+
+``groups[i].ops`` names the group's compute ops (`Op.name`, in graph order); the cost model uses a group's
+measured run for a group of exactly those ops, and the per-op figures otherwise. ``dispatch_ms``,
+``settings`` and ``groups`` are optional (files without them stay valid).
 
 Between measured row counts times are interpolated linearly; beyond the last they are extrapolated
 linearly from the last two (below the first, from the first two); with one measurement the time
@@ -45,6 +55,18 @@ class OpProfile:
 
 
 @dataclass
+class GroupProfile:
+    """A measured run of a set of ops (a group): its times and the sums of its ops' own figures, ms."""
+
+    ops: list[str]
+    rows: list[int]
+    fwd_ms: list[float]
+    bwd_ms: list[float]
+    ops_fwd_ms: list[float] | None = None
+    ops_bwd_ms: list[float] | None = None
+
+
+@dataclass
 class ProfileDB:
     """A loaded profile file (see the module docstring for the JSON format)."""
 
@@ -53,6 +75,9 @@ class ProfileDB:
     machine: dict = field(default_factory=dict)
     ops: dict[str, OpProfile] = field(default_factory=dict)
     path: str = ""
+    groups: list[GroupProfile] = field(default_factory=list)
+    dispatch_ms: float | None = None  # per-op launch/dispatch overhead estimate
+    settings: dict = field(default_factory=dict)  # how the figures were measured (free-form)
 
     @property
     def name(self) -> str:
@@ -143,7 +168,36 @@ def from_json(obj: dict, path: str = "<profile>") -> ProfileDB:
             bwd = _check_series(path, f"{where}.bwd_ms", bwd, len(rows), "ms")
         ops[sig] = OpProfile(rows, [float(v) for v in fwd], None if bwd is None else [float(v) for v in bwd])
     machine = obj.get("machine", {})
-    return ProfileDB(dt, threads, machine if isinstance(machine, dict) else {}, ops, path)
+    groups = [_group_from_json(path, f"groups[{i}]", g) for i, g in enumerate(_list(path, "groups", obj.get("groups", [])))]
+    dispatch = obj.get("dispatch_ms")
+    if dispatch is not None and (isinstance(dispatch, bool) or not isinstance(dispatch, (int, float)) or dispatch < 0):
+        raise InputError(path, "dispatch_ms", "a non-negative number", short_repr(dispatch))
+    settings = obj.get("settings", {})
+    return ProfileDB(dt, threads, machine if isinstance(machine, dict) else {}, ops, path, groups,
+                     None if dispatch is None else float(dispatch), settings if isinstance(settings, dict) else {})
+
+
+def _list(path: str, where: str, value) -> list:
+    if not isinstance(value, list):
+        raise InputError(path, where, "a JSON array", short_repr(value))
+    return value
+
+
+def _group_from_json(path: str, where: str, g) -> GroupProfile:
+    if not isinstance(g, dict):
+        raise InputError(path, where, "an object with ops, rows, fwd_ms and bwd_ms", short_repr(g))
+    names = g.get("ops")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise InputError(path, f"{where}.ops", "a non-empty list of op names", short_repr(names))
+    rows = _check_series(path, f"{where}.rows", g.get("rows"), None, "rows")
+    series = {}
+    for key in ("fwd_ms", "bwd_ms", "ops_fwd_ms", "ops_bwd_ms"):
+        value = g.get(key)
+        if value is None and key.startswith("ops_"):
+            series[key] = None
+            continue
+        series[key] = [float(v) for v in _check_series(path, f"{where}.{key}", value, len(rows), "ms")]
+    return GroupProfile(list(names), rows, series["fwd_ms"], series["bwd_ms"], series["ops_fwd_ms"], series["ops_bwd_ms"])
 
 
 def to_json(db: ProfileDB) -> dict:
@@ -154,7 +208,21 @@ def to_json(db: ProfileDB) -> dict:
         if p.bwd_ms is not None:
             e["bwd_ms"] = list(p.bwd_ms)
         ops[sig] = e
-    return {"version": VERSION, "device_type": db.device_type, "threads": db.threads, "machine": db.machine, "ops": ops}
+    out = {"version": VERSION, "device_type": db.device_type, "threads": db.threads, "machine": db.machine, "ops": ops}
+    if db.dispatch_ms is not None:
+        out["dispatch_ms"] = db.dispatch_ms
+    if db.settings:
+        out["settings"] = db.settings
+    if db.groups:
+        out["groups"] = []
+        for g in db.groups:
+            e = {"ops": list(g.ops), "rows": list(g.rows), "fwd_ms": list(g.fwd_ms), "bwd_ms": list(g.bwd_ms)}
+            if g.ops_fwd_ms is not None:
+                e["ops_fwd_ms"] = list(g.ops_fwd_ms)
+            if g.ops_bwd_ms is not None:
+                e["ops_bwd_ms"] = list(g.ops_bwd_ms)
+            out["groups"].append(e)
+    return out
 
 
 def load(path: str) -> ProfileDB:

@@ -1,0 +1,177 @@
+"""`tag profile links`: run the link sweeps on local ranks (or as one rank under torchrun), fit, and write a
+complete topology.json of the devices the ranks ran on.
+
+Topology written (every figure measured):
+
+- ``device_types[<type>]``: the first machine's measured ``peak_tflops`` (one-thread 1024^3 matmul, or the
+  device's), ``memory_bandwidth_gbps`` (a 64 MiB copy) and ``memory_gb`` (the machine's memory / its ranks);
+- one machine per host, ``count`` = its ranks; ``intra_bandwidth_gbps`` / ``intra_latency_us`` from the
+  alpha-beta fit of its intra pair (a machine with one rank keeps the defaults: nothing to measure);
+- a link between every pair of machines with the fitted bandwidth and ``latency_us`` = fitted end-to-end
+  latency minus the two device ports (``intra_latency_us / 2`` each, see `tag.topology.routing`), at least 0;
+- ``x-measured``: the raw sweeps, fits, the all-reduce fit and every machine's block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+
+from tag.profile.fit import fit_p2p, fit_ring_allreduce
+from tag.profile.links_sweep import LinkSettings
+from tag.profile.timing import device_type_entry
+
+DISAGREE_FACTOR = 1.5  # --compare flags figures that differ by more than this factor either way
+
+
+class LinksFailed(Exception):
+    """A rank of the sweep failed or the sweep timed out (one-line message)."""
+
+
+def under_torchrun() -> bool:
+    """True when this process is a rank started by torchrun (its environment names rank and world)."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def launch_local(settings: LinkSettings, nproc: int, timeout_s: float = 300.0) -> dict:
+    """Run the sweeps on `nproc` local ranks with torchrun (the deploy launcher's command); rank 0's result."""
+    from tag.deploy.launcher import torchrun_command
+
+    run_dir = tempfile.mkdtemp(prefix="tag-links-")
+    try:
+        cfg = os.path.join(run_dir, "config.json")
+        with open(cfg, "w") as f:
+            json.dump({"settings": settings.to_json(), "timeout_s": timeout_s}, f)
+        cmd = torchrun_command(cfg, nproc)
+        cmd[cmd.index("tag.deploy.worker")] = "tag.profile.links_worker"
+        env = dict(os.environ, OMP_NUM_THREADS=str(settings.threads), PYTHONWARNINGS="ignore")
+        with open(os.path.join(run_dir, "torchrun.log"), "w") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                raise LinksFailed(f"the sweep over {nproc} ranks did not finish in {timeout_s:g} s; killed its ranks")
+        result_path = os.path.join(run_dir, "result.json")
+        if proc.returncode == 0 and os.path.exists(result_path):
+            with open(result_path) as f:
+                return json.load(f)
+        raise LinksFailed(_first_error(run_dir, nproc, proc.returncode))
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _first_error(run_dir: str, nproc: int, code: int | None) -> str:
+    for r in range(nproc):
+        try:
+            with open(os.path.join(run_dir, f"rank{r}.error")) as f:
+                return f"rank {r} failed: {f.readline().strip()}"
+        except OSError:
+            continue
+    try:
+        with open(os.path.join(run_dir, "torchrun.log")) as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        lines = []
+    return f"torchrun exited with code {code}" + (f": {lines[-1]}" if lines else "")
+
+
+def fits(result: dict) -> dict:
+    """Alpha-beta fits of a sweep result: per measured pair and of the all-reduce (JSON-ready)."""
+    sizes = result["sizes_bytes"]
+    pairs = []
+    for e in result["p2p"]:
+        f = fit_p2p(sizes, e["one_way_ms"])
+        pairs.append({"kind": e["kind"], "ranks": e["ranks"], "latency_us": f.latency_us,
+                      "bandwidth_gbps": f.bandwidth_gbps, "max_rel_error": f.max_rel_error})
+    out = {"p2p": pairs}
+    if result["world"] >= 2:
+        f = fit_ring_allreduce(sizes, result["allreduce_ms"], result["world"])
+        out["allreduce"] = {"ranks": result["world"], "hop_latency_us": f.latency_us,
+                            "hop_bandwidth_gbps": f.bandwidth_gbps, "max_rel_error": f.max_rel_error}
+    return out
+
+
+def measured_topology(result: dict, name: str = "measured") -> dict:
+    """A complete topology.json object from a sweep result (see the module docstring)."""
+    dtype = result["settings"]["device_type"]
+    machines = result["machines"]
+    blocks = result["machine_blocks"]
+    f = fits(result)
+    names = [f"m{i}" for i in range(len(machines))]
+    machine_of = {r: i for i, m in enumerate(machines) for r in m}
+    first = blocks[0]
+    entry = device_type_entry(first, first["memory_gb"] / len(machines[0]) if first.get("memory_gb") else None)
+    entry["kind"] = "gpu" if result["settings"]["device"].startswith("cuda") else "cpu"
+    topo = {"version": 1, "name": name, "device_types": {dtype: entry}, "machines": [], "links": []}
+    intra_lat = {}
+    for i, m in enumerate(machines):
+        spec = {"name": names[i], "devices": [{"type": dtype, "count": len(m)}], "x-host": result["hosts"][m[0]]}
+        pair = next((p for p in f["p2p"] if p["kind"] == "intra" and machine_of[p["ranks"][0]] == i), None)
+        if pair is not None:
+            spec["intra_bandwidth_gbps"] = round(pair["bandwidth_gbps"], 3)
+            spec["intra_latency_us"] = round(pair["latency_us"], 3)
+            intra_lat[i] = spec["intra_latency_us"]
+        topo["machines"].append(spec)
+    from tag.topology.schema import DEFAULT_INTRA_LATENCY_US
+
+    for p in f["p2p"]:
+        if p["kind"] != "inter":
+            continue
+        a, b = machine_of[p["ranks"][0]], machine_of[p["ranks"][1]]
+        ports = (intra_lat.get(a, DEFAULT_INTRA_LATENCY_US) + intra_lat.get(b, DEFAULT_INTRA_LATENCY_US)) / 2.0
+        topo["links"].append({"between": [names[a], names[b]], "bandwidth_gbps": round(p["bandwidth_gbps"], 3),
+                              "latency_us": round(max(p["latency_us"] - ports, 0.0), 3)})
+    if not topo["links"]:
+        del topo["links"]
+    topo["x-measured"] = {"backend": result["backend"], "sizes_bytes": result["sizes_bytes"], "p2p": result["p2p"],
+                          "allreduce_ms": result["allreduce_ms"], "fits": f, "machines": blocks,
+                          "settings": result["settings"]}
+    return topo
+
+
+def compare(measured: dict, hand_path: str, factor: float = DISAGREE_FACTOR) -> list[dict]:
+    """Where a hand-written topology disagrees with a measured one (both parsed as Clusters).
+
+    One row per compared figure: ``what``, ``hand``, ``measured``, ``ratio`` (hand / measured) and
+    ``disagrees`` (ratio beyond `factor` either way, or a different device count). Pairs are the measured
+    ones, matched by device position in topology order; device types by each device's type.
+    """
+    from tag.topology import load_topology
+    from tag.topology.loader import parse_topology
+
+    hand = load_topology(hand_path)
+    meas = parse_topology(measured, "<measured>")
+    rows = []
+
+    def row(what, h, m):
+        ratio = h / m if m else float("inf")
+        rows.append({"what": what, "hand": h, "measured": m, "ratio": ratio,
+                     "disagrees": not (1.0 / factor <= ratio <= factor)})
+
+    if hand.n_devices != meas.n_devices:
+        rows.append({"what": "devices", "hand": hand.n_devices, "measured": meas.n_devices,
+                     "ratio": hand.n_devices / meas.n_devices, "disagrees": True})
+    seen_types = set()
+    for d in meas.devices[: hand.n_devices]:
+        h = hand.devices[d.index].type
+        if (h.name, d.type.name) in seen_types:
+            continue
+        seen_types.add((h.name, d.type.name))
+        row(f"{h.name} peak_tflops", h.peak_tflops, d.type.peak_tflops)
+        row(f"{h.name} memory_bandwidth_gbps", h.memory_bandwidth_gbps, d.type.memory_bandwidth_gbps)
+    for p in measured["x-measured"]["fits"]["p2p"]:
+        a, b = p["ranks"]
+        if max(a, b) >= hand.n_devices:
+            continue
+        pair = f"{meas.devices[a].id}<->{meas.devices[b].id}"
+        row(f"{pair} bandwidth_gbps", float(hand.bandwidth_gbps[a, b]), float(meas.bandwidth_gbps[a, b]))
+        row(f"{pair} latency_us", float(hand.latency_us[a, b]), float(meas.latency_us[a, b]))
+    return rows
+

@@ -1,0 +1,136 @@
+"""Timing helpers and machine micro-benchmarks: median of repeats after warm-up, matmul and copy rates.
+
+Every measurement runs under the intra-op threads the caller set (`torch.set_num_threads`); on CUDA the
+device is synchronised around each timed call. Times are in ms, rates in units named by the keys.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+
+def sync(device) -> None:
+    """Wait for queued work on `device` (a no-op on CPU)."""
+    import torch
+
+    if getattr(device, "type", str(device)).startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def median_ms(fn: Callable[[], object], *, warmup: int, repeats: int, device="cpu",
+              setup: Callable[[], object] | None = None) -> float:
+    """Median wall time of ``fn(setup())`` (or ``fn()``) over `repeats` timed calls after `warmup` untimed ones, ms.
+
+    `setup` runs untimed before each call and its result is passed to `fn` (e.g. a fresh forward whose
+    backward is timed).
+    """
+    times = []
+    for k in range(warmup + repeats):
+        arg = setup() if setup is not None else None
+        sync(device)
+        t0 = time.perf_counter_ns()
+        fn(arg) if setup is not None else fn()
+        sync(device)
+        t1 = time.perf_counter_ns()
+        if k >= warmup:
+            times.append((t1 - t0) / 1e6)
+    return float(statistics.median(times))
+
+
+def matmul_gflops(device="cpu", n: int = 1024, repeats: int = 3) -> float:
+    """FP32 throughput of an n x n x n matmul (2 n^3 FLOP), 10^9 FLOP/s (median of repeats, one warm-up)."""
+    import torch
+
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    ms = median_ms(lambda: torch.mm(a, b), warmup=1, repeats=repeats, device=device)
+    return 2.0 * n ** 3 / (ms / 1e3) / 1e9
+
+
+def copy_gbytes_per_s(device="cpu", nbytes: int = 64 * 2 ** 20, repeats: int = 3) -> float:
+    """Memory bandwidth of a big tensor copy (reads and writes `nbytes` each), 10^9 bytes/s."""
+    import torch
+
+    src = torch.ones(nbytes // 4, device=device)
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), warmup=1, repeats=repeats, device=device)
+    return 2.0 * nbytes / (ms / 1e3) / 1e9
+
+
+def dispatch_ms(device="cpu", calls: int = 2000) -> float:
+    """Per-op launch/dispatch overhead: the mean time of an add on a one-element tensor, ms."""
+    import torch
+
+    x = torch.ones(1, device=device)
+    y = torch.ones(1, device=device)
+    for _ in range(100):
+        torch.add(x, y)
+
+    def many():
+        for _ in range(calls):
+            torch.add(x, y)
+
+    return median_ms(many, warmup=0, repeats=3, device=device) / calls
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (else platform.processor())."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def total_memory_gb() -> float:
+    """Physical memory of this machine, 10^9 bytes (0 if unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+def machine_block(device="cpu", threads: int = 1, *, quick: bool = False) -> dict:
+    """The machine's description and measured figures for a profile's "machine" block.
+
+    Keys: ``host``, ``cpu``, ``cores``, ``memory_gb``, ``torch``, ``device``, ``threads``,
+    ``matmul_gflops`` (1024^3 matmul), ``copy_gbytes_per_s`` (64 MiB copy), ``dispatch_ms``, and the same
+    figures in topology units: ``peak_tflops`` and ``memory_bandwidth_gbps`` (10^9 bits/s).
+    `quick` shrinks the matmul and copy (for tests).
+    """
+    import torch
+
+    gflops = matmul_gflops(device, n=256 if quick else 1024)
+    gbytes = copy_gbytes_per_s(device, nbytes=(4 if quick else 64) * 2 ** 20)
+    out = {
+        "host": platform.node(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count() or 1,
+        "memory_gb": round(total_memory_gb(), 3),
+        "torch": torch.__version__,
+        "device": str(device),
+        "threads": int(threads),
+        "matmul_gflops": round(gflops, 3),
+        "copy_gbytes_per_s": round(gbytes, 3),
+        "dispatch_ms": round(dispatch_ms(device, calls=200 if quick else 2000), 6),
+        "peak_tflops": round(gflops / 1e3, 6),
+        "memory_bandwidth_gbps": round(gbytes * 8.0, 3),
+    }
+    if str(device).startswith("cuda"):
+        out["gpu"] = torch.cuda.get_device_name(device)
+    return out
+
+
+def device_type_entry(machine: dict, memory_gb: float | None = None) -> dict:
+    """A topology.json ``device_types`` entry from a measured machine block (peak, bandwidth, memory)."""
+    entry = {"peak_tflops": machine["peak_tflops"], "memory_bandwidth_gbps": machine["memory_bandwidth_gbps"]}
+    if memory_gb:
+        entry["memory_gb"] = round(memory_gb, 3)
+    return entry
