@@ -131,3 +131,10 @@ def test_needs_plan_or_baseline(files, capsys):
         main(["simulate", model, topo])
     assert e.value.code == 2
     capsys.readouterr()
+
+
+def test_cli_baseline_names_match_the_registry():
+    from tag.commands.simulate import BASELINE_NAMES
+    from tag.search.baselines import BASELINES
+
+    assert BASELINE_NAMES == list(BASELINES)
