@@ -10,7 +10,10 @@ BASELINE_NAMES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", 
 def add_parser(sub):
     p = add_verb(sub, "simulate", "simulate one training iteration of a plan or a baseline",
                  "tag simulate datasets/models/resnet50.onnx datasets/topologies/heterog8.json --baseline dp-even\n"
-                 "  tag simulate model.onnx topo.json --plan plan.json --trace trace.json --json")
+                 "  tag simulate model.onnx topo.json --plan plan.json --trace trace.json --json",
+                 description="Simulate one training iteration of a plan or a baseline. With --plan, the plan is "
+                             "checked against MODEL and TOPOLOGY (hashes, op names, device ids, rows, sync) and "
+                             "its batch, input shapes, optimizer and op groups are used.")
     p.add_argument("model", help="the model .onnx")
     p.add_argument("topology", help="the cluster topology .json")
     which = p.add_mutually_exclusive_group(required=True)
