@@ -100,9 +100,10 @@ def proportional_rows(gg, cluster, cost, batch: int) -> tuple[tuple[int, ...], i
     """(rows per device, host device for unsplittable groups) for dp-proportional.
 
     Speeds: 1 / (forward + backward ms of the splittable groups at batch/n rows). Rows proportional to
-    speed by largest remainder; the host is the device with the most rows. Then, while it lowers the
-    largest per-device predicted compute time, one row moves from the slowest device to the device
-    that gives the lowest new maximum (ties: lower index).
+    speed by largest remainder; the host is the device with the most rows. Then single rows move from
+    a slowest device to another while that lowers the per-device compute times sorted in descending
+    order (lexicographically: the maximum first, so ties at the maximum do not stop it), taking the
+    best move each time. For times convex in rows this ends at the min-max split.
     """
     n = cluster.n_devices
     types = [d.type for d in cluster.devices]
@@ -122,27 +123,37 @@ def proportional_rows(gg, cluster, cost, batch: int) -> tuple[tuple[int, ...], i
     def times(rs: list[int]) -> list[float]:
         return [t_split(d, rs[d]) + (host_ms if d == host else 0.0) for d in range(n)]
 
-    for _ in range(batch * n):
-        cur = times(rows)
-        worst = max(cur)
-        a = cur.index(worst)
-        if rows[a] == 0:
-            break
+    def key(rs: list[int]) -> list[float]:
+        return sorted(times(rs), reverse=True)
+
+    while True:  # each accepted move strictly lowers key(rows) lexicographically, so this ends
+        cur = key(rows)
+        t = times(rows)
         best = None
-        for b in range(n):
-            if b == a:
-                continue
-            trial = rows.copy()
-            trial[a] -= 1
-            trial[b] += 1
-            m = max(times(trial))
-            if m < worst - 1e-9 and (best is None or m < best[0]):
-                best = (m, b)
+        for a in [d for d in range(n) if t[d] >= cur[0] - 1e-9 and rows[d] > 0]:
+            for b in range(n):
+                if b == a:
+                    continue
+                trial = rows.copy()
+                trial[a] -= 1
+                trial[b] += 1
+                k = key(trial)
+                if _lex_less(k, cur) and (best is None or _lex_less(k, best[0])):
+                    best = (k, trial)
         if best is None:
             break
-        rows[a] -= 1
-        rows[best[1]] += 1
+        rows = best[1]
     return tuple(rows), host
+
+
+def _lex_less(a: list[float], b: list[float], tol: float = 1e-9) -> bool:
+    """a < b lexicographically, entries within `tol` counted equal."""
+    for x, y in zip(a, b):
+        if x < y - tol:
+            return True
+        if x > y + tol:
+            return False
+    return False
 
 
 def dp_proportional(gg, cluster, cost, training, batch: int) -> Strategy:

@@ -157,3 +157,24 @@ def test_dp_proportional_on_one_machine_uses_allreduce():
     s = dp_proportional(gg, cl, FakeCost([1.0, 1.0], {"A": 1.0, "B": 3.0}, bwd_factor=2.0), TrainingConfig(), 8)
     assert [d.rows for d in s.decisions] == [(2, 6), (2, 6)]
     assert [d.sync for d in s.decisions] == ["allreduce", None]
+
+
+def test_proportional_rows_reach_the_brute_force_min_max():
+    """Linear per-row times on 3 devices: the split's slowest device equals the best over all splits."""
+    import itertools
+    import random
+
+    rnd = random.Random(7)
+    gg = make_gg(1)
+    cl = make_cluster([16, 16, 16], names=["A", "B", "C"])
+    for _ in range(40):
+        speed = {n: rnd.choice([1.0, 1.5, 2.0, 3.0, 5.0]) for n in "ABC"}
+        batch = rnd.randint(1, 24)
+        cost = FakeCost([1.0], speed)
+        rows, _ = proportional_rows(gg, cl, cost, batch)
+        assert sum(rows) == batch and min(rows) >= 0
+        per_row = [1.0 / speed[n] for n in "ABC"]
+        got = max(r * c for r, c in zip(rows, per_row))
+        best = min(max(a * per_row[0], b * per_row[1], (batch - a - b) * per_row[2])
+                   for a, b in itertools.product(range(batch + 1), repeat=2) if a + b <= batch)
+        assert got == pytest.approx(best), (speed, batch, rows)
