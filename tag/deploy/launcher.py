@@ -3,7 +3,7 @@
 `launch` writes the Job into a fresh run directory, runs ``torchrun --standalone`` in its own process
 session and polls: when a rank writes an error file or torchrun exits non-zero it waits a short grace
 period for torchrun to stop the others, then kills the whole session; when no rank makes progress for
-`timeout_s` seconds (a hang) it kills the session too. Either way `DeployFailed` names the failing rank
+`timeout_s` seconds (a hang; at least `SETUP_S` while ranks are still starting) it kills the session too. Either way `DeployFailed` names the failing rank
 and its error; nothing of a failed run is returned as a result.
 """
 
@@ -25,6 +25,7 @@ from tag.deploy.job import Job, save_job
 
 GRACE_S = 5.0  # after a first failure: time torchrun gets to stop the other ranks
 POLL_S = 0.1
+SETUP_S = 180.0  # least time ranks get to import torch and build the model before any heartbeat
 
 
 class DeployFailed(Exception):
@@ -110,15 +111,23 @@ def _watch(proc: subprocess.Popen, job: Job, run_dir: str) -> str | None:
         beats = _beats(run_dir, job.nproc)
         if beats != last_beats:
             last_beats, last_change = beats, now
-        elif now - last_change > job.timeout_s:
+        elif now - last_change > (job.timeout_s if None not in beats else max(job.timeout_s, SETUP_S)):
             _kill(proc)
             if any(os.path.exists(os.path.join(run_dir, f"rank{r}.error")) for r in range(job.nproc)):
                 return None
-            behind = min(range(job.nproc), key=lambda r: (beats[r] if beats[r] is not None else -2))
-            at = "during setup" if beats[behind] is None else f"after step {beats[behind] + 1}"
-            return (f"rank {behind} hung: no rank made progress for {job.timeout_s:g} s "
-                    f"(rank {behind} stopped {at}); killed all ranks")
+            behind = min(range(job.nproc), key=lambda r: (beats[r] if beats[r] is not None else -1))
+            return f"rank {behind} hung: no rank made progress for {job.timeout_s:g} s ({_where(beats[behind])}); killed all ranks"
     return None
+
+
+def _where(beat: int | None) -> str:
+    """Words for a heartbeat value (see tag.deploy.worker)."""
+    if beat is None:
+        return "it never finished setting up"
+    if beat == 0:
+        return "it stopped before step 0"
+    step, done = divmod(beat - 1, 2)
+    return f"it stopped after step {step}" if done else f"it stopped inside step {step}"
 
 
 def _beats(run_dir: str, nproc: int) -> list[int | None]:

@@ -104,6 +104,8 @@ class RankRuntime:
             env[t] = self.data[t].narrow(self._axis(t) or 0, off, n)
         for t in io.params:
             env[t] = self.p.param(t)
+        if io.recompute:
+            env = self._recompute_shapes(io.recompute, env, n)
         env = self._run_ops(io.op_ids, env, n)
         loss = None
         for t in io.outputs:
@@ -117,6 +119,18 @@ class RankRuntime:
                 loss = term if loss is None else loss + term
         if loss is not None:
             self.losses[g] = loss
+
+    def _recompute_shapes(self, op_ids: list[int], env: dict, rows: int) -> dict:
+        """Re-run shape subgraphs for this rank's rows: Shape ops from static shapes, the rest by the program."""
+        for i in op_ids:
+            op = self.g.ops[i]
+            if op.op_type == "Shape":
+                dims = torch.tensor(self._shape(op.inputs[0], rows), dtype=torch.int64, device=self.device)
+                start, end = op.attrs.get("start", 0), op.attrs.get("end", None)
+                env[op.outputs[0]] = dims[start:end]
+            else:
+                env = self.p.run_ops([i], env, rows)
+        return env
 
     def _run_ops(self, op_ids: list[int], env: dict, rows: int) -> dict:
         seg: list[int] = []

@@ -47,6 +47,42 @@ class GroupIO:
     data_inputs: list[str]
     params: list[str]
     outputs: list[str]  # tensors read by later groups or graph outputs (the loss)
+    recompute: list[int] = field(default_factory=list)  # ops re-run here for row-dependent shape tensors
+
+
+def shape_closure(graph: OpGraph, tensor: str) -> list[int] | None:
+    """Ops that compute integer tensor `tensor` from Shape ops of batched tensors and constants only.
+
+    Such a tensor (a batch size read off a shape, a Reshape target built from it) depends on the rows of
+    the rank computing it, so a consumer re-computes it for its own rows instead of receiving it. Returns
+    the op indices in topological order, or None if the tensor also depends on data values.
+    """
+    out: set[int] = set()
+
+    def visit(t: str) -> bool:
+        info = graph.tensors.get(t)
+        if info is None or info.role in ("constant", "param") or info.producer is None:
+            return info is not None and info.role in ("constant", "param")
+        if torch_float(info.dtype) or info.batch_axis is not None:
+            return False
+        i = info.producer
+        if i in out:
+            return True
+        op = graph.ops[i]
+        if op.op_type == "Shape":
+            src = graph.tensors.get(op.inputs[0])
+            ok = src is not None and src.shape is not None
+        else:
+            ok = all(visit(x) for x in op.inputs if x)
+        if ok:
+            out.add(i)
+        return ok
+
+    return sorted(out) if visit(tensor) else None
+
+
+def torch_float(dtype: str) -> bool:
+    return dtype.startswith(("float", "bfloat"))
 
 
 @dataclass(frozen=True)
@@ -124,7 +160,7 @@ def group_io(graph: OpGraph, groups: list[list[int]]) -> list[GroupIO]:
     out = []
     for g, ops in enumerate(groups):
         produced = {t for i in ops for t in graph.ops[i].outputs}
-        acts, data, params, seen = [], [], [], set()
+        acts, data, params, seen, recompute = [], [], [], set(), set()
         for i in ops:
             op = graph.ops[i]
             for t in list(op.inputs) + list(op.params):
@@ -139,7 +175,11 @@ def group_io(graph: OpGraph, groups: list[list[int]]) -> list[GroupIO]:
                 elif info.role == "constant":  # every rank's program makes its own
                     continue
                 elif info.producer is not None:
-                    acts.append((t, op_group[info.producer]))
+                    closure = None if info.batch_axis is not None else shape_closure(graph, t)
+                    if closure is None:
+                        acts.append((t, op_group[info.producer]))
+                    else:
+                        recompute.update(closure)
                 elif info.role == "data":
                     data.append(t)
         outputs = []
@@ -150,7 +190,7 @@ def group_io(graph: OpGraph, groups: list[list[int]]) -> list[GroupIO]:
                     continue
                 if t in graph_outputs or any(op_group.get(c, g) != g for c in info.consumers):
                     outputs.append(t)
-        out.append(GroupIO(g, list(ops), acts, data, params, outputs))
+        out.append(GroupIO(g, list(ops), acts, data, params, outputs, sorted(recompute)))
     return out
 
 

@@ -32,10 +32,10 @@ class RankResult:
 
 
 def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: int, seed: int, optimizer: str,
-               lr: float, device: torch.device | str = "cpu", on_step=None) -> RankResult:
+               lr: float, device: torch.device | str = "cpu", on_progress=None) -> RankResult:
     """Run `steps` training steps of `schedule` as rank `rank` (torch.distributed initialised if >1 rank).
 
-    `on_step(step, loss)` is called after every step (heartbeat, fault injection).
+    `on_progress(step, done)` is called as every step starts and after it ends (heartbeat, fault injection).
     """
     import torch.distributed as dist
 
@@ -47,6 +47,8 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
     rt = RankRuntime(schedule, graph, program, rank, comm, data, targets, make_optimizer(optimizer, lr))
     losses, times = [], []
     for step in range(steps):
+        if on_progress is not None:
+            on_progress(step, False)
         if schedule.n_ranks > 1:
             dist.barrier()
         t0 = time.perf_counter()
@@ -56,7 +58,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
         dt_ms = (time.perf_counter() - t0) * 1e3
         losses.append(comm.sum_scalar(local))
         times.append(comm.sum_scalar(dt_ms, op="max"))
-        if on_step is not None:
-            on_step(step, losses[-1])
+        if on_progress is not None:
+            on_progress(step, True)
     params = {n: program.param(n).detach().clone() for n in rt.my_params}
     return RankResult(losses, times, params)

@@ -1,12 +1,13 @@
 """One rank of `tag deploy`, started by torchrun: ``python -m tag.deploy.worker RUN_DIR/job.pkl``.
 
 Reads the Job, joins the process group (gloo on CPU, NCCL when CUDA is present and the plan's devices
-are GPUs; the group's timeout is the job's), builds the model program with the job's seed (identical
+are GPUs; the group's timeout is twice the job's plus 10 s, so the launcher's watchdog, which knows which
+rank stalled, fires first and the group timeout is the backstop), builds the model program with the job's seed (identical
 parameters on every rank) and trains. It reports through files in the run directory, which the
 launcher watches:
 
-- ``rank{r}.beat``: the last finished step (-1 after setup), rewritten atomically: the watchdog's
-  progress signal;
+- ``rank{r}.beat``: progress, rewritten atomically: 0 after setup, 2k+1 when step k starts, 2k+2 when
+  it ends; the watchdog's signal, and the rank furthest behind is the one blamed for a hang;
 - ``rank{r}.error``: ``<unix time>\\n<one-line error>\\n<traceback>`` if the rank fails;
 - ``result.json``: rank 0's losses and step times, written only after the last step.
 
@@ -60,7 +61,7 @@ def main(job_path: str) -> int:
         if world != job.nproc:
             raise RuntimeError(f"started with {world} ranks for a job of {job.nproc}")
         dist.init_process_group("nccl" if use_cuda else "gloo", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=job.timeout_s))
+                                timeout=datetime.timedelta(seconds=2 * job.timeout_s + 10))
         import onnx
 
         from tag.deploy.onnx_torch import TorchProgram
@@ -69,12 +70,12 @@ def main(job_path: str) -> int:
 
         program = TorchProgram(onnx.load(job.model_path), job.graph, seed=job.seed).to(device)
         sched = build_schedule(job.graph, job.groups, job.strategy, job.device_machines, job.nproc, job.plan_path)
-        _write_atomic(beat, "-1")
+        _write_atomic(beat, "0")
         fault = _fault(rank)
 
-        def on_step(step, loss):
-            _write_atomic(beat, str(step))
-            if fault and fault[0] == step:
+        def on_progress(step, done):
+            _write_atomic(beat, str(2 * step + (2 if done else 1)))
+            if done and fault and fault[0] == step:
                 if fault[1] == "raise":
                     raise RuntimeError(f"injected fault at step {step}")
                 if fault[1] == "hang":
@@ -83,7 +84,7 @@ def main(job_path: str) -> int:
                     os.kill(os.getpid(), 9)
 
         res = train_rank(sched, job.graph, program, rank, job.steps, job.seed, job.training.optimizer,
-                         job.training.lr, device, on_step)
+                         job.training.lr, device, on_progress)
         if rank == 0:
             _write_atomic(os.path.join(run_dir, "result.json"), json.dumps({
                 "losses": res.losses, "step_ms": res.step_ms, "measured_step_ms": res.measured_step_ms(job.warmup),

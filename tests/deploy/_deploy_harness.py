@@ -56,6 +56,6 @@ def reference_training(graph, program, data, targets, steps, optimizer, lr):
         env = program.run_ops(list(range(len(graph.ops))), env, graph.batch_size)
         loss = sum(F.mse_loss(env[t], targets[t]) for t in targets)
         loss.backward()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         opt.step()
     return losses, {n: program.param(n).detach().clone() for n in program.param_names}
