@@ -42,12 +42,23 @@ def load_inputs(model_path: str, topology_path: str, args, plan_path: str | None
     loaded, then device ids, rows, op names, sync; see `tag.strategy.plancheck.validate_plan`), and a
     --batch-size or --input-shape that contradicts the plan is an InputError.
     """
-    from tag.cliutil import parse_input_shapes
+    from tag.cliutil import parse_input_shapes, progress
+
+    with progress(total=4, desc="loading", unit="step") as bar:
+        return _load(model_path, topology_path, args, plan_path, bar, parse_input_shapes)
+
+
+def _load(model_path, topology_path, args, plan_path, bar, parse_input_shapes) -> Inputs:
     from tag.cost import make_cost_model
     from tag.graph import load_model
     from tag.topology import load_topology
 
+    def step(what: str) -> None:
+        bar.set_description(what)
+        bar.update(1)
+
     cluster = load_topology(topology_path)
+    step("model")
     shapes = parse_input_shapes(getattr(args, "input_shape", None) or [])
     batch = getattr(args, "batch_size", None)
     data_inputs = list(getattr(args, "data_input", None) or [])
@@ -59,6 +70,7 @@ def load_inputs(model_path: str, topology_path: str, args, plan_path: str | None
         training = training_from_args(args)
         graph = load_model(model_path, data_inputs=data_inputs, input_shapes=shapes, batch_size=batch,
                            n_devices=cluster.n_devices)
+        step("groups")
         gg = coarsen(graph, k=getattr(args, "groups", None), n_devices=cluster.n_devices)
         strategy = meta = None
     else:
@@ -79,8 +91,11 @@ def load_inputs(model_path: str, topology_path: str, args, plan_path: str | None
         training = meta.training
         graph = load_model(model_path, data_inputs=data_inputs, input_shapes=shapes, batch_size=meta.batch_size,
                            n_devices=cluster.n_devices)
+        step("plan check")
         strategy, gg, meta = validate_plan(raw, graph, None, cluster, model_path, topology_path, plan_path=plan_path)
+    step("cost model")
     cost = make_cost_model(gg, training, profile=getattr(args, "profile", None))
+    bar.update(1)
     return Inputs(model_path=str(model_path), topology_path=str(topology_path), graph=graph, gg=gg,
                   cluster=cluster, cost=cost, training=training, batch_size=graph.batch_size,
                   strategy=strategy, plan=meta)
