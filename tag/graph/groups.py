@@ -60,3 +60,12 @@ class GroupGraph:
 
     def succs(self, g: int) -> list[GroupEdge]:
         return [e for e in self.edges if e.src == g]
+
+
+def group_has_params(gg: GroupGraph, group_id: int) -> bool:
+    """True when a group's gradients need a sync method if replicated: it owns parameters, or it uses a
+    parameter shared with other groups (``GroupGraph.shared_params``)."""
+    g = gg.groups[group_id]
+    if g.param_bytes > 0 or g.param_count > 0 or g.params:
+        return True
+    return any(group_id in users for users in (getattr(gg, "shared_params", None) or {}).values())

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tag.search.baselines_baechi import m_etf, m_topo
 from tag.strategy import Decision, Strategy
-from tag.strategy.plancheck import group_has_params
+from tag.graph.groups import group_has_params
 
 
 def even_rows(batch: int, n: int) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from tag.graph.groups import group_has_params
 from tag.strategy import Decision, Strategy
 
 
@@ -98,14 +99,6 @@ def balanced_rows(devices: Sequence[int], batch: int, n_devices: int,
     for d, r in alloc.items():
         rows[d] = r
     return tuple(rows)
-
-
-def group_has_params(gg, group_id: int) -> bool:
-    g = gg.groups[group_id]
-    if g.param_bytes > 0 or g.params:
-        return True
-    shared = getattr(gg, "shared_params", None) or {}
-    return any(group_id in users for users in shared.values())
 
 
 def sync_options(cluster, devices: Sequence[int], has_params: bool) -> list[tuple[str | None, int | None]]:

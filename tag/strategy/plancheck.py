@@ -10,16 +10,8 @@ from __future__ import annotations
 from tag.errors import InputError, short_repr
 from tag.strategy import Strategy
 from tag.strategy.planfile import PlanMeta, file_sha256, load_plan_json, parse_plan
+from tag.graph.groups import group_has_params  # noqa: F401  (re-exported for callers)
 from tag.strategy.regroup import groupgraph_from_plan
-
-
-def group_has_params(gg, group_id: int) -> bool:
-    """True when a group's gradients need a sync method if replicated: it owns parameters, or it uses a
-    parameter shared with other groups (``GroupGraph.shared_params``). Same rule as `tag.search.space`."""
-    g = gg.groups[group_id]
-    if g.param_bytes > 0 or g.param_count > 0 or g.params:
-        return True
-    return any(group_id in users for users in (getattr(gg, "shared_params", None) or {}).values())
 
 
 def check_plan_hashes(raw: dict, plan_path: str, model_path: str, topology_path: str) -> None:
