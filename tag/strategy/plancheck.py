@@ -10,7 +10,7 @@ from __future__ import annotations
 from tag.errors import InputError, short_repr
 from tag.strategy import Strategy
 from tag.strategy.planfile import PlanMeta, file_sha256, load_plan_json, parse_plan
-from tag.graph.groups import group_has_params  # noqa: F401  (re-exported for callers)
+from tag.graph.groups import group_has_params
 from tag.strategy.regroup import groupgraph_from_plan
 
 
