@@ -49,10 +49,9 @@ def run(args) -> int:
         raise InputError("--timeout", "S", "a positive number of seconds", str(args.timeout))
     job = prepare_job(args.plan, args.model, args)
     if args.print_launch:
-        cmds = launch_commands(job, "JOB.pkl")
+        cmds = launch_commands(job)
         emit(args, {"machines": [{"machine": m, "command": c} for m, c in cmds]},
-             "# write the job once with `tag deploy ... --print-launch` inputs, copy it as JOB.pkl to every machine,\n"
-             "# then run on each machine (MASTER_HOST = the first machine):\n"
+             "# on each machine (same paths everywhere; MASTER_HOST = the first machine's address):\n"
              + "\n".join(f"[{m}] {c}" for m, c in cmds))
         return 0
     try:

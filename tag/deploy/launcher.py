@@ -55,17 +55,24 @@ def torchrun_command(job_path: str, nproc: int, *, nnodes: int = 1, node_rank: i
     return cmd
 
 
-def launch_commands(job: Job, job_path: str, master: str = "MASTER_HOST:29500") -> list[tuple[str, str]]:
-    """(machine, shell command) per machine of the plan's cluster: ranks are its devices, in topology order."""
+def launch_commands(job: Job, master: str = "MASTER_HOST:29500") -> list[tuple[str, str]]:
+    """(machine, shell command) per machine of the plan's cluster: its devices are its ranks, in topology order.
+
+    Every machine runs the worker on the plan, model and topology paths (copied to the same place on each
+    machine); MASTER_HOST is the first machine's address.
+    """
     machines: list[str] = []
     for m in job.device_machines:
         if m not in machines:
             machines.append(m)
+    flags = ["--plan", job.plan_path, "--model", job.model_path, "--topology", job.topology_path,
+             "--steps", str(job.steps), "--seed", str(job.seed), "--threads", str(job.threads),
+             "--warmup", str(job.warmup), "--timeout", f"{job.timeout_s:g}"]
     out = []
     for i, m in enumerate(machines):
         n = job.device_machines.count(m)
-        cmd = torchrun_command(job_path, n, nnodes=len(machines), node_rank=i, endpoint=master)
-        cmd[0] = "python"
+        cmd = torchrun_command("", n, nnodes=len(machines), node_rank=i, endpoint=master)
+        cmd = ["torchrun"] + cmd[3:-1] + flags
         out.append((m, shlex.join(cmd)))
     return out
 

@@ -1,4 +1,6 @@
-"""One rank of `tag deploy`, started by torchrun: ``python -m tag.deploy.worker RUN_DIR/job.pkl``.
+"""One rank of `tag deploy`, started by torchrun: ``python -m tag.deploy.worker RUN_DIR/job.pkl``, or
+``python -m tag.deploy.worker --plan P --model M [--topology T] --steps N ...`` on every machine of a
+multi-node cluster (each rank then loads and checks the plan itself).
 
 Reads the Job, joins the process group (gloo on CPU, NCCL when CUDA is present and the plan's devices
 are GPUs; the group's timeout is twice the job's plus 10 s, so the launcher's watchdog, which knows which
@@ -98,8 +100,34 @@ def main(job_path: str) -> int:
         return 1
 
 
+def job_from_flags(argv: list[str]) -> str:
+    """Prepare the job from plan/model flags (multi-node launch, see `tag deploy --print-launch`); returns its path."""
+    import argparse
+
+    from tag.deploy.job import prepare_job, save_job
+
+    p = argparse.ArgumentParser(prog="python -m tag.deploy.worker")
+    p.add_argument("--plan", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--topology", default=None)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--run-dir", default="tag-deploy-run")
+    a = p.parse_args(argv)
+    a.nproc = int(os.environ.get("WORLD_SIZE", "1"))
+    job = prepare_job(a.plan, a.model, a)
+    os.makedirs(a.run_dir, exist_ok=True)
+    path = os.path.join(a.run_dir, f"job{os.environ.get('RANK', '0')}.pkl")
+    save_job(job, path)
+    return path
+
+
 if __name__ == "__main__":
-    rc = main(sys.argv[1])
+    arg = sys.argv[1:]
+    rc = main(arg[0] if arg and not arg[0].startswith("--") else job_from_flags(arg))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(rc)
