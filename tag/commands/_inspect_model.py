@@ -23,7 +23,7 @@ def model_summary(graph, groups: int | None) -> dict:
         "backward_flops_per_sample": int(round(bwd)),
         "param_bytes": int(graph.param_bytes),
         "data_inputs": list(graph.data_inputs),
-        "input_shapes": {k: list(v) for k, v in graph.input_shapes.items()},
+        "input_shapes": {k: list(graph.tensors[k].shape or ()) for k in graph.data_inputs},
         "unsplittable_ops": sum(1 for op in graph.ops if op.batched and not op.splittable),
         "batch_constants": len(graph.batch_constants),
         "sha256": graph.sha256,
@@ -60,7 +60,7 @@ def run_model(args) -> int:
         group_graph = coarsen(graph, k=args.groups, n_devices=args.devices)
         groups = group_graph.n_groups
     s = model_summary(graph, groups)
-    shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in graph.input_shapes.items())
+    shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in s["input_shapes"].items())
     lines = [
         f"model {args.path}: {s['ops']} ops, {s['params'] / 1e6:.2f} M params ({s['param_bytes'] / 1e6:.1f} MB), "
         f"{s['forward_flops_per_sample'] / 1e9:.3f} GFLOP forward per sample "

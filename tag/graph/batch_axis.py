@@ -3,7 +3,10 @@
 Rows start on axis 0 of every data input and are propagated through the ops in topological order by
 per-op rules (broadcasting, products, reshapes by prefix products, transposes, gathers, reductions).
 An op is *unsplittable* when its rows are not independent: it reduces, normalises, slices, concatenates
-or contracts across the batch axis. A Reshape/Expand/Slice whose shape constant encodes the file's batch
+or contracts across the batch axis, or its rows are interleaved with another dim (a reshape of (S, B, E) to
+(S*B, E), as torch's MultiheadAttention exports; costs still scale with rows there). An op is `batched` when
+it reads a batched tensor (its work scales with rows), except Shape/Size, whose outputs carry no rows;
+ops reading no batched tensor (shape arithmetic, weight generators) are not batched. A Reshape/Expand/Slice whose shape constant encodes the file's batch
 on the batch axis yields a `BatchConstant` that deploy rewrites for the rows each rank runs.
 """
 

@@ -85,7 +85,7 @@ def load_model(path, *, data_inputs=(), input_shapes=None, batch_size=None, n_de
     return OpGraph(path=path, ops=ops, tensors=tensors, data_inputs=data, param_names=param_names,
                    outputs=[o.name for o in g.output], file_batch=shp.file_batch,
                    batch_size=global_batch(shp.file_batch, batch_size, n_devices), batch_constants=batch_constants,
-                   input_shapes=dict(shp.input_shapes), sha256=file_sha256(path), warnings=warnings)
+                   input_shapes={k: tuple(v) for k, v in (input_shapes or {}).items()}, sha256=file_sha256(path), warnings=warnings)
 
 
 PROBE_BATCH = 7  # a batch no other dim is likely to equal

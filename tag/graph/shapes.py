@@ -17,6 +17,7 @@ from onnx import helper, numpy_helper
 from tag.errors import InputError
 from tag.graph.roles import Roles, declared_dims, elem_type
 
+_EVAL_FEED_LIMIT_BYTES = 1 << 30  # the evaluator fallback never allocates more than this for its inputs
 _BIG_INIT_NUMEL = 4096  # float initializers above this become typed inputs in the inference copy
 
 
@@ -239,10 +240,15 @@ def _fill_by_evaluation(model: onnx.ModelProto, gaps: list[str], data_shapes: di
         if name not in known_outputs:
             m.graph.output.append(helper.make_empty_tensor_value_info(name))
     feeds = {}
+    specs = []
     for vi in m.graph.input:
-        dt = helper.tensor_dtype_to_np_dtype(elem_type(vi))
+        dt = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type(vi)))
         shape = data_shapes.get(vi.name) or tuple(declared_dims(vi) or ())
-        feeds[vi.name] = np.zeros(shape, dtype=dt)
+        specs.append((vi.name, shape, dt))
+    if sum(int(np.prod(s)) * dt.itemsize for _, s, dt in specs) > _EVAL_FEED_LIMIT_BYTES:
+        return  # weights too big to materialise for one evaluation: leave the gaps
+    for name, shape, dt in specs:
+        feeds[name] = np.zeros(shape, dtype=dt)
     try:
         names = [o.name for o in m.graph.output]
         results = ReferenceEvaluator(m).run(None, feeds)
