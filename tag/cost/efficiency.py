@@ -1,23 +1,35 @@
-"""Roofline efficiency: the fraction of a device's peak FLOP/s an op class reaches.
+"""Roofline efficiency: the fraction of a device's peak FLOP/s and memory bandwidth an op reaches.
 
-One small function with named parameters, so calibration can fit them in one place. The model:
+One set of named parameters per device kind, shared by every model and every device of that kind, so
+calibration fits them in one place. For an op of class c with F FLOPs and M bytes of memory traffic:
 
-    eff(op_class, kind, flops, intensity) = base[op_class] x size_factor x intensity_factor
+    compute efficiency  eff = e_max[c] x F / (F + half_size_flops) x min(1, (F / M) / knee_intensity)
+    bandwidth fraction  bw  = mem_efficiency x M / (M + half_size_bytes)
+    time                    = max(F / (peak x eff), M / (mem_bw x bw)) + kernels x launch_us
 
-* ``base`` is the fraction of peak a large, compute-bound kernel of that class reaches
-  (cuDNN/cuBLAS convolutions and GEMMs reach 60-80 % of FP32 peak on V100/A100; elementwise and
-  normalisation kernels are memory-bound, so their compute efficiency matters little).
-* ``size_factor = flops / (flops + half_size_flops)``: small kernels do not fill the device
-  (half of ``base`` at ``half_size_flops`` FLOPs; 0 disables it).
-* ``intensity_factor = intensity / (intensity + half_intensity)`` with intensity in FLOP per byte of
-  memory traffic (0 disables it). Defaults leave both factors off for CPUs.
+* ``e_max`` (``base``): the fraction of peak a large, compute-dense kernel of the class reaches (cuDNN
+  convolutions and cuBLAS GEMMs run near peak; elementwise and normalisation kernels are memory-bound, so
+  their compute efficiency barely matters).
+* the size factor: small kernels do not fill the device's SMs (half of ``e_max`` at ``half_size_flops``).
+* the intensity factor: below ``knee_intensity`` FLOP per byte a kernel (a 1x1 convolution on few
+  channels, a skinny GEMM) is starved by operand traffic before it meets the bandwidth roofline.
+* ``mem_efficiency``: streaming kernels reach a fixed fraction of the datasheet bandwidth; the size factor
+  ``M / (M + half_size_bytes)`` is the latency of a short kernel expressed as bytes it could have moved.
+* ``launch_us``: CUDA launch plus framework dispatch per kernel.
+
+``half_intensity`` is the older saturating intensity factor ``AI / (AI + half_intensity)``, kept for
+callers that set it; every zero disables its factor. `tag.topology.catalog` records where the fitted
+GPU figures came from (the published single-GPU throughput rows, `benchmarks/published.py --fit`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-# Fraction of peak reached by large kernels, per op class (OpGraph.Op.op_class).
+import numpy as np
+
+# Fraction of peak reached by large kernels, per op class (OpGraph.Op.op_class). conv and matmul are fitted
+# (see GPU_PARAMS); the memory-bound classes keep nominal values (their time is the bandwidth term).
 _GPU_BASE = {
     "conv": 0.60, "matmul": 0.70, "norm": 0.25, "elementwise": 0.25, "reduce": 0.25, "pool": 0.30,
     "softmax": 0.25, "gather": 0.20, "data_movement": 0.20, "shape": 0.20, "other": 0.30,
@@ -27,20 +39,35 @@ _CPU_BASE = {
     "conv": 0.50, "matmul": 0.60, "norm": 0.20, "elementwise": 0.20, "reduce": 0.20, "pool": 0.25,
     "softmax": 0.20, "gather": 0.15, "data_movement": 0.15, "shape": 0.15, "other": 0.25,
 }
+# Op classes whose kernels run on tensor cores under tf32 / amp (the others stay on the FP32 pipes).
+TENSOR_CORE_CLASSES = frozenset({"conv", "matmul"})
 
 
 @dataclass(frozen=True)
 class EfficiencyParams:
-    """Named parameters of the efficiency model (one set per device kind)."""
+    """Named parameters of the efficiency model (one set per device kind; see the module docstring)."""
 
-    base: dict = field(default_factory=lambda: dict(_GPU_BASE))
+    base: dict = field(default_factory=lambda: dict(_GPU_BASE))  # e_max per op class
     half_size_flops: float = 0.0  # FLOPs at which a kernel reaches half its class efficiency; 0 = off
-    half_intensity: float = 0.0  # FLOP/byte at which a kernel reaches half its class efficiency; 0 = off
+    half_intensity: float = 0.0  # saturating intensity factor AI / (AI + half_intensity); 0 = off
     floor: float = 0.01  # never below this fraction of peak
+    knee_intensity: float = 0.0  # FLOP/byte below which compute efficiency falls linearly; 0 = off
+    mem_efficiency: float = 1.0  # fraction of datasheet memory bandwidth streaming kernels reach
+    half_size_bytes: float = 0.0  # bytes at which a kernel reaches half of mem_efficiency; 0 = off
+    launch_us: float = 5.0  # per-kernel launch + dispatch, us
+
+    def with_values(self, **values) -> "EfficiencyParams":
+        """A copy with some fields replaced; ``e_<class>=x`` keys set one class's e_max."""
+        base = dict(self.base)
+        for k in [k for k in values if k.startswith("e_")]:
+            base[k[2:]] = values.pop(k)
+        return replace(self, base=base, **values)
 
 
+# Fitted on the FP32 ResNet-50 and BERT-large rows of the published single-GPU table (P100, GTX 1080 Ti,
+# RTX 2080 Ti, V100, A100 without TF32, K80); see the comment block in tag/topology/catalog.py.
 GPU_PARAMS = EfficiencyParams(base=dict(_GPU_BASE))
-CPU_PARAMS = EfficiencyParams(base=dict(_CPU_BASE))
+CPU_PARAMS = EfficiencyParams(base=dict(_CPU_BASE), launch_us=3.0)
 
 
 def params_for(kind: str) -> EfficiencyParams:
@@ -48,19 +75,51 @@ def params_for(kind: str) -> EfficiencyParams:
     return CPU_PARAMS if kind == "cpu" else GPU_PARAMS
 
 
-def efficiency(op_class: str, kind: str, flops: float = 0.0, mem_bytes: float = 0.0,
-               params: EfficiencyParams | None = None) -> float:
-    """Fraction of peak FLOP/s (0, 1] an op of `op_class` with `flops` FLOPs and `mem_bytes` bytes of
-    memory traffic reaches on a device of `kind`.
+def efficiency_array(op_classes, kind: str, flops, mem_bytes, params: EfficiencyParams | None = None) -> np.ndarray:
+    """Compute efficiency (fraction of peak FLOP/s, in [floor, 1]) of each op: `op_classes` a sequence of
+    class names, `flops` and `mem_bytes` arrays of the same length (FLOPs and bytes of memory traffic).
 
-    >>> efficiency("matmul", "gpu")
-    0.7
+    >>> efficiency_array(["matmul", "conv"], "gpu", [0.0, 0.0], [0.0, 0.0], EfficiencyParams()).tolist()
+    [0.7, 0.6]
     """
     p = params or params_for(kind)
-    eff = p.base.get(op_class, p.base.get("other", 0.3))
+    other = p.base.get("other", 0.3)
+    eff = np.array([p.base.get(c, other) for c in op_classes], dtype=float)
+    f = np.asarray(flops, dtype=float)
+    m = np.asarray(mem_bytes, dtype=float)
     if p.half_size_flops > 0:
-        eff *= flops / (flops + p.half_size_flops) if flops > 0 else 0.0
-    if p.half_intensity > 0:
-        intensity = flops / mem_bytes if mem_bytes > 0 else float("inf")
-        eff *= 1.0 if intensity == float("inf") else intensity / (intensity + p.half_intensity)
-    return max(eff, p.floor)
+        eff = eff * np.where(f > 0, f / np.maximum(f + p.half_size_flops, 1e-300), 0.0)
+    if p.half_intensity > 0 or p.knee_intensity > 0:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ai = np.where(m > 0, f / np.where(m > 0, m, 1.0), np.inf)
+        if p.half_intensity > 0:
+            eff = eff * np.where(np.isinf(ai), 1.0, ai / (np.where(np.isinf(ai), 0.0, ai) + p.half_intensity))
+        if p.knee_intensity > 0:
+            eff = eff * np.minimum(1.0, ai / p.knee_intensity)
+    return np.clip(eff, p.floor, 1.0)
+
+
+def efficiency(op_class: str, kind: str, flops: float = 0.0, mem_bytes: float = 0.0,
+               params: EfficiencyParams | None = None) -> float:
+    """Fraction of peak FLOP/s an op of `op_class` with `flops` FLOPs and `mem_bytes` bytes of memory traffic
+    reaches on a device of `kind` (`efficiency_array` for one op).
+
+    >>> efficiency("matmul", "gpu", params=EfficiencyParams())
+    0.7
+    """
+    return float(efficiency_array([op_class], kind, [flops], [mem_bytes], params)[0])
+
+
+def bandwidth_fraction(mem_bytes, kind: str, params: EfficiencyParams | None = None) -> np.ndarray:
+    """Fraction of datasheet memory bandwidth a kernel moving `mem_bytes` bytes reaches (array in, array out):
+    mem_efficiency x M / (M + half_size_bytes).
+
+    >>> bandwidth_fraction([1e9], "gpu", EfficiencyParams(mem_efficiency=0.8)).tolist()
+    [0.8]
+    """
+    p = params or params_for(kind)
+    m = np.asarray(mem_bytes, dtype=float)
+    frac = np.full(m.shape, p.mem_efficiency, dtype=float)
+    if p.half_size_bytes > 0:
+        frac = frac * np.where(m > 0, m / np.maximum(m + p.half_size_bytes, 1e-300), 1.0)
+    return np.maximum(frac, 1e-6)

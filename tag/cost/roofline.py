@@ -6,32 +6,52 @@ For a group g on a device type for r rows:
                    max(F_o(r) / (peak x eff_o), M_o(r) / mem_bw) + launch_ms
     F_o(r) = fwd_flops_per_row x r + fwd_flops_fixed,  M_o(r) = mem_bytes_per_row x r + mem_bytes_fixed
 
+``eff_o`` and the bandwidth fraction come from `tag.cost.efficiency` (per op class, size and arithmetic
+intensity; one parameter set per device kind), and the peak from the training precision (`peak_flops_per_ms`):
+fp32 uses the device's FP32 peak, tf32 and amp the catalog's tensor-core peaks for conv and matmul ops.
+
 Backward uses the backward FLOPs and twice the forward memory traffic (read the output gradient and the
 saved activations, write the input gradient; weight-gradient ops read the weights and write their
 gradient), with two kernels for ops that own parameters (input and weight gradient) and one otherwise.
 Ops that only generate weights (`Op.is_weight_generator`) cost nothing. The optimizer update is
-memory-bound: ``param_count x update_traffic_bytes_per_param / mem_bw`` plus one launch per parameter
-tensor. Results are cached per (group, device type name, rows).
+memory-bound: ``param_count x update_traffic_bytes_per_param / (mem_bw x bandwidth fraction)`` plus one
+launch per parameter tensor. Results are cached per (group, device type name, rows).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tag.cost.efficiency import efficiency
+from tag.cost.efficiency import TENSOR_CORE_CLASSES, EfficiencyParams, bandwidth_fraction, efficiency_array, params_for
 from tag.cost.optimizer import update_traffic_bytes_per_param
 from tag.graph.groups import GroupGraph
 from tag.strategy import TrainingConfig
 from tag.topology.cluster import DeviceType
 
-GPU_LAUNCH_US = 5.0  # CUDA kernel launch + framework dispatch per kernel
-CPU_LAUNCH_US = 3.0  # PyTorch eager CPU op dispatch (aten op on a tiny tensor takes 2-4 us)
+GPU_LAUNCH_US = params_for("gpu").launch_us  # CUDA kernel launch + framework dispatch per kernel
+CPU_LAUNCH_US = params_for("cpu").launch_us  # PyTorch eager CPU op dispatch (aten op on a tiny tensor: 2-4 us)
 BWD_MEM_FACTOR = 2.0  # backward memory traffic relative to forward
+_PRECISION_PEAK_KEY = {"tf32": "tf32_tflops", "amp": "amp_tflops"}
 
 
-def launch_ms(device: DeviceType) -> float:
-    """Per-kernel launch overhead on a device, ms (5 us on GPUs, 3 us on `cpu` devices)."""
-    return (CPU_LAUNCH_US if device.kind == "cpu" else GPU_LAUNCH_US) / 1e3
+def launch_ms(device: DeviceType, params: EfficiencyParams | None = None) -> float:
+    """Per-kernel launch overhead on a device, ms (`EfficiencyParams.launch_us` of its kind)."""
+    return (params or params_for(device.kind)).launch_us / 1e3
+
+
+def peak_flops_per_ms(device: DeviceType, precision: str, op_classes) -> np.ndarray:
+    """Peak FLOP per ms for each op class under a training precision ("fp32", "tf32" or "amp").
+
+    fp32: the device's FP32 peak for every op. tf32 / amp: conv and matmul ops use the catalog's
+    `extra["tf32_tflops"]` / `extra["amp_tflops"]` peak when the device records one (else the FP32 peak);
+    other ops stay on the FP32 pipes.
+    """
+    fp32 = flops_per_ms(device)
+    key = _PRECISION_PEAK_KEY.get(precision)
+    tc = device.extra.get(key) if key else None
+    if not tc:
+        return np.full(len(op_classes), fp32)
+    return np.array([tc * 1e9 if c in TENSOR_CORE_CLASSES else fp32 for c in op_classes], dtype=float)
 
 
 def flops_per_ms(device: DeviceType) -> float:
@@ -44,9 +64,13 @@ def mem_bytes_per_ms(device: DeviceType) -> float:
     return device.memory_bandwidth_gbps * 1e9 / 8 / 1e3
 
 
-def roofline_ms(flops: np.ndarray, mem_bytes: np.ndarray, eff: np.ndarray, device: DeviceType) -> np.ndarray:
-    """Per-op roofline time in ms, without launch overhead: max(flops / (peak x eff), bytes / bw)."""
-    return np.maximum(flops / (flops_per_ms(device) * eff), mem_bytes / mem_bytes_per_ms(device))
+def roofline_ms(flops: np.ndarray, mem_bytes: np.ndarray, eff: np.ndarray, device: DeviceType,
+                bw_fraction=1.0, peak_per_ms=None) -> np.ndarray:
+    """Per-op roofline time in ms, without launch overhead: max(flops / (peak x eff), bytes / (bw x bw_fraction)).
+
+    `peak_per_ms` (FLOP/ms, scalar or per op) defaults to the device's FP32 peak."""
+    peak = flops_per_ms(device) if peak_per_ms is None else peak_per_ms
+    return np.maximum(flops / (peak * eff), mem_bytes / (mem_bytes_per_ms(device) * bw_fraction))
 
 
 class _GroupOps:
@@ -73,9 +97,10 @@ class RooflineCostModel:
 
     name = "roofline"
 
-    def __init__(self, gg: GroupGraph, training: TrainingConfig):
+    def __init__(self, gg: GroupGraph, training: TrainingConfig, params: dict | None = None):
         self.gg = gg
         self.training = training
+        self.params = dict(params or {})  # device kind -> EfficiencyParams; default `params_for(kind)`
         ops = gg.graph.ops
         self.compute_ops = [[i for i in g.op_ids if not ops[i].is_weight_generator] for g in gg.groups]
         self._groups = [_GroupOps([ops[i] for i in ids]) for ids in self.compute_ops]
@@ -92,8 +117,15 @@ class RooflineCostModel:
             flops = go.bwd_fpr * rows + go.bwd_ffix
             mem = BWD_MEM_FACTOR * (go.mpr * rows + go.mfix)
             kernels = go.bwd_kernels
-        eff = np.array([efficiency(c, device.kind, f, m) for c, f, m in zip(go.classes, flops, mem)], dtype=float)
-        return roofline_ms(flops, mem, eff, device) + kernels * launch_ms(device)
+        p = self.params_for(device.kind)
+        eff = efficiency_array(go.classes, device.kind, flops, mem, p)
+        peak = peak_flops_per_ms(device, getattr(self.training, "precision", "fp32"), go.classes)
+        t = roofline_ms(flops, mem, eff, device, bandwidth_fraction(mem, device.kind, p), peak)
+        return t + kernels * launch_ms(device, p)
+
+    def params_for(self, kind: str) -> EfficiencyParams:
+        """The efficiency parameters this model uses for a device kind."""
+        return self.params.get(kind) or params_for(kind)
 
     def _phase_ms(self, gid: int, device: DeviceType, rows: int, phase: str) -> float:
         key = (phase, gid, device.name, rows)
@@ -126,6 +158,8 @@ class RooflineCostModel:
             t = 0.0
         else:
             traffic = g.param_count * update_traffic_bytes_per_param(self.training.optimizer)
-            t = traffic / mem_bytes_per_ms(device) + max(len(g.params), 1) * launch_ms(device)
+            p = self.params_for(device.kind)
+            frac = float(bandwidth_fraction([traffic], device.kind, p)[0])
+            t = traffic / (mem_bytes_per_ms(device) * frac) + max(len(g.params), 1) * launch_ms(device, p)
         self._cache[key] = t
         return t
