@@ -3,7 +3,7 @@
 `launch` writes the Job into a fresh run directory, runs ``torchrun --standalone`` in its own process
 session and polls: when a rank writes an error file or torchrun exits non-zero it waits a short grace
 period for torchrun to stop the others, then kills the whole session; when no rank makes progress for
-`timeout_s` seconds (a hang; at least `SETUP_S` while ranks are still starting) it kills the session too. Either way `DeployFailed` names the failing rank
+`timeout_s` seconds (a hang; at least `SETUP_S` until every rank has finished step 0) it kills the session too. Either way `DeployFailed` names the failing rank
 and its error; nothing of a failed run is returned as a result.
 """
 
@@ -25,7 +25,7 @@ from tag.deploy.job import Job, save_job
 
 GRACE_S = 5.0  # after a first failure: time torchrun gets to stop the other ranks
 POLL_S = 0.1
-SETUP_S = 180.0  # least time ranks get to import torch and build the model before any heartbeat
+SETUP_S = 180.0  # least time ranks get to import torch, build the model and finish step 0
 
 
 class DeployFailed(Exception):
@@ -118,13 +118,18 @@ def _watch(proc: subprocess.Popen, job: Job, run_dir: str) -> str | None:
         beats = _beats(run_dir, job.nproc)
         if beats != last_beats:
             last_beats, last_change = beats, now
-        elif now - last_change > (job.timeout_s if None not in beats else max(job.timeout_s, SETUP_S)):
+        elif now - last_change > (job.timeout_s if _past_first_step(beats) else max(job.timeout_s, SETUP_S)):
             _kill(proc)
             if any(os.path.exists(os.path.join(run_dir, f"rank{r}.error")) for r in range(job.nproc)):
                 return None
             behind = min(range(job.nproc), key=lambda r: (beats[r] if beats[r] is not None else -1))
             return f"rank {behind} hung: no rank made progress for {job.timeout_s:g} s ({_where(beats[behind])}); killed all ranks"
     return None
+
+
+def _past_first_step(beats: list[int | None]) -> bool:
+    """Have all ranks finished step 0? Until then (imports, first-call warm-up) the setup allowance applies."""
+    return all(b is not None and b >= 2 for b in beats)
 
 
 def _where(beat: int | None) -> str:
