@@ -166,10 +166,14 @@ def _run_links(args, device_type: str, sizes: list[int]) -> int:
     else:
         if args.device == "cuda":
             _check_device(f"cuda:{args.nproc - 1}")
+        from tag.cliutil import progress
+        bar = progress(total=None, desc=f"profile links ({args.nproc} ranks)", unit="s")
         try:
-            result = launch_local(settings, args.nproc, args.timeout)
+            result = launch_local(settings, args.nproc, args.timeout, tick=bar.update)
         except LinksFailed as e:
             raise RuntimeError(str(e)) from None
+        finally:
+            bar.close()
     name = args.name or os.path.splitext(os.path.basename(args.output))[0] or "measured"
     topo = measured_topology(result, name)
     import json

@@ -20,11 +20,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
+from typing import Callable
 
 from tag.profile.fit import fit_p2p, fit_ring_allreduce
 from tag.profile.links_sweep import LinkSettings
 from tag.profile.timing import device_type_entry
 
+POLL_S = 0.25
 DISAGREE_FACTOR = 1.5  # --compare flags figures that differ by more than this factor either way
 
 
@@ -37,8 +40,12 @@ def under_torchrun() -> bool:
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
 
 
-def launch_local(settings: LinkSettings, nproc: int, timeout_s: float = 300.0) -> dict:
-    """Run the sweeps on `nproc` local ranks with torchrun (the deploy launcher's command); rank 0's result."""
+def launch_local(settings: LinkSettings, nproc: int, timeout_s: float = 300.0,
+                 tick: Callable[[float], None] | None = None) -> dict:
+    """Run the sweeps on `nproc` local ranks with torchrun (the deploy launcher's command); rank 0's result.
+
+    `tick(seconds)` is called while waiting (a progress bar); the ranks are killed after `timeout_s`.
+    """
     from tag.deploy.launcher import torchrun_command
 
     run_dir = tempfile.mkdtemp(prefix="tag-links-")
@@ -52,12 +59,15 @@ def launch_local(settings: LinkSettings, nproc: int, timeout_s: float = 300.0) -
         with open(os.path.join(run_dir, "torchrun.log"), "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                raise LinksFailed(f"the sweep over {nproc} ranks did not finish in {timeout_s:g} s; killed its ranks")
+            t0 = time.monotonic()
+            while proc.poll() is None:
+                time.sleep(POLL_S)
+                if tick is not None:
+                    tick(POLL_S)
+                if time.monotonic() - t0 > timeout_s:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    raise LinksFailed(f"the sweep over {nproc} ranks did not finish in {timeout_s:g} s; killed its ranks")
         result_path = os.path.join(run_dir, "result.json")
         if proc.returncode == 0 and os.path.exists(result_path):
             with open(result_path) as f:
