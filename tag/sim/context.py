@@ -33,6 +33,7 @@ class SimContext:
         self._group: dict = {}
         self._edge: dict = {}
         self._phases: dict = {}
+        self.sfb: dict = {}  # (group, rows, sfb ops) -> SFB compute terms (`tag.sim.engine.sfb_compute_ms`)
 
     def group_costs(self, g: int, decision) -> tuple:
         """(devices, fwd ms per device, bwd ms per device, update ms per device) of group g."""

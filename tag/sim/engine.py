@@ -13,6 +13,7 @@ from tag.sim.context import _context
 from tag.sim.memory import peak_memory_bytes
 from tag.sim.network import INF, Flow, Network
 from tag.sim.result import SimResult
+from tag.sim.sfb import dw_ms, group_sfb_factors
 from tag.sim.trace import COMPUTE_PID, NETWORK_PID, lane_metadata, x_event
 from tag.strategy import Strategy, TrainingConfig
 
@@ -36,13 +37,43 @@ class _Unit:
 
 
 def group_syncs(gg, gid: int, decision, nbytes: float) -> list[tuple[str, float, str]]:
-    """The syncs of group `gid`'s own (unshared) gradients: a list of (method, bytes, label).
+    """The syncs of group `gid`'s own (unshared) gradients: a list of (method, bytes, label), in order.
 
-    This is the one place a per-op sufficient-factor path goes: ops in ``decision.sfb`` would move their
-    weight-gradient bytes out of the all-reduce into an ("allgather", factor bytes, label) entry.
+    This is the one place of the per-op sufficient-factor path (`tag.sim.sfb`): each op in
+    ``decision.sfb`` moves its weight's bytes out of the group's sync and adds two all-gathers, of X and
+    of dY over the group's rows (as deploy runs them, before the buckets).
     """
     method = decision.sync or "allreduce"
-    return [(method, nbytes, f"sync g{gid}")] if nbytes > 0 else []
+    out: list[tuple[str, float, str]] = []
+    if decision.replicated:
+        batch = float(sum(decision.rows))
+        for f in group_sfb_factors(gg, gid, decision):
+            name = gg.graph.ops[f.op_index].name
+            out += [("allgather", batch * f.x_bytes_per_row, f"sfb X {name}"),
+                    ("allgather", batch * f.dy_bytes_per_row, f"sfb dY {name}")]
+            nbytes -= f.weight_bytes
+    if nbytes > 1e-9:
+        out.append((method, nbytes, f"sync g{gid}"))
+    return out
+
+
+def sfb_compute_ms(ctx, gid: int, decision) -> tuple[list[float], list[float]]:
+    """Per device of ``decision.devices``: (backward ms saved by skipping the local dW, dW ms added before
+    the optimizer step) of the group's SFB ops (`tag.sim.sfb.dw_ms`)."""
+    key = (gid, decision.rows, decision.sfb)
+    hit = ctx.sfb.get(key)
+    if hit is None:
+        devs = decision.devices
+        saved, added = [0.0] * len(devs), [0.0] * len(devs)
+        batch = sum(decision.rows)
+        prec = getattr(ctx.training, "precision", "fp32")
+        for f in group_sfb_factors(ctx.gg, gid, decision) if len(devs) > 1 else []:
+            for i, d in enumerate(devs):
+                dt = ctx.dtypes[d]
+                saved[i] += dw_ms(f, dt, decision.rows[d], ctx.cost, prec)
+                added[i] += dw_ms(f, dt, batch, ctx.cost, prec)
+        hit = ctx.sfb[key] = (saved, added)
+    return hit
 
 
 def _shared_params(gg) -> dict[str, tuple[int, ...]]:
@@ -83,8 +114,14 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
         devs, fwd, _, _ = per_group[g]
         fwd_id[g] = dict(zip(devs, range(len(dur), len(dur) + len(devs))))
         dur += fwd; tdev += devs; tkind += [_FWD] * len(devs); tgrp += [g] * len(devs)
+    sfb_upd_ms = [0.0] * n_dev  # SFB: dW over all replicas' rows, formed before the optimizer step
     for g in range(n_grp - 1, -1, -1):
         devs, _, bwd, _ = per_group[g]
+        if decs[g].sfb:
+            saved, added = sfb_compute_ms(ctx, g, decs[g])
+            bwd = [max(0.0, b - s) for b, s in zip(bwd, saved)]
+            for d, a in zip(devs, added):
+                sfb_upd_ms[d] += a
         bwd_id[g] = dict(zip(devs, range(len(dur), len(dur) + len(devs))))
         dur += bwd; tdev += devs; tkind += [_BWD] * len(devs); tgrp += [g] * len(devs)
     n_compute = len(dur)
@@ -131,8 +168,8 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
                 units.append(_Unit((g,), tuple(devs_of[g]), nbytes, method, decs[g].server, label))
     # one optimizer step per device (as optimizer.step() after backward and sync), summing its groups' updates
     in_unit = {g for u in units for g in u.groups}
-    upd_ms = [0.0] * n_dev
-    has_upd = [False] * n_dev
+    upd_ms = list(sfb_upd_ms)
+    has_upd = [a > 0 for a in sfb_upd_ms]
     for g in range(n_grp):
         if groups[g].param_count > 0 or g in in_unit:
             devs, _, _, upd = per_group[g]

@@ -1,0 +1,124 @@
+"""The CP-SAT model that chooses SFB ops (one readable function: variables, constraints, objective, solve).
+
+One binary x_o per candidate. Times are integers (ms x `scale`). Syncs over one communicator run one at
+a time in ready order (`Terms.units`, as the simulator runs them), so a chain of finish times couples the
+choices of every group on it:
+
+    T_u   = alone_u - slope_u x sum_{o of u} x_o |W_o| + sum_{o of u} x_o gather_o        (sync time of unit u)
+    r_u  >= bwd_end(g, d) - sum_{o in groups whose backward runs before or at g on d} x_o saved_{o,d}
+    f_u  >= r_u + T_u,   f_u >= f_prev(u) + T_u                                            (communicator chain)
+    Z    >= f_u + update_d + sum_{o on d} x_o added_{o,d}        for every device d of u   (step waits for syncs)
+    Z    >= end_d - sum_{o on d} x_o saved_{o,d} + update_d + sum_{o on d} x_o added_{o,d}   (end_d: last fwd/bwd)
+    Z    >= min_u ready_u + sum_u busy_{u,l}(x)                  for every link l shared by communicators
+    minimise Z  (the iteration's end: exposed sync time plus added dW compute)
+
+The sync traffic of a group hides behind the backward that follows it only until its communicator's
+chain runs past the end of that backward; after that every byte counts. A per-op threshold cannot see this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tag.compression.terms import Terms
+
+
+@dataclass
+class ModelResult:
+    chosen: list[int]  # candidate indices
+    status: str
+    objective_ms: float
+    empty_ms: float  # the model's end time with nothing chosen
+    solve_ms: float
+
+
+def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0) -> ModelResult:
+    """Build and solve the model of the module docstring; returns the chosen candidates (indices)."""
+    from ortools.sat.python import cp_model
+
+    units, cands = terms.units, terms.cands
+    horizon_ms = max([terms.iteration_ms, 1e-6] + [u.ready_ms + u.alone_ms for u in units])
+    horizon_ms += sum(c.gather_ms + max(c.dw_added_ms.values(), default=0.0) for c in cands)
+    scale = 1e7 / horizon_ms
+
+    def q(ms: float) -> int:
+        return int(round(ms * scale))
+
+    m = cp_model.CpModel()
+    big = q(4 * horizon_ms) + 10
+    x = [m.NewBoolVar(f"x{i}") for i in range(len(cands))]
+    z = m.NewIntVar(0, big, "Z")
+    by_unit: dict[int, list[int]] = {}
+    for i, c in enumerate(cands):
+        by_unit.setdefault(c.unit, []).append(i)
+    added = {d: sum(x[i] * q(c.dw_added_ms.get(d, 0.0)) for i, c in enumerate(cands)) for d in terms.update_ms}
+    saved_on = {d: [(i, c) for i, c in enumerate(cands) if d in c.bwd_saved_ms] for d in terms.update_ms}
+
+    for d in terms.update_ms:
+        saved = sum(x[i] * q(c.bwd_saved_ms[d]) for i, c in saved_on[d])
+        m.Add(z >= q(terms.end_ms[d] + terms.update_ms[d]) - saved + added[d])
+    prev_by_comm: dict[tuple, object] = {}
+    order = sorted(range(len(units)), key=lambda u: (units[u].ready_ms, u))
+    for u in order:
+        unit = units[u]
+        t = q(unit.alone_ms) + sum(x[i] * (q(cands[i].gather_ms) - q(unit.ar_ms_per_byte * cands[i].weight_bytes))
+                                   for i in by_unit.get(u, []))
+        r = m.NewIntVar(0, big, f"r{u}")
+        gmin = min(unit.groups)
+        for g in unit.groups:
+            for d in unit.devices:
+                if (g, d) in terms.bwd_end_ms:
+                    shift = sum(x[i] * q(c.bwd_saved_ms[d]) for i, c in saved_on[d] if _group_of(terms, i) >= gmin)
+                    m.Add(r >= q(terms.bwd_end_ms[(g, d)]) - shift)
+        f = m.NewIntVar(0, big, f"f{u}")
+        m.Add(f >= r + t)
+        prev = prev_by_comm.get(unit.devices)
+        if prev is not None:
+            m.Add(f >= prev + t)
+        prev_by_comm[unit.devices] = f
+        for d in unit.devices:
+            m.Add(z >= f + q(terms.update_ms[d]) + added[d])
+    link_comms: dict[int, set] = {}
+    for unit in units:
+        for l in unit.link_ms:
+            link_comms.setdefault(l, set()).add(unit.devices)
+    for l, comms in link_comms.items():
+        if len(comms) < 2:
+            continue
+        users = [u for u, unit in enumerate(units) if l in unit.link_ms]
+        start = min(units[u].ready_ms for u in users)
+        load = sum(q(units[u].link_ms[l]) for u in users)
+        for u in users:
+            load += sum(x[i] * (q(cands[i].gather_link_ms.get(l, 0.0))
+                                - q(units[u].link_ms_per_byte.get(l, 0.0) * cands[i].weight_bytes))
+                        for i in by_unit.get(u, []))
+        m.Add(z >= q(start) + load)
+    m.Minimize(z)
+
+    solver = cp_model.CpSolver()
+    solver.parameters.random_seed = seed
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = time_limit_s
+    st = solver.Solve(m)
+    status = solver.StatusName(st)
+    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return ModelResult([], status, float("nan"), float("nan"), solver.WallTime() * 1e3)
+    chosen = [i for i in range(len(cands)) if solver.Value(x[i])]
+    empty = _empty_ms(terms, q) / scale
+    return ModelResult(chosen, status, solver.ObjectiveValue() / scale, empty, solver.WallTime() * 1e3)
+
+
+def _group_of(terms: Terms, i: int) -> int:
+    return min(terms.units[terms.cands[i].unit].groups)
+
+
+def _empty_ms(terms: Terms, q) -> float:
+    """The model's end time with nothing chosen (integer units), for the report."""
+    z = max([q(terms.end_ms[d] + terms.update_ms[d]) for d in terms.end_ms] + [0])
+    fin: dict[tuple, int] = {}
+    for u in sorted(range(len(terms.units)), key=lambda u: (terms.units[u].ready_ms, u)):
+        unit = terms.units[u]
+        f = max(q(unit.ready_ms), fin.get(unit.devices, 0)) + q(unit.alone_ms)
+        fin[unit.devices] = f
+        z = max(z, max(f + q(terms.update_ms[d]) for d in unit.devices))
+    return z

@@ -1,0 +1,81 @@
+"""Hand-built FC models, clusters and a fixed-time cost model for the SFB tests."""
+
+from __future__ import annotations
+
+from tag.cost.efficiency import EfficiencyParams
+from tag.graph.groups import Group, GroupEdge, GroupGraph
+from tag.graph.opgraph import Op, OpGraph, TensorInfo
+from tag.strategy import Decision, Strategy, TrainingConfig
+from tag.topology import parse_topology
+
+TRAINING = TrainingConfig(optimizer="sgd")
+PEAK_TFLOPS = 10.0  # 1e10 FLOP per ms
+MEM_GBPS = 8000.0  # 1e6 bytes per ms
+
+
+def cluster(machines: int, per_machine: int = 1, link_gbps: float = 1.0, link_us: float = 10.0,
+            intra_gbps: float = 128.0):
+    """`machines` machines of `per_machine` devices; machines in a ring of direct links (or one link for 2)."""
+    ms = [{"name": f"m{i}", "devices": [{"type": "G", "count": per_machine}], "intra_bandwidth_gbps": intra_gbps,
+           "nic_bandwidth_gbps": link_gbps} for i in range(machines)]
+    obj = {"version": 1, "device_types": {"G": {"peak_tflops": PEAK_TFLOPS, "memory_gb": 64,
+                                                "memory_bandwidth_gbps": MEM_GBPS}}, "machines": ms}
+    if machines == 2:
+        obj["links"] = [{"between": ["m0", "m1"], "bandwidth_gbps": link_gbps, "latency_us": link_us}]
+    return parse_topology(obj, "sfbkit")
+
+
+def fc_model(layers: list[tuple[int, int]], batch: int, groups: list[list[int]] | None = None,
+             extra_params: list[int] | None = None) -> GroupGraph:
+    """A chain of Gemm layers x_{i+1} = x_i W_i (W_i of shape K_i x N_i, fp32); `groups` lists layer
+    indices per group (default one per layer); `extra_params[g]` adds a non-SFB parameter of that many
+    bytes to group g (a conv-like weight that always stays in the all-reduce)."""
+    groups = groups or [[i] for i in range(len(layers))]
+    ops, tensors = [], {}
+    for i, (k, n) in enumerate(layers):
+        xi, wi, yi = f"x{i}", f"W{i}", f"x{i + 1}"
+        tensors.setdefault(xi, TensorInfo(xi, "float32", (batch, k), 0, "data" if i == 0 else "activation",
+                                          None if i == 0 else i - 1, [i]))
+        tensors[wi] = TensorInfo(wi, "float32", (k, n), None, "param", None, [i])
+        tensors[yi] = TensorInfo(yi, "float32", (batch, n), 0, "activation", i, [])
+        ops.append(Op(f"fc{i}", "Gemm", "", [xi, wi], [yi], op_class="matmul", params=[wi], param_count=k * n,
+                      param_bytes=4.0 * k * n))
+    graph = OpGraph("fc.onnx", ops, tensors, ["x0"], [f"W{i}" for i in range(len(layers))], [f"x{len(layers)}"],
+                    batch, batch)
+    gs, edges = [], []
+    for g, ids in enumerate(groups):
+        extra = (extra_params or [0] * len(groups))[g]
+        pc = sum(ops[i].param_count for i in ids) + extra // 4
+        gs.append(Group(g, ids, True, param_count=pc, param_bytes=4.0 * pc, params=[f"W{i}" for i in ids]))
+        if g:
+            k_in = layers[ids[0]][0]
+            edges.append(GroupEdge(g - 1, g, [f"x{ids[0]}"], 4.0 * k_in, 0.0))
+    return GroupGraph(graph, gs, edges)
+
+
+class FixedCost:
+    """fwd = fwd_ms_per_row[g] x rows, bwd = bwd_ms_per_row[g] x rows, update = upd_ms; dW products by a
+    roofline at full matmul efficiency and no launch cost (`params_for`)."""
+
+    name = "fixed"
+
+    def __init__(self, fwd_ms_per_row, bwd_ms_per_row, upd_ms=0.0):
+        self.f, self.b, self.u = list(fwd_ms_per_row), list(bwd_ms_per_row), upd_ms
+
+    def group_fwd_ms(self, g, device, rows):
+        return self.f[g] * rows
+
+    def group_bwd_ms(self, g, device, rows):
+        return self.b[g] * rows
+
+    def update_ms(self, g, device):
+        return self.u
+
+    def params_for(self, kind):
+        return EfficiencyParams(base={"matmul": 1.0}, floor=0.01, mem_efficiency=1.0, launch_us=0.0)
+
+
+def dp(n_groups: int, rows: list[int], sync: str | None = "allreduce", sfb: list[tuple[str, ...]] | None = None) -> Strategy:
+    """Every group data-parallel with the same row map."""
+    sfb = sfb or [()] * n_groups
+    return Strategy(tuple(Decision(tuple(rows), sync, None, sfb[g]) for g in range(n_groups)))
