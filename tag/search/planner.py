@@ -96,7 +96,12 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     res = tree.run(playouts, mcts_deadline, progress)
     best = ev.best[1] or base
     if refine:
+        # multi-start: the tree's best first, then every other baseline (a different basin: e.g. placement
+        # when the tree started from data parallelism), each by strict-improvement coordinate descent
         refine_pass(space, ev, best, max_simulations=refine_simulations, deadline=deadline)
+        others = sorted((r.iteration_ms, name) for name, (_, r) in baselines.items() if name != start_name)
+        for _, name in others:
+            refine_pass(space, ev, baselines[name][0], max_simulations=refine_simulations // 4, deadline=deadline)
         best = ev.best[1] or best
     method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
     sfb_report: dict = {}
