@@ -37,7 +37,7 @@ def add_parser(sub):
 def run(args) -> int:
     import sys
 
-    from tag.cliutil import emit, table
+    from tag.cliutil import emit, progress, table
     from tag.deploy.job import prepare_job
     from tag.deploy.launcher import DeployFailed, launch, launch_commands
     from tag.errors import InputError
@@ -54,11 +54,14 @@ def run(args) -> int:
              "# on each machine (same paths everywhere; MASTER_HOST = the first machine's address):\n"
              + "\n".join(f"[{m}] {c}" for m, c in cmds))
         return 0
+    bar = progress(total=job.steps, desc="deploy", unit="step")
     try:
-        res = launch(job)
+        res = launch(job, on_step=lambda n: bar.update(n - bar.n))
     except DeployFailed as e:
+        bar.close()
         sys.stderr.write(f"tag deploy: error: {e}\n")
         return 1
+    bar.close()
     out = {"measured_step_ms": res.measured_step_ms, "predicted_step_ms": job.predicted_step_ms,
            "losses": res.losses, "step_ms": res.step_ms, "steps": job.steps, "nproc": job.nproc,
            "devices": len(job.device_ids), "batch_size": job.batch_size, "optimizer": job.training.optimizer,

@@ -88,6 +88,7 @@ def prepare_job(plan_path: str, model_path: str, args: Namespace) -> Job:
     opt = getattr(args, "optimizer", None)
     if opt and opt != training.optimizer:
         training = TrainingConfig(optimizer=opt, lr=training.lr, loss=training.loss, precision=training.precision)
+    _check_convertible(inp.graph, model_path)
     groups = [list(g.op_ids) for g in inp.gg.groups]
     machines = [d.machine for d in cluster.devices]
     build_schedule(inp.graph, groups, inp.strategy, machines, nproc, plan_file=plan_path)  # SFB checks
@@ -100,6 +101,16 @@ def prepare_job(plan_path: str, model_path: str, args: Namespace) -> Job:
                seed=int(getattr(args, "seed", 0) or 0), threads=int(getattr(args, "threads", 1) or 1),
                warmup=int(getattr(args, "warmup", 1)), timeout_s=float(getattr(args, "timeout", 300.0)),
                predicted_step_ms=predicted)
+
+
+def _check_convertible(graph, model_path: str) -> None:
+    """InputError naming the first op the ONNX-to-torch converter cannot run (before any rank starts)."""
+    from tag.deploy.onnx_torch import CONVERTERS
+
+    for op in graph.ops:
+        if op.domain not in ("", "ai.onnx") or op.op_type not in CONVERTERS:
+            found = op.op_type if op.domain in ("", "ai.onnx") else f"{op.domain}::{op.op_type}"
+            raise InputError(model_path, f"node '{op.name}' ({op.op_type})", "an op type the converter supports", found)
 
 
 def save_job(job: Job, path: str) -> None:

@@ -77,8 +77,11 @@ def launch_commands(job: Job, master: str = "MASTER_HOST:29500") -> list[tuple[s
     return out
 
 
-def launch(job: Job, keep_dir: str | None = None) -> DeployResult:
-    """Run `job` on local ranks; returns rank 0's result, or raises DeployFailed (never hangs past the timeout)."""
+def launch(job: Job, keep_dir: str | None = None, on_step=None) -> DeployResult:
+    """Run `job` on local ranks; returns rank 0's result, or raises DeployFailed (never hangs past the timeout).
+
+    `on_step(n)` is called with the number of steps rank 0 has finished whenever it grows (progress bars).
+    """
     run_dir = keep_dir or tempfile.mkdtemp(prefix="tag-deploy-")
     os.makedirs(run_dir, exist_ok=True)
     job.run_dir = run_dir
@@ -92,7 +95,7 @@ def launch(job: Job, keep_dir: str | None = None) -> DeployResult:
         with open(log_path, "w") as log:
             proc = subprocess.Popen(torchrun_command(job_path, job.nproc), stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-            failure = _watch(proc, job, run_dir)
+            failure = _watch(proc, job, run_dir, on_step)
         if failure is None and proc.returncode == 0 and os.path.exists(os.path.join(run_dir, "result.json")):
             with open(os.path.join(run_dir, "result.json")) as f:
                 r = json.load(f)
@@ -103,7 +106,7 @@ def launch(job: Job, keep_dir: str | None = None) -> DeployResult:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _watch(proc: subprocess.Popen, job: Job, run_dir: str) -> str | None:
+def _watch(proc: subprocess.Popen, job: Job, run_dir: str, on_step=None) -> str | None:
     """Poll until torchrun exits; kill its session on a failure or a hang. Returns a hang message or None."""
     last_beats, last_change = None, time.monotonic()
     failed_at = None
@@ -118,6 +121,8 @@ def _watch(proc: subprocess.Popen, job: Job, run_dir: str) -> str | None:
         beats = _beats(run_dir, job.nproc)
         if beats != last_beats:
             last_beats, last_change = beats, now
+            if on_step is not None and beats[0] is not None:
+                on_step(beats[0] // 2)
         elif now - last_change > (job.timeout_s if _past_first_step(beats) else max(job.timeout_s, SETUP_S)):
             _kill(proc)
             if any(os.path.exists(os.path.join(run_dir, f"rank{r}.error")) for r in range(job.nproc)):

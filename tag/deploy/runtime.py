@@ -115,6 +115,9 @@ class RankRuntime:
                 if ax is None and self.rank != self.s.ranks_of(g)[0]:
                     continue
                 target = self.targets[t] if ax is None else self.targets[t].narrow(ax, off, n)
+                if tuple(env[t].shape) != tuple(target.shape):
+                    raise RuntimeError(f"output {t!r} has shape {tuple(env[t].shape)} on {n} rows, expected "
+                                       f"{tuple(target.shape)} from the model's shapes and batch axis")
                 term = ((env[t] - target) ** 2).sum() / self.targets[t].numel()
                 loss = term if loss is None else loss + term
         if loss is not None:

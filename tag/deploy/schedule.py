@@ -7,7 +7,8 @@ Devices map onto ranks in contiguous blocks of topology order (`device_ranks`): 
 the plan's device count each device is one rank; with fewer ranks several neighbouring devices share a
 process and their row slices simply concatenate (they are contiguous because rows are laid out in
 topology order), so the rank holds the sum of its devices' rows. Activation slices between ranks are
-exactly `tag.strategy.slices` of the rank-level row maps, the function the simulator charges.
+exactly `tag.strategy.slices` of the rank-level row maps, the function the simulator charges. A rank
+belongs to the machine of its first device (for `hierarchical`); a `ps` server device's rank is the server.
 """
 
 from __future__ import annotations

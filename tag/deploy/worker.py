@@ -55,7 +55,10 @@ def main(job_path: str) -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     beat = os.path.join(run_dir, f"rank{rank}.beat")
     try:
-        torch.set_num_threads(job.threads)
+        from tag.deploy.schedule import device_ranks
+
+        # one thread (--threads) per plan device; a rank hosting several devices gets theirs together
+        torch.set_num_threads(job.threads * max(1, device_ranks(len(job.device_ids), job.nproc).count(rank)))
         use_cuda = torch.cuda.is_available() and all(k == "gpu" for k in job.device_kinds)
         device = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device("cpu")
         if use_cuda:

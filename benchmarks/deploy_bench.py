@@ -1,0 +1,63 @@
+"""Measured vs predicted step time of `tag deploy` for a few plans on this machine (4 local cpu ranks).
+
+Usage: python benchmarks/deploy_bench.py [--steps N] [--models mlp,gpt2_tiny] [--baselines dp-even,m-topo]
+
+Writes a 4-device cpu topology (two machines of two `cpu` devices) and one plan per (model, baseline) with
+`tag plan --baseline`, deploys each with `tag deploy --json`, and prints one row per plan: the plan's
+predicted iteration time, the measured step time (median after one warm-up step) and the first and last
+loss. Expect the measured time above the prediction on an oversubscribed machine: the `cpu` catalog
+figures are nominal, and torch start-up and gloo round trips are not in the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "..", "datasets", "models")
+TOPO = {"version": 1, "name": "cpu4", "machines": [
+    {"name": "m0", "devices": [{"type": "cpu", "count": 2}], "nic_bandwidth_gbps": 10},
+    {"name": "m1", "devices": [{"type": "cpu", "count": 2}], "nic_bandwidth_gbps": 10}]}
+
+
+def _tag(*args) -> dict:
+    p = subprocess.run([sys.executable, "-m", "tag.cli", *args, "--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"tag {' '.join(args)} failed: {p.stderr.strip()}")
+    return json.loads(p.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--models", default="mlp,gpt2_tiny")
+    ap.add_argument("--baselines", default="dp-even,single-device,m-topo")
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        topo = os.path.join(d, "cpu4.json")
+        with open(topo, "w") as f:
+            json.dump(TOPO, f)
+        for model in a.models.split(","):
+            path = os.path.join(MODELS, f"{model}.onnx")
+            for base in a.baselines.split(","):
+                plan = os.path.join(d, f"{model}-{base}.json")
+                _tag("plan", path, topo, "--baseline", base, "--batch-size", str(a.batch_size), "-o", plan)
+                out = _tag("deploy", plan, path, "--steps", str(a.steps))
+                rows.append((model, base, out["predicted_step_ms"], out["measured_step_ms"],
+                             out["losses"][0], out["losses"][-1]))
+                print(f"  done {model} {base}", file=sys.stderr)
+    head = ("model", "plan", "predicted_ms", "measured_ms", "loss_first", "loss_last")
+    print("  ".join(f"{h:>14}" for h in head))
+    for r in rows:
+        print(f"{r[0]:>14}  {r[1]:>14}  {r[2]:>14.2f}  {r[3]:>14.2f}  {r[4]:>14.4f}  {r[5]:>14.4f}")
+
+
+if __name__ == "__main__":
+    main()
