@@ -32,8 +32,12 @@ class ModelResult:
     solve_ms: float
 
 
-def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0) -> ModelResult:
-    """Build and solve the model of the module docstring; returns the chosen candidates (indices)."""
+def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0,
+                    exclude: list[list[int]] | None = None) -> ModelResult:
+    """Build and solve the model of the module docstring; returns the chosen candidates (indices).
+
+    exclude: subsets (candidate index lists) the solution must differ from (no-good cuts), so repeated
+    calls list the model's best subsets in order."""
     from ortools.sat.python import cp_model
 
     units, cands = terms.units, terms.cands
@@ -93,6 +97,9 @@ def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0) 
                                 - q(units[u].link_ms_per_byte.get(l, 0.0) * cands[i].weight_bytes))
                         for i in by_unit.get(u, []))
         m.Add(z >= q(start) + load)
+    for sub in exclude or []:
+        inside = set(sub)
+        m.Add(sum(1 - x[i] for i in inside) + sum(x[i] for i in range(len(cands)) if i not in inside) >= 1)
     m.Minimize(z)
 
     solver = cp_model.CpSolver()

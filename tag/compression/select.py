@@ -1,9 +1,12 @@
 """`select_sfb`: choose the ops of a strategy that send sufficient factors, validated by the simulator.
 
 Steps: clear any SFB lists, find the candidates (`eligible_ops`), simulate the strategy once with a trace
-to read the timeline, build the terms (`tag.compression.terms`), solve the CP-SAT model
-(`tag.compression.model`), and simulate the chosen subset. The chosen subset is kept only if the
-simulator says it is faster than none (never worse); the report says what was saved.
+to read the timeline, build the terms (`tag.compression.terms`), and solve the CP-SAT model
+(`tag.compression.model`) repeatedly with no-good cuts to list its `pool` best subsets. The simulator
+scores each (the model approximates contention between communicators, which the simulator plays out),
+then single flips of the best one are tried while they help (`polish_passes`, at most
+`max_simulations` subsets scored in all). The result is kept only
+if the simulator says it is faster than no SFB at all (never worse); the report says what was saved.
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ def _link_total(res) -> float:
 
 
 def select_sfb(gg, cluster, cost, training, strategy: Strategy, simulate_fn=None, *, seed: int = 0,
-               time_limit_s: float = 10.0) -> tuple[Strategy, dict]:
+               time_limit_s: float = 10.0, pool: int = 6, polish_passes: int = 2,
+               max_simulations: int = 64) -> tuple[Strategy, dict]:
     """The strategy with SFB lists chosen by the CP-SAT model, and a report dict.
 
     simulate_fn(strategy) -> SimResult scores strategies (default: `tag.sim.simulate`, uncached). Report
     keys: ops (chosen op names), groups ({group: [op names]}), candidates (count), bytes_saved (link
     bytes per iteration, no SFB minus SFB, from the simulator; may be negative), ms_saved (iteration ms),
-    iteration_ms_without / iteration_ms_with, model (status, predicted ms, solve ms), per_group (details).
+    iteration_ms_without / iteration_ms_with, model (status, predicted ms, solve ms, subsets scored),
+    per_group (per group: ops, replicas, weight bytes out of the all-reduce, factor bytes gathered).
     """
     from tag.sim import simulate
 
@@ -47,29 +52,55 @@ def select_sfb(gg, cluster, cost, training, strategy: Strategy, simulate_fn=None
         return plain, report
     traced = simulate(gg, cluster, cost, plain, training, trace=True)
     terms = build_terms(gg, cluster, cost, training, plain, cands, traced)
-    mres = solve_sfb_model(terms, seed=seed, time_limit_s=time_limit_s)
-    report["model"] = {"status": mres.status, "predicted_ms": mres.objective_ms, "predicted_ms_without": mres.empty_ms,
-                       "solve_ms": mres.solve_ms}
-    chosen = [cands[i] for i in mres.chosen]
-    if not chosen:
-        report["seconds"] = time.monotonic() - t0
-        return plain, report
-    cand_strategy = with_sfb(plain, chosen)
-    res = sim(cand_strategy)
+
+    scored: dict[frozenset, tuple[float, object]] = {frozenset(): (_ms(base_res), base_res)}
+
+    def score(sub: frozenset) -> float:
+        if sub not in scored:
+            res = sim(with_sfb(plain, [cands[i] for i in sorted(sub)]))
+            scored[sub] = (_ms(res), res)
+        return scored[sub][0]
+
+    seen: list[list[int]] = []
+    first = None
+    for _ in range(max(1, min(pool, 2 ** len(cands)))):
+        mres = solve_sfb_model(terms, seed=seed, time_limit_s=time_limit_s, exclude=seen)
+        if not mres.status in ("OPTIMAL", "FEASIBLE"):
+            break
+        first = first or mres
+        seen.append(mres.chosen)
+        score(frozenset(mres.chosen))
+    best = min(scored, key=lambda k: (scored[k][0], sorted(k)))
+    for _ in range(polish_passes):
+        improved = False
+        for i in range(len(cands)):
+            if len(scored) >= max_simulations:
+                break
+            nb = best ^ {i}
+            if score(nb) < scored[best][0]:
+                best, improved = nb, True
+        if not improved:
+            break
+    report["model"] = {"status": first.status if first else "NONE",
+                       "predicted_ms": first.objective_ms if first else math.nan,
+                       "predicted_ms_without": first.empty_ms if first else math.nan,
+                       "model_choice": [cands[i].op_name for i in (first.chosen if first else [])],
+                       "solutions_scored": len(seen), "simulations": len(scored)}
     report["seconds"] = time.monotonic() - t0
-    if not _ms(res) < _ms(base_res):
-        report["rejected"] = {"ops": [c.op_name for c in chosen], "iteration_ms": _ms(res)}
+    if not best or not scored[best][0] < _ms(base_res):
         return plain, report
+    chosen = [cands[i] for i in sorted(best)]
+    res = scored[best][1]
     groups: dict[int, list[str]] = {}
     for c in chosen:
         groups.setdefault(c.group, []).append(c.op_name)
     per_group = []
     for g, names in groups.items():
-        cs = [(c, terms.cands[i]) for i, c in zip(mres.chosen, chosen) if c.group == g]
+        ts = [terms.cands[i] for i in sorted(best) if cands[i].group == g]
         per_group.append({"group": g, "ops": names, "replicas": len(plain.decisions[g].devices),
-                          "weight_bytes": sum(t.weight_bytes for _, t in cs),
-                          "factor_bytes": sum(t.gather_bytes for _, t in cs)})
+                          "weight_bytes": sum(t.weight_bytes for t in ts),
+                          "factor_bytes": sum(t.gather_bytes for t in ts)})
     report.update(ops=[c.op_name for c in chosen], groups=groups, per_group=per_group,
                   bytes_saved=_link_total(base_res) - _link_total(res), ms_saved=_ms(base_res) - _ms(res),
                   iteration_ms_with=_ms(res))
-    return cand_strategy, report
+    return with_sfb(plain, chosen), report

@@ -116,15 +116,30 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
                       search_space_size=space.size(), no_sfb_result=no_sfb_result)
 
 
-def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn):
-    """Run SFB selection on the searched plan (and on the best baseline) and keep the faster result."""
+def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, extra_starts: int = 2):
+    """Run SFB selection on the searched plan, the best baseline and the next `extra_starts` fastest
+    strategies the search simulated, and keep the fastest result; the searched plan without SFB wins ties,
+    so SFB never makes the plan slower. Returns (strategy, SFB report of the kept one)."""
     try:
         from tag.compression import select_sfb
     except ImportError:
         return best, {}
+    starts = [best]
+    name = best_baseline(baselines)
+    if name is not None:
+        starts.append(baselines[name][0])
+    ranked = sorted((res.iteration_ms, i, s) for i, (s, res) in enumerate(ev.cache.items())
+                    if not res.oom and math.isfinite(res.iteration_ms) and not any(d.sfb for d in s.decisions))
+    for _, _, s in ranked:
+        if len(starts) >= 2 + extra_starts:
+            break
+        if s not in starts:
+            starts.append(s)
     chosen, report = best, {}
-    for start in (best,):
+    for start in dict.fromkeys(starts):
         s, rep = select_sfb(gg, cluster, cost, training, start, simulate_fn)
+        if start is best and not report:
+            report = rep  # what SFB found on the searched plan, kept if nothing beats it
         if ev.value(s) > ev.value(chosen):
             chosen, report = s, rep
     return chosen, report
