@@ -79,3 +79,33 @@ def dp(n_groups: int, rows: list[int], sync: str | None = "allreduce", sfb: list
     """Every group data-parallel with the same row map."""
     sfb = sfb or [()] * n_groups
     return Strategy(tuple(Decision(tuple(rows), sync, None, sfb[g]) for g in range(n_groups)))
+
+
+def random_instance(seed: int, max_ops: int = 9):
+    """A random FC chain (1-3 Gemm layers per group, at most `max_ops`), cluster, cost and data-parallel
+    strategy (some groups on a random subset of devices, rows split round-robin), all from `seed`."""
+    import random
+
+    rng = random.Random(seed)
+    per = [rng.randint(1, 3) for _ in range(rng.randint(2, 5))]
+    while sum(per) > max_ops:
+        per[per.index(max(per))] -= 1
+    dims = [rng.choice([256, 512, 1024, 2048, 4096]) for _ in range(sum(per) + 1)]
+    groups, i = [], 0
+    for p in per:
+        groups.append(list(range(i, i + p)))
+        i += p
+    batch = rng.choice([8, 16, 32, 64, 128])
+    cl = cluster(rng.choice([2, 3, 4]), rng.choice([1, 2]), link_gbps=rng.choice([1.0, 10.0, 25.0, 100.0]))
+    gg = fc_model(list(zip(dims, dims[1:])), batch, groups, [rng.choice([0, 0, 4_000_000, 16_000_000]) for _ in groups])
+    fwd = [rng.uniform(0.001, 0.05) for _ in groups]
+    cost = FixedCost(fwd, [f * rng.uniform(1.5, 3) for f in fwd], upd_ms=rng.uniform(0, 0.5))
+    n = cl.n_devices
+    decs = []
+    for _ in groups:
+        devs = sorted(rng.sample(range(n), rng.randint(2, n))) if rng.random() < 0.3 else list(range(n))
+        rows = [0] * n
+        for j in range(batch):
+            rows[devs[j % len(devs)]] += 1
+        decs.append(Decision(tuple(rows), "allreduce", None, ()))
+    return gg, cl, cost, Strategy(tuple(decs))
