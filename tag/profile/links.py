@@ -3,8 +3,8 @@ complete topology.json of the devices the ranks ran on.
 
 Topology written (every figure measured):
 
-- ``device_types[<type>]``: the first machine's measured ``peak_tflops`` (one-thread 1024^3 matmul, or the
-  device's), ``memory_bandwidth_gbps`` (a 64 MiB copy) and ``memory_gb`` (the machine's memory / its ranks);
+- ``device_types[<type>]``: the first machine's measured ``peak_tflops`` (fastest 512^3 matmul on the rank's threads, or the
+  device's), ``memory_bandwidth_gbps`` (fastest 32 MiB copy) and ``memory_gb`` (the machine's memory / its ranks);
 - one machine per host, ``count`` = its ranks; ``intra_bandwidth_gbps`` / ``intra_latency_us`` from the
   alpha-beta fit of its intra pair (a machine with one rank keeps the defaults: nothing to measure);
 - a link between every pair of machines with the fitted bandwidth and ``latency_us`` = fitted end-to-end
