@@ -26,7 +26,11 @@ order they become ready (one communicator per device set); syncs over different 
 The method is Decision.sync (None -> allreduce): see `tag.sim.collectives` for the flows each method
 puts on the network (ring coflow; hierarchical = chain reduce, leader ring, chain broadcast; ps = push
 then pull through the server). `engine.group_syncs` is the
-one place where a per-op sufficient-factor (SFB) path adds an all-gather of factors.
+one place of the per-op sufficient-factor (SFB) path (`tag.sim.sfb`, as `tag.deploy.sfb` runs it): each
+op in Decision.sfb of a replicated group takes its weight out of the group's sync and adds two ring
+all-gathers (X and dY over the group's rows) on the same communicator, before the group's remaining
+sync; its backward skips the local dW product and each replica's optimizer step first forms dW over all
+rows (a roofline matmul).
 
 Network. Communication never uses a compute stream. Every flow follows the cluster's routes over
 directed links (full duplex: opposite directions never interact). Flows that share a directed link share
