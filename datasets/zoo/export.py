@@ -9,7 +9,7 @@ import onnx
 import onnx_ir
 import torch
 
-from .cleanup import drop_zero_conv_bias
+from .cleanup import drop_zero_conv_bias, fold_constant_nodes
 from .spec import ModelSpec
 
 OPSET = 20
@@ -54,7 +54,8 @@ def export_spec(spec: ModelSpec, seed: int = 0) -> tuple[onnx.ModelProto, float]
 
     Every data input gets the symbolic dim "batch" on axis 0. With spec.weights_as_inputs, float
     initializers become graph inputs without values (after the data inputs) and integer constants get
-    their remembered values back. Zero biases synthesised for bias-free Conv layers are dropped (exact).
+    their remembered values back. Zero biases synthesised for bias-free Conv layers are dropped and small all-constant
+    subgraphs (shape and axis vectors) are folded into Constant nodes (both exact).
     """
     start = time.perf_counter()
     device = "meta" if spec.weights_as_inputs else "cpu"
@@ -92,6 +93,7 @@ def export_spec(spec: ModelSpec, seed: int = 0) -> tuple[onnx.ModelProto, float]
         value.shape = onnx_ir.Shape(["batch"] + list(value.shape.dims[1:]))
     proto = onnx_ir.serde.serialize_model(ir_model)
     drop_zero_conv_bias(proto)
+    fold_constant_nodes(proto)
     proto.producer_name = "tag datasets/build.py"
     proto.doc_string = spec.description
     return proto, time.perf_counter() - start

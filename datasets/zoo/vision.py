@@ -33,7 +33,7 @@ class VGG(nn.Module):
             nn.Linear(4096, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(torch.flatten(self.features(x), 1))
+        return self.classifier(self.features(x).reshape(-1, 512 * 7 * 7))
 
 
 class Bottleneck(nn.Module):
@@ -87,7 +87,7 @@ class ResNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
-        return self.fc(torch.flatten(torch.mean(x, dim=(2, 3)), 1))
+        return self.fc(torch.mean(x, dim=(2, 3)))
 
 
 class SmallCNN(nn.Module):
