@@ -15,7 +15,8 @@ _UNARY = {
     "Floor": torch.floor, "Ceil": torch.ceil, "Round": torch.round, "Sign": torch.sign, "Sin": torch.sin,
     "Cos": torch.cos, "Tan": torch.tan, "Erf": torch.erf, "Not": torch.logical_not, "IsNaN": torch.isnan,
     "Softsign": F.softsign, "Mish": F.mish, "Asin": torch.asin, "Acos": torch.acos, "Atan": torch.atan,
-    "Sinh": torch.sinh, "Cosh": torch.cosh,
+    "Sinh": torch.sinh, "Cosh": torch.cosh, "Asinh": torch.asinh, "Acosh": torch.acosh, "Atanh": torch.atanh,
+    "BitwiseNot": torch.bitwise_not,
 }
 for _name, _fn in _UNARY.items():
     converter(_name)(lambda node, ins, _fn=_fn: _fn(ins[0]))
@@ -70,6 +71,12 @@ def _trelu(node, ins):
 @converter("HardSigmoid")
 def _hsig(node, ins):
     return torch.clamp(node.attrs.get("alpha", 0.2) * ins[0] + node.attrs.get("beta", 0.5), 0, 1)
+
+
+@converter("Shrink")
+def _shrink(node, ins):
+    x, lambd, bias = ins[0], node.attrs.get("lambd", 0.5), node.attrs.get("bias", 0.0)
+    return torch.where(x < -lambd, x + bias, torch.where(x > lambd, x - bias, torch.zeros_like(x)))
 
 
 @converter("HardSwish")
