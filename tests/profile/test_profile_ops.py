@@ -102,7 +102,7 @@ def test_profile_drives_the_cost_model_for_every_op(model_path, profiled):
 
 
 def test_bad_flags_exit_2_with_one_line(model_path, tmp_path, capsys):
-    for argv in (["--rows", "0,2"], ["--rows", "a"], ["--device", "cuda:0"], ["--device", "tpu"], ["--repeats", "0"]):
+    for argv in (["--rows", "0,2"], ["--rows", "a"], ["--device", "cuda:999"], ["--device", "tpu"], ["--repeats", "0"]):
         code = main(["profile", "ops", model_path, "-o", str(tmp_path / "x.json"), *argv])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and err.startswith("tag profile: error:"), (argv, err)
