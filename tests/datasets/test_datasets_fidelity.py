@@ -11,8 +11,10 @@ import pytest
 import torch
 from onnx.reference import ReferenceEvaluator
 
-from conftest import MODELS_DIR
 from zoo import MODELS
+
+DATASETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "datasets")
+MODELS_DIR = os.path.join(DATASETS, "models")
 
 SMALL = ["mlp", "small_cnn", "resnet_tiny", "dlrm_tiny", "gpt2_tiny", "bert_tiny", "transformer_tiny",
          "small_transformer", "inception_tiny"]

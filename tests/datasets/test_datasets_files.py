@@ -6,8 +6,10 @@ import re
 import onnx
 import pytest
 
-from conftest import DATASETS, MODELS_DIR
 from zoo import MODELS
+
+DATASETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "datasets")
+MODELS_DIR = os.path.join(DATASETS, "models")
 
 FILES = sorted(f[:-5] for f in os.listdir(MODELS_DIR) if f.endswith(".onnx"))
 INT_TYPES = {onnx.TensorProto.INT64: "int64", onnx.TensorProto.FLOAT: "float32"}

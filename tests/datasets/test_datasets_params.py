@@ -9,7 +9,9 @@ import os
 import onnx
 import pytest
 
-from conftest import MODELS_DIR
+DATASETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "datasets")
+MODELS_DIR = os.path.join(DATASETS, "models")
+
 
 FLOAT = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.BFLOAT16)
 DATA = {"image", "input_ids", "src", "tgt", "dense", "sparse", "x"}
