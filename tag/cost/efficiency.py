@@ -16,6 +16,8 @@ calibration fits them in one place. For an op of class c with F FLOPs and M byte
 * ``mem_efficiency``: streaming kernels reach a fixed fraction of the datasheet bandwidth; the size factor
   ``M / (M + half_size_bytes)`` is the latency of a short kernel expressed as bytes it could have moved.
 * ``launch_us``: CUDA launch plus framework dispatch per kernel.
+* ``tensor_core_fraction``: under tf32 / amp, conv and matmul ops run against the tensor-core peak times
+  this fraction (tensor-core kernels are starved by operand bandwidth long before the datasheet peak).
 
 ``half_intensity`` is the older saturating intensity factor ``AI / (AI + half_intensity)``, kept for
 callers that set it; every zero disables its factor. `tag.topology.catalog` records where the fitted
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 # Fraction of peak reached by large kernels, per op class (OpGraph.Op.op_class). conv and matmul are fitted
-# (see GPU_PARAMS); the memory-bound classes keep nominal values (their time is the bandwidth term).
+# in GPU_PARAMS; the memory-bound classes keep nominal values (their time is the bandwidth term).
 _GPU_BASE = {
     "conv": 0.60, "matmul": 0.70, "norm": 0.25, "elementwise": 0.25, "reduce": 0.25, "pool": 0.30,
     "softmax": 0.25, "gather": 0.20, "data_movement": 0.20, "shape": 0.20, "other": 0.30,
@@ -55,6 +57,7 @@ class EfficiencyParams:
     mem_efficiency: float = 1.0  # fraction of datasheet memory bandwidth streaming kernels reach
     half_size_bytes: float = 0.0  # bytes at which a kernel reaches half of mem_efficiency; 0 = off
     launch_us: float = 5.0  # per-kernel launch + dispatch, us
+    tensor_core_fraction: float = 1.0  # scales the tf32 / amp tensor-core peak (operand traffic limits MMA)
 
     def with_values(self, **values) -> "EfficiencyParams":
         """A copy with some fields replaced; ``e_<class>=x`` keys set one class's e_max."""
@@ -66,7 +69,8 @@ class EfficiencyParams:
 
 # Fitted on the FP32 ResNet-50 and BERT-large rows of the published single-GPU table (P100, GTX 1080 Ti,
 # RTX 2080 Ti, V100, A100 without TF32, K80); see the comment block in tag/topology/catalog.py.
-GPU_PARAMS = EfficiencyParams(base=dict(_GPU_BASE))
+GPU_PARAMS = EfficiencyParams(base=dict(_GPU_BASE, conv=0.85, matmul=0.70), half_size_flops=3e8,
+                              knee_intensity=0.0, mem_efficiency=1.0, launch_us=20.0, tensor_core_fraction=0.3)
 CPU_PARAMS = EfficiencyParams(base=dict(_CPU_BASE), launch_us=3.0)
 
 

@@ -20,12 +20,29 @@ def state_bytes_per_param(optimizer: str) -> int:
     return _STATE_SLOTS[optimizer] * FP32_BYTES
 
 
+# The elementwise kernels one update step runs per parameter element, as (tensors read, tensors written):
+# torch.optim's default multi-tensor (foreach) implementations, torch 2.x, no weight decay:
+#   sgd:      p += -lr g                                                      -> add_(p, g)
+#   momentum: b *= mu; b += g; p += -lr b                                     -> mul_, add_, add_
+#   adam:     m.lerp_(g); v *= b2; v += (1-b2) g g; s = sqrt(v); s /= bc2; s += eps; p += -step m / s
+#             -> lerp_, mul_, addcmul_, sqrt, div_, add_, addcdiv_
+_UPDATE_KERNELS = {
+    "sgd": [(2, 1)],
+    "momentum": [(1, 1), (2, 1), (2, 1)],
+    "adam": [(2, 1), (1, 1), (2, 1), (1, 1), (1, 1), (1, 1), (3, 1)],
+}
+
+
+def update_kernels(optimizer: str) -> int:
+    """Elementwise kernels one update step runs over each parameter tensor (sgd 1, momentum 3, adam 7)."""
+    return len(_UPDATE_KERNELS[optimizer])
+
+
 def update_traffic_bytes_per_param(optimizer: str) -> int:
-    """Memory traffic of one update step per parameter element, bytes.
+    """Memory traffic of one update step per parameter element, bytes: every tensor each kernel of the
+    step reads or writes, 4 bytes each (`_UPDATE_KERNELS`).
 
-    Read weight and gradient, write weight (12 bytes), plus read and write of every state slot.
-
-    >>> update_traffic_bytes_per_param("sgd"), update_traffic_bytes_per_param("adam")
-    (12, 28)
+    >>> update_traffic_bytes_per_param("sgd"), update_traffic_bytes_per_param("momentum"), update_traffic_bytes_per_param("adam")
+    (12, 32, 72)
     """
-    return 3 * FP32_BYTES + 2 * _STATE_SLOTS[optimizer] * FP32_BYTES
+    return sum(r + w for r, w in _UPDATE_KERNELS[optimizer]) * FP32_BYTES

@@ -12,7 +12,8 @@ fp32 uses the device's FP32 peak, tf32 and amp the catalog's tensor-core peaks f
 
 Backward uses the backward FLOPs and twice the forward memory traffic (read the output gradient and the
 saved activations, write the input gradient; weight-gradient ops read the weights and write their
-gradient), with two kernels for ops that own parameters (input and weight gradient) and one otherwise.
+gradient), with two kernels for ops that own parameters (input and weight gradient) and one otherwise;
+ops that neither compute nor move bytes (views, shape arithmetic) launch no kernel.
 Ops that only generate weights (`Op.is_weight_generator`) cost nothing. The optimizer update is
 memory-bound: ``param_count x update_traffic_bytes_per_param / (mem_bw x bandwidth fraction)`` plus one
 launch per parameter tensor. Results are cached per (group, device type name, rows).
@@ -39,19 +40,20 @@ def launch_ms(device: DeviceType, params: EfficiencyParams | None = None) -> flo
     return (params or params_for(device.kind)).launch_us / 1e3
 
 
-def peak_flops_per_ms(device: DeviceType, precision: str, op_classes) -> np.ndarray:
+def peak_flops_per_ms(device: DeviceType, precision: str, op_classes, tensor_core_fraction: float = 1.0) -> np.ndarray:
     """Peak FLOP per ms for each op class under a training precision ("fp32", "tf32" or "amp").
 
     fp32: the device's FP32 peak for every op. tf32 / amp: conv and matmul ops use the catalog's
-    `extra["tf32_tflops"]` / `extra["amp_tflops"]` peak when the device records one (else the FP32 peak);
-    other ops stay on the FP32 pipes.
+    `extra["tf32_tflops"]` / `extra["amp_tflops"]` peak x `tensor_core_fraction` when the device records one
+    (else the FP32 peak); other ops stay on the FP32 pipes.
     """
     fp32 = flops_per_ms(device)
     key = _PRECISION_PEAK_KEY.get(precision)
     tc = device.extra.get(key) if key else None
     if not tc:
         return np.full(len(op_classes), fp32)
-    return np.array([tc * 1e9 if c in TENSOR_CORE_CLASSES else fp32 for c in op_classes], dtype=float)
+    tc_per_ms = tc * 1e9 * tensor_core_fraction
+    return np.array([tc_per_ms if c in TENSOR_CORE_CLASSES else fp32 for c in op_classes], dtype=float)
 
 
 def flops_per_ms(device: DeviceType) -> float:
@@ -73,6 +75,12 @@ def roofline_ms(flops: np.ndarray, mem_bytes: np.ndarray, eff: np.ndarray, devic
     return np.maximum(flops / (peak * eff), mem_bytes / (mem_bytes_per_ms(device) * bw_fraction))
 
 
+def _launches(op) -> bool:
+    """Whether an op runs a device kernel: it computes FLOPs or moves bytes."""
+    return (op.fwd_flops_per_row or op.fwd_flops_fixed or op.bwd_flops_per_row or op.bwd_flops_fixed
+            or op.mem_bytes_per_row or op.mem_bytes_fixed) > 0
+
+
 class _GroupOps:
     """The compute ops of one group as arrays (per-row and fixed FLOPs and bytes)."""
 
@@ -85,8 +93,11 @@ class _GroupOps:
         self.mpr = np.array([o.mem_bytes_per_row for o in ops], dtype=float)
         self.mfix = np.array([o.mem_bytes_fixed for o in ops], dtype=float)
         self.n_ops = len(ops)
-        self.fwd_kernels = np.ones(len(ops))
-        self.bwd_kernels = np.array([2.0 if o.params else 1.0 for o in ops])
+        # Ops that move no bytes and compute nothing (Shape, Reshape, Unsqueeze: views and host-side shape
+        # arithmetic) launch no kernel.
+        runs = np.array([1.0 if _launches(o) else 0.0 for o in ops])
+        self.fwd_kernels = runs
+        self.bwd_kernels = runs * np.array([2.0 if o.params else 1.0 for o in ops])
 
 
 class RooflineCostModel:
@@ -119,7 +130,8 @@ class RooflineCostModel:
             kernels = go.bwd_kernels
         p = self.params_for(device.kind)
         eff = efficiency_array(go.classes, device.kind, flops, mem, p)
-        peak = peak_flops_per_ms(device, getattr(self.training, "precision", "fp32"), go.classes)
+        peak = peak_flops_per_ms(device, getattr(self.training, "precision", "fp32"), go.classes,
+                                 p.tensor_core_fraction)
         t = roofline_ms(flops, mem, eff, device, bandwidth_fraction(mem, device.kind, p), peak)
         return t + kernels * launch_ms(device, p)
 

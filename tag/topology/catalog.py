@@ -27,6 +27,8 @@ _TYPES = [
     # NVIDIA Tesla P100 PCIe 12 GB datasheet: FP32 9.3 TFLOPS, FP16 18.7 TFLOPS (no tensor cores),
     # 12 GB CoWoS HBM2 at 549 GB/s.
     _dt("P100-12GB", 9.3, 12, 549, amp_tflops=18.7),
+    # Same datasheet, SXM2 16 GB (the DGX-1 board): FP32 10.6 TFLOPS, FP16 21.2 TFLOPS, HBM2 at 732 GB/s.
+    _dt("P100-16GB", 10.6, 16, 732, amp_tflops=21.2),
     # NVIDIA Tesla V100 datasheet (SXM2): FP32 15.7 TFLOPS, tensor 125 TFLOPS, 16 GB HBM2 at 900 GB/s.
     _dt("V100-16GB", 15.7, 16, 900, amp_tflops=125.0),
     # Same datasheet, 32 GB variant: same compute and bandwidth.
@@ -51,9 +53,15 @@ _TYPES = [
     _dt("A100-40GB", 19.5, 40, 1555, tf32_tflops=156.0, amp_tflops=312.0),
     # Same datasheet, 80 GB HBM2e at 2,039 GB/s.
     _dt("A100-80GB", 19.5, 80, 2039, tf32_tflops=156.0, amp_tflops=312.0),
+    # Same datasheet, PCIe boards (250 W / 300 W): same peaks; 40 GB at 1,555 GB/s, 80 GB at 1,935 GB/s.
+    _dt("A100-PCIE-40GB", 19.5, 40, 1555, tf32_tflops=156.0, amp_tflops=312.0),
+    _dt("A100-PCIE-80GB", 19.5, 80, 1935, tf32_tflops=156.0, amp_tflops=312.0),
     # NVIDIA H100 datasheet (SXM): FP32 67 TFLOPS, TF32 989 / FP16 1,979 with sparsity (494.5 / 989.5 dense),
     # 80 GB HBM3 at 3.35 TB/s.
     _dt("H100-80GB", 67.0, 80, 3350, tf32_tflops=494.5, amp_tflops=989.5),
+    # Same datasheet, H100 PCIe: FP32 51 TFLOPS, TF32 756 / FP16 1,513 with sparsity (378 / 756 dense),
+    # 80 GB HBM2e at 2.0 TB/s.
+    _dt("H100-PCIE-80GB", 51.0, 80, 2000, tf32_tflops=378.0, amp_tflops=756.0),
     # NVIDIA Tesla K80 datasheet, one GK210 die (a board holds two): FP32 4.37 TFLOPS at boost (8.73 per
     # board), 12 GB GDDR5 at 240 GB/s (480 per board).
     _dt("K80", 4.37, 12, 240),
