@@ -206,24 +206,28 @@ class TorchProgram(torch.nn.Module):
         """Execute nodes ``op_ids`` (indices into the topological node order = OpGraph.ops) on ``env``.
 
         env holds every activation / data tensor the nodes read (parameters and constants are looked up
-        here; batch constants are rewritten for ``rows``). Returns a new dict: env plus the nodes' outputs.
+        here; batch constants are rewritten for ``rows`` and take precedence over copies in env). Returns a
+        new dict: env plus the nodes' outputs (for nodes folded at build time, their constant or parameter).
         """
         out = dict(env)
         table = self._batch_table(rows) if self.batch_constants else {}
         for i in op_ids:
             node = self.nodes[i]
-            if self._folded[i]:
+            if self._folded[i]:  # evaluated at build time: expose its outputs like any other node's
+                for o in node.outputs:
+                    if o:
+                        out[o] = table[o] if o in table else self._lookup_static(o)
                 continue
             ins = []
             for name in node.inputs:
                 if not name:
                     ins.append(None)
+                elif name in table:  # batch constants: always this call's rows, even if env holds another copy
+                    ins.append(table[name])
                 elif name in out:
                     ins.append(out[name])
                 elif name in self._param_key:
                     ins.append(self.params[self._param_key[name]])
-                elif name in table:
-                    ins.append(table[name])
                 elif name in self._const_key:
                     ins.append(self.constants._buffers[self._const_key[name]])
                 else:
