@@ -256,7 +256,8 @@ FIT_GRID = {
 }
 
 
-TC_GRID = {"tensor_core_fraction": [0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0]}
+_TC = [0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0]
+TC_GRID = {"tc_conv": _TC, "tc_matmul": _TC}
 
 
 def fit(rows: list[PublishedRow], start=None, sweeps: int = 2, grid=None, log=None):
@@ -287,7 +288,7 @@ def describe(p) -> str:
     """The fitted GPU parameters in one line."""
     return (f"e_conv={p.base['conv']} e_matmul={p.base['matmul']} half_size_flops={p.half_size_flops:g} "
             f"knee_intensity={p.knee_intensity:g} mem_efficiency={p.mem_efficiency} launch_us={p.launch_us} "
-            f"tensor_core_fraction={p.tensor_core_fraction}")
+            f"tc_conv={p.tensor_core_fraction['conv']} tc_matmul={p.tensor_core_fraction['matmul']}")
 
 
 # ---- report ------------------------------------------------------------------------------------------
@@ -302,7 +303,7 @@ def report(ref: str, do_fit: bool = False, do_logo: bool = False, log=print) -> 
     if do_fit:
         best, err = fit(fp32, log=log)
         log(f"fitted on FP32 rows: {describe(best)}  (FP32 MAPE {err:.1f}%)")
-        best, err_tc = fit([r for r in pred_rows if r.precision == "tf32"], start=best, sweeps=1, grid=TC_GRID)
+        best, err_tc = fit([r for r in pred_rows if r.precision == "tf32"], start=best, sweeps=2, grid=TC_GRID)
         params = {"gpu": best}
         out["fitted"] = describe(best)
         log(f"fitted: {out['fitted']}  (TF32 MAPE {err_tc:.1f}%)")

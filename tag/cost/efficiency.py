@@ -17,7 +17,8 @@ calibration fits them in one place. For an op of class c with F FLOPs and M byte
   ``M / (M + half_size_bytes)`` is the latency of a short kernel expressed as bytes it could have moved.
 * ``launch_us``: CUDA launch plus framework dispatch per kernel.
 * ``tensor_core_fraction``: under tf32 / amp, conv and matmul ops run against the tensor-core peak times
-  this fraction (tensor-core kernels are starved by operand bandwidth long before the datasheet peak).
+  this per-class fraction (tensor-core kernels are starved by operand bandwidth long before the datasheet
+  peak; implicit-GEMM convolutions more than plain GEMMs).
 
 ``half_intensity`` is the older saturating intensity factor ``AI / (AI + half_intensity)``, kept for
 callers that set it; every zero disables its factor. `tag.topology.catalog` records where the fitted
@@ -57,20 +58,25 @@ class EfficiencyParams:
     mem_efficiency: float = 1.0  # fraction of datasheet memory bandwidth streaming kernels reach
     half_size_bytes: float = 0.0  # bytes at which a kernel reaches half of mem_efficiency; 0 = off
     launch_us: float = 5.0  # per-kernel launch + dispatch, us
-    tensor_core_fraction: float = 1.0  # scales the tf32 / amp tensor-core peak (operand traffic limits MMA)
+    # per tensor-core class: scales the tf32 / amp tensor-core peak (operand traffic limits MMA kernels)
+    tensor_core_fraction: dict = field(default_factory=lambda: {c: 1.0 for c in TENSOR_CORE_CLASSES})
 
     def with_values(self, **values) -> "EfficiencyParams":
-        """A copy with some fields replaced; ``e_<class>=x`` keys set one class's e_max."""
-        base = dict(self.base)
+        """A copy with some fields replaced; ``e_<class>=x`` keys set one class's e_max and
+        ``tc_<class>=x`` its tensor-core fraction."""
+        base, tc = dict(self.base), dict(self.tensor_core_fraction)
         for k in [k for k in values if k.startswith("e_")]:
             base[k[2:]] = values.pop(k)
-        return replace(self, base=base, **values)
+        for k in [k for k in values if k.startswith("tc_")]:
+            tc[k[3:]] = values.pop(k)
+        return replace(self, base=base, tensor_core_fraction=tc, **values)
 
 
 # Fitted on the FP32 ResNet-50 and BERT-large rows of the published single-GPU table (P100, GTX 1080 Ti,
 # RTX 2080 Ti, V100, A100 without TF32, K80); see the comment block in tag/topology/catalog.py.
 GPU_PARAMS = EfficiencyParams(base=dict(_GPU_BASE, conv=0.85, matmul=0.70), half_size_flops=3e8,
-                              knee_intensity=0.0, mem_efficiency=1.0, launch_us=20.0, tensor_core_fraction=0.3)
+                              knee_intensity=0.0, mem_efficiency=1.0, launch_us=20.0,
+                              tensor_core_fraction={"conv": 0.3, "matmul": 0.7})
 CPU_PARAMS = EfficiencyParams(base=dict(_CPU_BASE), launch_us=3.0)
 
 

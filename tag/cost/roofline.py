@@ -40,20 +40,22 @@ def launch_ms(device: DeviceType, params: EfficiencyParams | None = None) -> flo
     return (params or params_for(device.kind)).launch_us / 1e3
 
 
-def peak_flops_per_ms(device: DeviceType, precision: str, op_classes, tensor_core_fraction: float = 1.0) -> np.ndarray:
+def peak_flops_per_ms(device: DeviceType, precision: str, op_classes, tensor_core_fraction=1.0) -> np.ndarray:
     """Peak FLOP per ms for each op class under a training precision ("fp32", "tf32" or "amp").
 
     fp32: the device's FP32 peak for every op. tf32 / amp: conv and matmul ops use the catalog's
-    `extra["tf32_tflops"]` / `extra["amp_tflops"]` peak x `tensor_core_fraction` when the device records one
-    (else the FP32 peak); other ops stay on the FP32 pipes.
+    `extra["tf32_tflops"]` / `extra["amp_tflops"]` peak x `tensor_core_fraction` (a number, or a dict per
+    op class) when the device records one (else the FP32 peak); other ops stay on the FP32 pipes.
     """
     fp32 = flops_per_ms(device)
     key = _PRECISION_PEAK_KEY.get(precision)
     tc = device.extra.get(key) if key else None
     if not tc:
         return np.full(len(op_classes), fp32)
-    tc_per_ms = tc * 1e9 * tensor_core_fraction
-    return np.array([tc_per_ms if c in TENSOR_CORE_CLASSES else fp32 for c in op_classes], dtype=float)
+    frac = tensor_core_fraction if isinstance(tensor_core_fraction, dict) else {}
+    default = 1.0 if isinstance(tensor_core_fraction, dict) else float(tensor_core_fraction)
+    return np.array([tc * 1e9 * frac.get(c, default) if c in TENSOR_CORE_CLASSES else fp32 for c in op_classes],
+                    dtype=float)
 
 
 def flops_per_ms(device: DeviceType) -> float:

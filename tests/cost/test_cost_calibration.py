@@ -110,7 +110,7 @@ def test_real_model_moves_with_peak_and_bandwidth():
 
 def test_precision_reads_the_matching_peak():
     a100 = CATALOG["A100-40GB"]
-    nominal = {"gpu": EfficiencyParams(launch_us=0.0, tensor_core_fraction=0.5)}
+    nominal = {"gpu": EfficiencyParams(launch_us=0.0).with_values(tc_matmul=0.5, tc_conv=0.25)}
     gg = _gg([_mm(fpr=1e10), _relu()])
     fp32 = RooflineCostModel(gg, TrainingConfig(precision="fp32"), nominal).op_ms(0, a100, 4, "fwd")
     tf32 = RooflineCostModel(gg, TrainingConfig(precision="tf32"), nominal).op_ms(0, a100, 4, "fwd")
