@@ -1,0 +1,257 @@
+"""Fidelity: predicted (profiled cost model + measured topology) vs measured (`tag deploy`) step times.
+
+Usage: python benchmarks/fidelity.py [--models mlp,small_cnn,small_transformer,fc_wide] [--nproc 2]
+       [--random 4] [--steps 6] [--batch-size 64] [--out benchmarks/fidelity.md] [--work DIR]
+
+For each model it measures the topology of `--nproc` local ranks (`tag profile links`, once) and the model's
+ops (`tag profile ops`, one thread, as deploy runs them), then builds at least 10 strategies: every baseline
+(`tag plan --baseline`), two searched plans (`tag plan`, seeds 0 and 1) and `--random` random valid strategies
+(seeded: random device subsets, uneven row splits, allreduce/ps sync). Each plan is predicted in-process
+with the simulator on the profiled cost model (`overlap_sync=False`: syncs after the whole backward, as
+the deploy runtime runs them) and measured by the `tag deploy` runtime: the same jobs `tag deploy` prepares,
+run one after another in one torchrun launch (`emulate/batch_worker.py`; median step after a warm-up step),
+so torch start-up is paid once rather than per plan. It prints and writes a markdown table: per plan predicted and measured ms; per model and
+overall MAPE (mean |pred - meas| / meas) and Kendall's tau-b of predicted vs measured. The machine load
+(/proc/loadavg) before and after is recorded in the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "..", "datasets", "models")
+BASELINES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
+
+
+def _tag(*args: str, timeout: float = 900) -> dict:
+    p = subprocess.run([sys.executable, "-m", "tag.cli", *args, "--json"], capture_output=True, text=True,
+                       timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"tag {' '.join(args)} failed: {p.stderr.strip()[-400:]}")
+    return json.loads(p.stdout)
+
+
+def kendall_tau_b(x: list[float], y: list[float]) -> float:
+    """Kendall's tau-b of two equal-length sequences (ties counted as in scipy.stats.kendalltau), in [-1, 1].
+
+    >>> kendall_tau_b([1, 2, 3], [1, 3, 2])
+    0.3333333333333333
+    """
+    conc = disc = tx = ty = 0
+    n = len(x)
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx, dy = x[i] - x[j], y[i] - y[j]
+            if dx == 0 and dy == 0:
+                continue
+            if dx == 0:
+                tx += 1
+            elif dy == 0:
+                ty += 1
+            elif (dx > 0) == (dy > 0):
+                conc += 1
+            else:
+                disc += 1
+    denom = ((conc + disc + tx) * (conc + disc + ty)) ** 0.5
+    return (conc - disc) / denom if denom else float("nan")
+
+
+def mape(pred: list[float], meas: list[float]) -> float:
+    """Mean absolute percentage error of `pred` against `meas`, in percent."""
+    return 100.0 * sum(abs(p - m) / m for p, m in zip(pred, meas)) / len(meas)
+
+
+def random_plan(base: dict, n_dev: int, rng: random.Random) -> dict:
+    """A random valid plan from a dp-even plan `base`: per group a random device subset and row split.
+
+    Groups that dp-even keeps whole on one device (not splittable by rows) go whole to a random device;
+    replicated groups with parameters (dp-even gave them a sync) sync by allreduce or ps (random server).
+    """
+    plan = json.loads(json.dumps(base))
+    devices = list(max((dec["rows"] for dec in base["decisions"]), key=len))  # topology order
+    batch = plan["model"]["batch_size"]
+    for dec in plan["decisions"]:
+        splittable = sum(1 for v in dec["rows"].values() if v > 0) > 1
+        has_params = dec["sync"] is not None
+        k = rng.randint(1, len(devices)) if splittable else 1
+        chosen = sorted(rng.sample(range(len(devices)), k))
+        cuts = sorted(rng.sample(range(1, batch), k - 1))
+        sizes = [b - a for a, b in zip([0] + cuts, cuts + [batch])]
+        dec["rows"] = {devices[i]: s for i, s in zip(chosen, sizes)}
+        dec["sfb"] = []
+        if k > 1 and has_params:
+            dec["sync"] = rng.choice(["allreduce", "ps"])
+            dec["server"] = devices[rng.choice(chosen)] if dec["sync"] == "ps" else None
+        else:
+            dec["sync"], dec["server"] = None, None
+    plan["predicted"] = {}
+    plan.pop("baselines", None)
+    plan["search"] = {"method": "random", "seed": rng.random()}
+    return plan
+
+
+def predict_ms(model: str, topo: str, plan: str, profile: str, overlap_sync: bool = False) -> float:
+    """Simulated iteration time of a plan on the profiled cost model, ms (sync overlap as deploy: none)."""
+    from tag.cli import build_parser
+    from tag.modelio import load_inputs
+    from tag.sim import simulate
+
+    args = build_parser().parse_args(["simulate", model, topo, "--plan", plan, "--profile", profile])
+    inp = load_inputs(model, topo, args, plan_path=plan)
+    res = simulate(inp.gg, inp.cluster, inp.cost, inp.strategy, inp.training, overlap_sync=overlap_sync)
+    return float(res.iteration_ms)
+
+
+def build_plans(model: str, topo: str, profile: str, batch: int, work: str, n_random: int, seed: int) -> dict:
+    """name -> plan path: the baselines, two searched plans and `n_random` random valid strategies."""
+    stem = os.path.splitext(os.path.basename(model))[0]
+    plans = {}
+    for b in BASELINES:
+        p = os.path.join(work, f"{stem}-{b}.json")
+        _tag("plan", model, topo, "--baseline", b, "--batch-size", str(batch), "--profile", profile, "-o", p)
+        plans[b] = p
+    for s in (0, 1):
+        p = os.path.join(work, f"{stem}-search{s}.json")
+        _tag("plan", model, topo, "--batch-size", str(batch), "--profile", profile, "--playouts", "60",
+             "--seed", str(s), "--no-gnn", "-o", p)
+        plans[f"search-s{s}"] = p
+    with open(plans["dp-even"]) as f:
+        base = json.load(f)
+    rng = random.Random(seed)
+    n_dev = len(base["decisions"][0]["rows"])
+    for i in range(n_random):
+        p = os.path.join(work, f"{stem}-random{i}.json")
+        with open(p, "w") as f:
+            json.dump(random_plan(base, n_dev, rng), f, indent=1)
+        plans[f"random-{i}"] = p
+    return plans
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def prepare_jobs(entries: list[tuple[str, str, str]], steps: int, work: str) -> list[str]:
+    """Job pickles for (key, plan, model) entries, as `tag deploy` prepares them (same checks), paths."""
+    from argparse import Namespace
+
+    from tag.deploy.job import prepare_job, save_job
+
+    paths = []
+    for key, plan, model in entries:
+        job = prepare_job(plan, model, Namespace(steps=steps, nproc=None, seed=0, threads=1, warmup=1, timeout=600.0))
+        path = os.path.join(work, key.replace("/", "--") + ".job.pkl")
+        for stale in (path + ".result.json", path + ".error"):
+            if os.path.exists(stale):
+                os.remove(stale)
+        save_job(job, path)
+        paths.append(path)
+    return paths
+
+
+def measure_batch(paths: list[str], nproc: int, work: str, prefix: list[str] | None = None) -> None:
+    """Run the job pickles in one torchrun launch of `nproc` local ranks (`emulate/batch_worker.py`)."""
+    jobs_file = os.path.join(work, "jobs.json")
+    with open(jobs_file, "w") as f:
+        json.dump(paths, f)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    cmd = (prefix or []) + [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            f"--nproc-per-node={nproc}", os.path.join(HERE, "emulate", "batch_worker.py"), jobs_file]
+    with open(os.path.join(work, "batch.log"), "w") as log:
+        subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=3600)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="mlp,small_cnn,small_transformer,fc_wide")
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--random", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rows", default="4,8,16,32,48,64")
+    ap.add_argument("--work", default=None, help="keep plans, profiles and results here (default: a temp dir)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="reuse the topology, profiles and plans in --work (measure again)")
+    ap.add_argument("--no-measure", action="store_true", help="predict only, reading earlier results in --work")
+    ap.add_argument("--overlap-sync", action="store_true",
+                    help="predict with DDP-style sync overlap (the planner's default) instead of as deploy runs")
+    ap.add_argument("--out", default=os.path.join(HERE, "fidelity.md"))
+    a = ap.parse_args()
+    import tempfile
+    work = a.work or tempfile.mkdtemp(prefix="tag-fidelity-")
+    os.makedirs(work, exist_ok=True)
+    t0 = time.time()
+    topo = os.path.join(work, f"local{a.nproc}.json")
+    if not (a.reuse and os.path.exists(topo)):
+        _tag("profile", "links", "--nproc", str(a.nproc), "-o", topo)
+    entries = []
+    for name in a.models.split(","):
+        model = os.path.join(MODELS, f"{name}.onnx")
+        prof = os.path.join(work, f"{name}-profile.json")
+        if not (a.reuse and os.path.exists(prof)):
+            _tag("profile", "ops", model, "--batch-size", str(a.batch_size), "--rows", a.rows, "-o", prof)
+        plans_path = os.path.join(work, f"{name}-plans.json")
+        if a.reuse and os.path.exists(plans_path):
+            with open(plans_path) as f:
+                plans = json.load(f)
+        else:
+            plans = build_plans(model, topo, prof, a.batch_size, work, a.random, a.seed)
+            with open(plans_path, "w") as f:
+                json.dump(plans, f)
+        entries += [(f"{name}/{label}", plan, model, prof) for label, plan in plans.items()]
+        print(f"  planned {name}: {len(plans)} plans", file=sys.stderr)
+    paths = [os.path.join(work, k.replace("/", "--") + ".job.pkl") for k, _, _, _ in entries]
+    load_before = loadavg()
+    if not a.no_measure:
+        paths = prepare_jobs([(k, p, m) for k, p, m, _ in entries], a.steps, work)
+        measure_batch(paths, a.nproc, work)
+    load_after = loadavg()
+    rows = []
+    for (key, plan, model, prof), path in zip(entries, paths):
+        pred = predict_ms(model, topo, plan, prof, overlap_sync=a.overlap_sync)
+        try:
+            with open(path + ".result.json") as f:
+                meas = json.load(f)["measured_step_ms"]
+        except OSError:
+            print(f"  {key}: no measurement ({path}.error)", file=sys.stderr)
+            continue
+        rows.append((*key.split("/"), pred, meas))
+        print(f"  {key:34s} predicted {pred:9.2f} ms  measured {meas:9.2f} ms", file=sys.stderr)
+    text = report(rows, a, load_before, load_after, time.time() - t0)
+    print(text)
+    with open(a.out, "w") as f:
+        f.write(text)
+
+
+def report(rows, a, load_before: str, load_after: str, seconds: float) -> str:
+    """The markdown table: per plan rows, then per model and overall MAPE and Kendall tau-b."""
+    lines = ["# Fidelity: predicted vs measured step time", "",
+             f"`python benchmarks/fidelity.py --models {a.models} --nproc {a.nproc} --random {a.random} "
+             f"--steps {a.steps} --batch-size {a.batch_size}`", "",
+             f"{a.nproc} local cpu ranks (one thread each) on loopback; topology from `tag profile links`, op times "
+             f"from `tag profile ops`; load average (1/5/15 min) before {load_before}, after {load_after}; "
+             f"{seconds / 60:.1f} min.", "",
+             "| model | strategy | predicted ms | measured ms | error % |", "|---|---|---:|---:|---:|"]
+    for m, label, p, q in rows:
+        lines.append(f"| {m} | {label} | {p:.2f} | {q:.2f} | {100 * (p - q) / q:+.1f} |")
+    lines += ["", "| model | plans | MAPE % | Kendall tau-b |", "|---|---:|---:|---:|"]
+    for m in dict.fromkeys(r[0] for r in rows):
+        sub = [r for r in rows if r[0] == m]
+        ps, qs = [r[2] for r in sub], [r[3] for r in sub]
+        lines.append(f"| {m} | {len(sub)} | {mape(ps, qs):.1f} | {kendall_tau_b(ps, qs):.2f} |")
+    ps, qs = [r[2] for r in rows], [r[3] for r in rows]
+    lines.append(f"| **all** | {len(rows)} | {mape(ps, qs):.1f} | {kendall_tau_b(ps, qs):.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
