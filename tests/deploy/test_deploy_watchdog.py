@@ -1,0 +1,43 @@
+"""The launcher's watchdog on stand-in rank processes (no torch): hangs are killed within the timeout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+from tag.deploy.launcher import _first_error, _watch
+
+# two "ranks" in one process: rank 0 keeps starting step 2, rank 1 stops after step 1 and sleeps
+FAKE = r"""
+import os, sys, time
+d = sys.argv[1]
+def beat(r, v):
+    open(os.path.join(d, f"rank{r}.beat.tmp"), "w").write(str(v))
+    os.replace(os.path.join(d, f"rank{r}.beat.tmp"), os.path.join(d, f"rank{r}.beat"))
+for v in range(5):
+    beat(0, v); beat(1, v)
+beat(0, 5)
+time.sleep(600)
+"""
+
+
+def test_hung_rank_is_named_and_killed_within_the_timeout(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", FAKE, str(tmp_path)], start_new_session=True)
+    t0 = time.monotonic()
+    msg = _watch(proc, SimpleNamespace(nproc=2, timeout_s=1.5), str(tmp_path))
+    elapsed = time.monotonic() - t0
+    assert proc.returncode is not None  # killed, not left running
+    assert msg == "rank 1 hung: no rank made progress for 1.5 s (it stopped after step 1); killed all ranks"
+    assert 1.5 <= elapsed < 10
+
+
+def test_first_error_is_the_earliest_rank_error(tmp_path):
+    (tmp_path / "rank1.error").write_text("100.5\nRuntimeError: boom\ntrace")
+    (tmp_path / "rank0.error").write_text("101.0\nDistBackendError: connection closed\ntrace")
+    assert _first_error(str(tmp_path), 2, str(tmp_path / "none.log"), 1) == "rank 1 failed: RuntimeError: boom"
+    log = tmp_path / "t.log"
+    log.write_text("Root Cause (first observed failure):\n[0]:\n  time : x\n  host : h\n  rank      : 0 (local_rank: 0)\n"
+                   "  exitcode  : -9 (pid: 12)\n")
+    assert _first_error(str(tmp_path), 2, str(log), 1) == "rank 0 died: signal SIGKILL; the other ranks were stopped"
