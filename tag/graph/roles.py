@@ -3,8 +3,10 @@
 Data inputs are those named by ``--data-input``; without it, the non-initializer graph inputs whose leading
 dim is symbolic; failing that, the first non-initializer input plus every other non-float one sharing its
 leading dim (token ids and masks of a static-batch export). Every other float input and every float
-initializer with more than one element is a parameter. Integer/bool initializers and one-element float
-initializers (exporter scalars such as ``sqrt(d)``) are constants. A non-float input that is not data is an error naming it.
+initializer with more than one element is a parameter, and so is a one-element one that fills a weight or
+bias slot (Gemm B/C, Conv W/B, a norm's scale/bias: a shape-[1] output bias is a weight like any other).
+Integer/bool initializers and other one-element float initializers (exporter scalars such as ``sqrt(d)``)
+are constants. A non-float input that is not data is an error naming it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto
 @dataclass
 class Roles:
     data: list[str]  # data inputs, in graph-input order
-    params: list[str] = field(default_factory=list)  # float non-data inputs and float initializers (> 1 element)
+    params: list[str] = field(default_factory=list)  # float non-data inputs and float weight initializers
     constants: list[str] = field(default_factory=list)  # integer / scalar initializers
 
 
@@ -69,8 +71,9 @@ def assign_roles(model: onnx.ModelProto, path: str, data_inputs=()) -> Roles:
             raise InputError(path, f"input '{vi.name}'", "a float parameter input, or a data input named by --data-input",
                              f"a non-float ({onnx.TensorProto.DataType.Name(elem_type(vi)) if elem_type(vi) else 'non-tensor'}) input that is not data")
         roles.params.append(vi.name)
+    slots = _weight_slot_inputs(g)
     for t in g.initializer:
-        if t.data_type in FLOAT_TYPES and _numel(t.dims) > 1:
+        if t.data_type in FLOAT_TYPES and (_numel(t.dims) > 1 or t.name in slots):
             roles.params.append(t.name)
         else:
             roles.constants.append(t.name)
@@ -80,6 +83,21 @@ def assign_roles(model: onnx.ModelProto, path: str, data_inputs=()) -> Roles:
 def _symbolic_leading(vi: onnx.ValueInfoProto) -> bool:
     dims = declared_dims(vi)
     return bool(dims) and isinstance(dims[0], str)
+
+
+# op type -> input positions that hold weights or biases
+WEIGHT_SLOTS = {"Gemm": (1, 2), "Conv": (1, 2), "ConvTranspose": (1, 2), "BatchNormalization": (1, 2),
+                "LayerNormalization": (1, 2), "InstanceNormalization": (1, 2), "GroupNormalization": (1, 2)}
+
+
+def _weight_slot_inputs(g: onnx.GraphProto) -> set[str]:
+    """Names feeding a weight or bias slot of some node."""
+    out = set()
+    for node in g.node:
+        for pos in WEIGHT_SLOTS.get(node.op_type, ()):
+            if pos < len(node.input) and node.input[pos]:
+                out.add(node.input[pos])
+    return out
 
 
 def _numel(dims) -> int:

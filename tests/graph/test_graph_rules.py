@@ -170,3 +170,15 @@ def test_reference_evaluator_fills_what_inference_cannot(tmp_path):
     p = save(tmp_path, nodes, [("x", F, [4, 6])], [("y", F, None)])
     g = load_model(p, data_inputs=["x"])
     assert g.tensors["r"].shape == (8, 3) and all(t.shape is not None for t in g.tensors.values())
+
+
+def test_one_element_bias_of_a_gemm_is_a_parameter():
+    """dlrm_tiny's output layer has a shape-[1] bias: it trains like any weight (65,872 + 1 parameters)."""
+    import os
+
+    from tag.graph import load_model
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    g = load_model(os.path.join(root, "datasets/models/dlrm_tiny.onnx"))
+    assert "top.2.bias" in g.param_names
+    assert g.param_count == 65873
