@@ -30,6 +30,9 @@ def add_parser(sub):
                    help="print the torchrun command of each machine of the plan's cluster and exit")
     add_model_flags(p)
     p.set_defaults(optimizer=None)
+    for action in p._actions:
+        if action.dest == "optimizer":
+            action.help = "optimizer to train with (default: the plan's training.optimizer)"
     add_output_flags(p)
     return p
 

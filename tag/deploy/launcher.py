@@ -67,7 +67,7 @@ def launch_commands(job: Job, master: str = "MASTER_HOST:29500") -> list[tuple[s
             machines.append(m)
     flags = ["--plan", job.plan_path, "--model", job.model_path, "--topology", job.topology_path,
              "--steps", str(job.steps), "--seed", str(job.seed), "--threads", str(job.threads),
-             "--warmup", str(job.warmup), "--timeout", f"{job.timeout_s:g}"]
+             "--warmup", str(job.warmup), "--timeout", f"{job.timeout_s:g}", "--optimizer", job.training.optimizer]
     out = []
     for i, m in enumerate(machines):
         n = job.device_machines.count(m)

@@ -118,6 +118,7 @@ def job_from_flags(argv: list[str]) -> str:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--optimizer", default=None, choices=["sgd", "momentum", "adam"])
     p.add_argument("--run-dir", default="tag-deploy-run")
     a = p.parse_args(argv)
     a.nproc = int(os.environ.get("WORLD_SIZE", "1"))
