@@ -133,18 +133,19 @@ def all_intermediates(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str
     return out, names
 
 
-def randomize_generators(model: onnx.ModelProto, seed: int) -> onnx.ModelProto:
+def randomize_generators(model: onnx.ModelProto, seed: int, max_elements: int = 1 << 20) -> onnx.ModelProto:
     """The light zoo's weights are ConstantOfShape(0.02) generators: replace each generated float weight by
     an initializer of seeded values 0.02 * (1 + U(-0.5, 0.5)) (positive, so BN variances stay valid), which
-    breaks the symmetry that makes constant weights blind to layout mistakes."""
+    breaks the symmetry that makes constant weights blind to layout mistakes. Generators of more than
+    ``max_elements`` (the big FC layers of VGG / AlexNet) stay generators, so the copy stays small."""
     rng = np.random.default_rng(seed)
     consts = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
     out = onnx.ModelProto()
     out.CopyFrom(model)
     keep = []
     for n in out.graph.node:
-        if n.op_type == "ConstantOfShape" and n.input[0] in consts:
-            shape = [int(d) for d in consts[n.input[0]]]
+        shape = [int(d) for d in consts[n.input[0]]] if n.op_type == "ConstantOfShape" and n.input[0] in consts else None
+        if shape is not None and int(np.prod(shape)) <= max_elements:
             value = (0.02 * (1 + rng.uniform(-0.5, 0.5, size=shape))).astype(np.float32)
             out.graph.initializer.append(onnx.numpy_helper.from_array(value, n.output[0]))
         else:
