@@ -67,18 +67,20 @@ def load_instance(model_path: str, cluster, training, *, profile: str | None = N
 
 @dataclass
 class SearchRun:
-    """What one tree search left behind: its result, the Evaluator (cache, reference) and the baselines."""
+    """One tree search: the tree, its result once run, the Evaluator (cache, reference) and the baselines."""
 
-    result: object  # MCTSResult
+    tree: object  # MCTS
+    result: object  # MCTSResult, None until run
     evaluator: object
     baselines: dict
     base_name: str
 
 
-def run_search(inst: Instance, playouts: int, priors_fn=None, seed: int = 0) -> SearchRun | None:
-    """Baselines, then MCTS from the best baseline without refinement (as `plan(refine=False, sfb=False)`).
+def start_search(inst: Instance, priors_fn=None, seed: int = 0) -> SearchRun | None:
+    """Baselines, then an MCTS tree rooted at the best baseline, ready to run (as `plan(refine=False, sfb=False)`).
 
     Returns None when every baseline runs out of memory (no reference time to learn speedups from).
+    `SearchRun.tree.playout()` runs one playout; `SearchRun.evaluator.best` is the best strategy so far.
     """
     from tag.search.baselines import run_baselines
     from tag.search.evaluate import Evaluator
@@ -99,7 +101,15 @@ def run_search(inst: Instance, playouts: int, priors_fn=None, seed: int = 0) -> 
     base = baselines[name][0]
     space = build_space(inst.gg, inst.cluster, inst.cost, inst.batch, base)
     tree = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn)
-    return SearchRun(tree.run(playouts), ev, baselines, name)
+    return SearchRun(tree, None, ev, baselines, name)
+
+
+def run_search(inst: Instance, playouts: int, priors_fn=None, seed: int = 0) -> SearchRun | None:
+    """`start_search` then `playouts` playouts; `SearchRun.result` holds the MCTSResult (visit records)."""
+    run = start_search(inst, priors_fn, seed)
+    if run is not None:
+        run.result = run.tree.run(playouts)
+    return run
 
 
 @dataclass

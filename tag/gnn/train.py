@@ -21,11 +21,15 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch
 
-from tag.gnn.checkpoint import load_checkpoint, read_checkpoint, save_checkpoint
+from tag.errors import InputError
+from tag.gnn.checkpoint import load_checkpoint, save_checkpoint
 from tag.gnn.metrics import kendall_tau
 from tag.gnn.model import TagGNN, policy_log_probs
 from tag.gnn.priors import make_priors_fn
 from tag.gnn.selfplay import episode_samples, load_instance, run_search
+
+
+GROUP_CHOICES = (8, 12, 16)
 
 
 @dataclass
@@ -40,7 +44,7 @@ class TrainConfig:
     resume: bool = False
     episodes: int | None = None  # stop after this many episodes in total (None: only the time limit)
     playouts: int = 150
-    groups: int | None = None
+    groups: int | None = None  # op groups per model; None: drawn from GROUP_CHOICES per episode
     steps_per_episode: int = 8
     batch_policy: int = 16
     batch_value: int = 32
@@ -168,6 +172,7 @@ def train(cfg: TrainConfig, progress=None) -> dict:
         recent = history[-20:]
         metrics = {k: _mean([h.get(k) for h in recent]) for k in ("tau", "policy_ce", "loss_policy", "loss_value", "speedup")}
         card = {"data": card_data, "metrics_last20_episodes": metrics, "command": cfg.command,
+                "failed_episodes": sum(1 for h in history if "error" in h),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "minutes": round((time.monotonic() - start) / 60, 2)}
         progress_state["history"] = history
@@ -182,12 +187,20 @@ def train(cfg: TrainConfig, progress=None) -> dict:
         rng = np.random.default_rng([cfg.seed, ep])
         model = cfg.models[int(rng.integers(len(cfg.models)))]
         topo = cfg.topologies[int(rng.integers(len(cfg.topologies)))]
-        cluster = load_cluster(topo)
-        inst = load_instance(model, cluster, training, profile=cfg.profile, groups=cfg.groups, graph_cache=graph_cache)
-        net.eval()
-        priors = make_priors_fn(net, inst.features, noise=cfg.noise, rng=rng)
-        run = run_search(inst, cfg.playouts, priors, seed=int(rng.integers(2**31)))
-        rec = {"episode": ep, "instance": inst.name}
+        k = cfg.groups or int(rng.choice(GROUP_CHOICES))
+        rec = {"episode": ep}
+        try:
+            cluster = load_cluster(topo)
+            inst = load_instance(model, cluster, training, profile=cfg.profile, groups=k, graph_cache=graph_cache)
+            rec["instance"] = f"{inst.name}/K{inst.gg.n_groups}"
+            net.eval()
+            priors = make_priors_fn(net, inst.features, noise=cfg.noise, rng=rng)
+            run = run_search(inst, cfg.playouts, priors, seed=int(rng.integers(2**31)))
+        except InputError:
+            raise
+        except Exception as e:  # a failing instance must not end a long run; the card counts them
+            rec["error"] = f"{type(e).__name__}: {str(e)[:120]}"
+            run = None
         if run is not None:
             samples = episode_samples(inst, run, rng)
             rec.update(fresh_metrics(net, samples))

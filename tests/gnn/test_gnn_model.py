@@ -1,0 +1,133 @@
+"""The network: policy over any number of candidates (softmax per state, order-equivariant), value per state,
+gradients reach every layer; Kendall tau against hand-counted pairs."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Batch
+from torch_geometric.nn import GATv2Conv
+
+from gnn_helpers import FlopsCost, topology
+from tag.gnn.data import InstanceFeatures
+from tag.gnn.metrics import kendall_tau
+from tag.gnn.model import TagGNN, policy_log_probs
+from tag.graph.coarsen import coarsen
+from tag.search.baselines import build_baseline
+from tag.search.space import build_space
+from tag.topology import parse_topology
+
+
+@pytest.fixture(scope="module")
+def setup(small_cnn_graph, training):
+    gg = coarsen(small_cnn_graph, k=5, n_devices=4)
+    cluster = parse_topology(topology(), "t.json")
+    cost = FlopsCost(gg)
+    batch = gg.graph.batch_size
+    base = build_baseline("dp-even", gg, cluster, cost, training, batch)
+    space = build_space(gg, cluster, cost, batch, base)
+    feats = InstanceFeatures(gg, cluster, cost, batch, order=space.order)
+    return feats, space, base
+
+
+def test_policy_is_a_distribution_per_state_for_any_candidate_count(setup):
+    feats, space, base = setup
+    torch.manual_seed(0)
+    net = TagGNN(hidden=32, layers=3, heads=4).eval()
+    datas = [feats.state(base, g, space.candidates[g]) for g in space.order[:3]]
+    counts = [len(space.candidates[g]) for g in space.order[:3]]
+    b = Batch.from_data_list(datas)
+    with torch.no_grad():
+        logits, values = net(b)
+        p = policy_log_probs(b, logits).exp()
+    assert logits.shape == (sum(counts),)
+    assert values.shape == (3,)
+    start = 0
+    for c, d in zip(counts, datas):
+        assert float(p[start:start + c].sum()) == pytest.approx(1.0, abs=1e-5)
+        # batching does not change a state's result
+        with torch.no_grad():
+            alone = policy_log_probs(d, net(d)[0]).exp()
+        assert torch.allclose(alone, p[start:start + c], atol=1e-5)
+        start += c
+
+
+def test_candidate_order_does_not_matter(setup):
+    feats, space, base = setup
+    torch.manual_seed(1)
+    net = TagGNN(hidden=32, layers=3, heads=4).eval()
+    g = space.order[0]
+    cands = space.candidates[g]
+    perm = list(reversed(range(1, len(cands)))) + [0]  # candidate 0 moves last: its "is base" flag goes with it
+    d1 = feats.state(base, g, cands)
+    d2 = feats.state(base, g, [cands[i] for i in perm])
+    d2["cand"].x[:, 0] = d1["cand"].x[perm, 0]
+    with torch.no_grad():
+        p1 = policy_log_probs(d1, net(d1)[0]).exp()
+        p2 = policy_log_probs(d2, net(d2)[0]).exp()
+    assert torch.allclose(p1[perm], p2, atol=1e-5)
+
+
+def test_architecture_and_gradients(setup):
+    feats, space, base = setup
+    net = TagGNN()
+    assert net.config["layers"] >= 3
+    convs = [m for m in net.modules() if isinstance(m, GATv2Conv)]
+    assert len(convs) == 3 * 5 and all(c.lin_edge is not None for c in convs)  # attention reads edge features
+    g = space.order[0]
+    d = feats.state(base, g, space.candidates[g])
+    logits, value = net(d)
+    (logits.sum() + value.sum()).backward()
+    no_grad = [n for n, p in net.named_parameters() if p.grad is None or float(p.grad.abs().sum()) == 0.0]
+    # a chain model: every group has one incoming flow edge, so attention over flow edges is a softmax of one
+    # score and the parameters that only feed that score (att, lin_r, lin_edge) get no gradient; all others must
+    assert all("flow" in n and (n.endswith(".att") or ".lin_r." in n or ".lin_edge." in n) for n in no_grad), no_grad
+    assert any("link" in n and n.endswith(".att") for n, p in net.named_parameters() if p.grad is not None
+               and float(p.grad.abs().sum()) > 0)
+
+
+def test_training_steps_fit_a_visit_distribution(setup):
+    feats, space, base = setup
+    torch.manual_seed(0)
+    net = TagGNN(hidden=32)
+    g = space.order[0]
+    d = feats.state(base, g, space.candidates[g])
+    c = len(space.candidates[g])
+    target = torch.zeros(c)
+    target[c // 2], target[-1] = 0.75, 0.25
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+    for _ in range(60):
+        logits, value = net(d)
+        loss = -(target * policy_log_probs(d, logits)).sum() + ((value - 0.5) ** 2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        logits, value = net(d)
+        p = policy_log_probs(d, logits).exp()
+    assert int(torch.argmax(p)) == c // 2
+    assert float(p[c // 2] + p[-1]) > 0.8
+    assert float(value[0]) == pytest.approx(0.5, abs=0.05)
+
+
+def _tau_brute(x, y):
+    num = 0
+    tx = ty = 0
+    for i, j in itertools.combinations(range(len(x)), 2):
+        a, b = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+        num += a * b
+        tx += a != 0
+        ty += b != 0
+    return num / np.sqrt(tx * ty)
+
+
+def test_kendall_tau_against_pair_counting():
+    rng = np.random.default_rng(0)
+    assert kendall_tau([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(4 / 6)  # 5 concordant, 1 discordant
+    for _ in range(20):
+        x = rng.integers(0, 5, 12).astype(float)
+        y = rng.integers(0, 5, 12).astype(float)
+        assert kendall_tau(x, y) == pytest.approx(_tau_brute(x, y))
