@@ -51,6 +51,7 @@ def save_checkpoint(path: str, net: TagGNN, *, optimizer=None, progress: dict | 
     fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
     os.close(fd)
     torch.save(obj, tmp)
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is meant to be shared and shipped
     os.replace(tmp, path)
     with open(path + ".card.json", "w") as f:
         json.dump({"feature_version": FEATURE_VERSION, "config": obj["config"], "progress": obj["progress"],
