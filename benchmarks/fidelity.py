@@ -24,6 +24,7 @@ import random
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "..", "datasets", "models")
@@ -97,15 +98,29 @@ def random_plan(base: dict, n_dev: int, rng: random.Random) -> dict:
     return plan
 
 
-def predict_ms(model: str, topo: str, plan: str, profile: str, overlap_sync: bool = False) -> float:
-    """Simulated iteration time of a plan on the profiled cost model, ms (sync overlap as deploy: none)."""
+def predict_ms(model: str, topo: str, plan: str, profile: str, overlap_sync: bool = False,
+               contention: dict | None = None) -> float:
+    """Simulated iteration time of a plan on the profiled cost model, ms (sync overlap as deploy: none).
+
+    `contention` (the handoff probe's figures) adds the contention term: compute and updates stretched by
+    ``compute_stretch`` and ``handoff_ms`` added to the latency of every device pair (a rank that waited
+    for a message resumes only when the scheduler gives it a core back).
+    """
     from tag.cli import build_parser
     from tag.modelio import load_inputs
     from tag.sim import simulate
 
     args = build_parser().parse_args(["simulate", model, topo, "--plan", plan, "--profile", profile])
     inp = load_inputs(model, topo, args, plan_path=plan)
-    res = simulate(inp.gg, inp.cluster, inp.cost, inp.strategy, inp.training, overlap_sync=overlap_sync)
+    cost = inp.cost
+    if contention:
+        import numpy as np
+
+        from tag.cost import ProfileCostModel
+        cost = ProfileCostModel(inp.gg, inp.training, cost.db, compute_scale=contention["compute_stretch"])
+        off_diag = ~np.eye(inp.cluster.n_devices, dtype=bool)
+        inp.cluster.latency_us[off_diag] += 1e3 * contention["handoff_ms"]
+    res = simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=overlap_sync)
     return float(res.iteration_ms)
 
 
@@ -134,6 +149,17 @@ def build_plans(model: str, topo: str, profile: str, batch: int, work: str, n_ra
     return plans
 
 
+def handoff_probe(nproc: int, work: str) -> dict:
+    """The contention figures under the current load (`emulate/handoff_probe.py` on 2 local ranks)."""
+    out = os.path.join(work, "handoff.json")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                    os.path.join(HERE, "emulate", "handoff_probe.py"), out], env=env, capture_output=True,
+                   check=True, timeout=600)
+    with open(out) as f:
+        return json.load(f)
+
+
 def loadavg() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -157,14 +183,14 @@ def prepare_jobs(entries: list[tuple[str, str, str]], steps: int, work: str) -> 
     return paths
 
 
-def measure_batch(paths: list[str], nproc: int, work: str, prefix: list[str] | None = None) -> None:
+def measure_batch(paths: list[str], nproc: int, work: str, prefix: list[str] | None = None, rounds: int = 3) -> None:
     """Run the job pickles in one torchrun launch of `nproc` local ranks (`emulate/batch_worker.py`)."""
     jobs_file = os.path.join(work, "jobs.json")
     with open(jobs_file, "w") as f:
         json.dump(paths, f)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     cmd = (prefix or []) + [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                            f"--nproc-per-node={nproc}", os.path.join(HERE, "emulate", "batch_worker.py"), jobs_file]
+                            f"--nproc-per-node={nproc}", os.path.join(HERE, "emulate", "batch_worker.py"), jobs_file, str(rounds)]
     with open(os.path.join(work, "batch.log"), "w") as log:
         subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=3600)
 
@@ -174,7 +200,8 @@ def main() -> None:
     ap.add_argument("--models", default="mlp,small_cnn,small_transformer,fc_wide")
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--random", type=int, default=4)
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=4, help="steps per round (the first untimed)")
+    ap.add_argument("--rounds", type=int, default=3, help="round-robin rounds over all plans")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rows", default="4,8,16,32,48,64")
@@ -211,45 +238,82 @@ def main() -> None:
         print(f"  planned {name}: {len(plans)} plans", file=sys.stderr)
     paths = [os.path.join(work, k.replace("/", "--") + ".job.pkl") for k, _, _, _ in entries]
     load_before = loadavg()
+    contention_path = os.path.join(work, "contention.json")
     if not a.no_measure:
         paths = prepare_jobs([(k, p, m) for k, p, m, _ in entries], a.steps, work)
-        measure_batch(paths, a.nproc, work)
-    load_after = loadavg()
+        probes = [handoff_probe(a.nproc, work)]
+        measure_batch(paths, a.nproc, work, rounds=a.rounds)
+        probes.append(handoff_probe(a.nproc, work))
+        with open(contention_path, "w") as f:
+            json.dump({"probes": probes, "load_before": load_before, "load_after": loadavg()}, f)
+    with open(contention_path) as f:
+        sh = json.load(f)
+    contention = {k: sum(p[k] for p in sh["probes"]) / len(sh["probes"]) for k in ("handoff_ms", "compute_stretch")}
+    load_before, load_after = sh["load_before"], sh["load_after"]
     rows = []
     for (key, plan, model, prof), path in zip(entries, paths):
-        pred = predict_ms(model, topo, plan, prof, overlap_sync=a.overlap_sync)
         try:
             with open(path + ".result.json") as f:
-                meas = json.load(f)["measured_step_ms"]
+                res = json.load(f)
         except OSError:
             print(f"  {key}: no measurement ({path}.error)", file=sys.stderr)
             continue
-        rows.append((*key.split("/"), pred, meas))
-        print(f"  {key:34s} predicted {pred:9.2f} ms  measured {meas:9.2f} ms", file=sys.stderr)
-    text = report(rows, a, load_before, load_after, time.time() - t0)
+        pred = predict_ms(model, topo, plan, prof)
+        pred_ov = predict_ms(model, topo, plan, prof, overlap_sync=True)
+        pred_c = predict_ms(model, topo, plan, prof, contention=contention)
+        rows.append(Row(*key.split("/"), pred, pred_ov, pred_c, res["measured_step_ms"], res["cpu_ms"]))
+        print(f"  {key:34s} predicted {pred:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms", file=sys.stderr)
+    text = report(rows, a, load_before, load_after, contention, time.time() - t0)
     print(text)
     with open(a.out, "w") as f:
         f.write(text)
 
 
-def report(rows, a, load_before: str, load_after: str, seconds: float) -> str:
+@dataclass
+class Row:
+    """One plan: predicted (deploy-mode sync, DDP-style overlap, with the contention term) and measured ms."""
+
+    model: str
+    strategy: str
+    pred_ms: float
+    pred_overlap_ms: float
+    pred_contention_ms: float
+    measured_ms: float
+    cpu_ms: float
+
+
+def _summary(rows: list[Row], label: str) -> str:
+    q = [r.measured_ms for r in rows]
+    cells = [label, str(len(rows))]
+    for attr in ("pred_ms", "pred_overlap_ms", "pred_contention_ms"):
+        p = [getattr(r, attr) for r in rows]
+        cells += [f"{mape(p, q):.1f}", f"{kendall_tau_b(p, q):.2f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def report(rows: list[Row], a, load_before: str, load_after: str, contention: dict, seconds: float) -> str:
     """The markdown table: per plan rows, then per model and overall MAPE and Kendall tau-b."""
     lines = ["# Fidelity: predicted vs measured step time", "",
              f"`python benchmarks/fidelity.py --models {a.models} --nproc {a.nproc} --random {a.random} "
-             f"--steps {a.steps} --batch-size {a.batch_size}`", "",
+             f"--steps {a.steps} --rounds {a.rounds} --batch-size {a.batch_size}`", "",
              f"{a.nproc} local cpu ranks (one thread each) on loopback; topology from `tag profile links`, op times "
              f"from `tag profile ops`; load average (1/5/15 min) before {load_before}, after {load_after}; "
-             f"{seconds / 60:.1f} min.", "",
-             "| model | strategy | predicted ms | measured ms | error % |", "|---|---|---:|---:|---:|"]
-    for m, label, p, q in rows:
-        lines.append(f"| {m} | {label} | {p:.2f} | {q:.2f} | {100 * (p - q) / q:+.1f} |")
-    lines += ["", "| model | plans | MAPE % | Kendall tau-b |", "|---|---:|---:|---:|"]
-    for m in dict.fromkeys(r[0] for r in rows):
-        sub = [r for r in rows if r[0] == m]
-        ps, qs = [r[2] for r in sub], [r[3] for r in sub]
-        lines.append(f"| {m} | {len(sub)} | {mape(ps, qs):.1f} | {kendall_tau_b(ps, qs):.2f} |")
-    ps, qs = [r[2] for r in rows], [r[3] for r in rows]
-    lines.append(f"| **all** | {len(rows)} | {mape(ps, qs):.1f} | {kendall_tau_b(ps, qs):.2f} |")
+             f"contention probe (mean of before and after): handoff {contention['handoff_ms']:.2f} ms, compute "
+             f"stretch {contention['compute_stretch']:.2f}; {seconds / 60:.1f} min.", "",
+             "Columns: `pred` = simulator on the profiled cost model with syncs after the whole backward (as the "
+             "deploy runtime runs them); `pred overlap` = the planner's DDP-style overlap; `pred contention` = `pred` "
+             "with the contention term (compute x stretch, + handoff latency per message); `measured` = median wall step of the deploy runtime; "
+             "`cpu` = largest per-rank thread CPU time per step.", "",
+             "| model | strategy | pred ms | pred overlap ms | pred contention ms | measured ms | cpu ms | err (contention) % |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r.model} | {r.strategy} | {r.pred_ms:.2f} | {r.pred_overlap_ms:.2f} | {r.pred_contention_ms:.2f} | "
+                     f"{r.measured_ms:.2f} | {r.cpu_ms:.2f} | {100 * (r.pred_contention_ms - r.measured_ms) / r.measured_ms:+.1f} |")
+    lines += ["", "| model | plans | MAPE % pred | tau pred | MAPE % overlap | tau overlap | MAPE % contention | tau contention |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in dict.fromkeys(r.model for r in rows):
+        lines.append(_summary([r for r in rows if r.model == m], m))
+    lines.append(_summary(rows, "**all**"))
     return "\n".join(lines) + "\n"
 
 

@@ -1,12 +1,16 @@
 """Run many `tag deploy` jobs in one torchrun launch: the deploy runtime without per-plan start-up.
 
-    python -m torch.distributed.run --standalone --nproc-per-node N benchmarks/emulate/batch_worker.py JOBS.json
+    python -m torch.distributed.run --standalone --nproc-per-node N benchmarks/emulate/batch_worker.py JOBS.json [ROUNDS]
 
 JOBS.json is a list of job pickles (`tag.deploy.job.prepare_job` + `save_job`, all with the same `nproc`).
-Every rank runs each job as `tag.deploy.worker` does (`TorchProgram`, `build_schedule`, `train_rank`:
-barrier-fenced steps, slowest rank's time per step) and rank 0 writes ``<job>.result.json`` next to each
-pickle with the same keys as deploy's result (losses, step_ms, measured_step_ms). A failing job writes
-``<job>.error`` and the batch goes on.
+Every rank runs each job as `tag.deploy.worker` / `tag.deploy.train.train_rank` do (`TorchProgram`,
+`build_schedule`, `Comm`, `RankRuntime`; each step fenced by barriers, the slowest rank's wall time kept).
+On a shared machine the load of other tenants drifts, so the jobs are run round-robin in ROUNDS rounds
+(default 3), each round a fresh runtime, one untimed warm-up step and `job.steps - 1` timed steps; a plan's
+figure is the median of all its timed steps. Rank 0 writes ``<job>.result.json`` next to each pickle:
+``measured_step_ms`` (median wall), ``step_ms`` (all timed steps), ``cpu_ms`` (median over steps of the
+largest per-rank thread CPU time: the work itself, without waiting or preemption) and the losses of the
+last round. A failing job writes ``<job>.error`` and the batch goes on.
 """
 
 from __future__ import annotations
@@ -14,50 +18,89 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import statistics
 import sys
+import time
 import traceback
 
 
-def main(jobs_file: str) -> int:
+def _run_job(job, rank: int, model_proto) -> tuple[list[float], list[float], list[float]]:
+    """(wall ms per timed step, max-over-ranks CPU ms per timed step, losses) of one fresh runtime."""
+    import torch.distributed as dist
+
+    from tag.deploy.comm import Comm
+    from tag.deploy.data import make_optimizer, synthetic_batch
+    from tag.deploy.onnx_torch import TorchProgram
+    from tag.deploy.runtime import RankRuntime
+    from tag.deploy.schedule import build_schedule
+
+    program = TorchProgram(model_proto, job.graph, seed=job.seed)
+    s = build_schedule(job.graph, job.groups, job.strategy, job.device_machines, job.nproc, job.plan_path)
+    comm = Comm(rank, s.n_ranks, s.rank_machine, Comm.needed_sets(s.buckets, s.sfb, s.rank_machine), "cpu")
+    data, targets = synthetic_batch(job.graph, s.batch_size, job.seed)
+    rt = RankRuntime(s, job.graph, program, rank, comm, data, targets, make_optimizer(job.training.optimizer, job.training.lr))
+    walls, cpus, losses = [], [], []
+    for step in range(max(job.steps, 2)):
+        dist.barrier()
+        t0, c0 = time.perf_counter(), time.thread_time()
+        local = rt.step()
+        c1 = time.thread_time()
+        dist.barrier()
+        wall = (time.perf_counter() - t0) * 1e3
+        losses.append(comm.sum_scalar(local))
+        wall, cpu = comm.sum_scalar(wall, op="max"), comm.sum_scalar((c1 - c0) * 1e3, op="max")
+        if step > 0:
+            walls.append(wall)
+            cpus.append(cpu)
+    return walls, cpus, losses
+
+
+def main(jobs_file: str, rounds: int = 3) -> int:
     import onnx
     import torch
     import torch.distributed as dist
 
     from tag.deploy.job import load_job
-    from tag.deploy.onnx_torch import TorchProgram
-    from tag.deploy.schedule import build_schedule
-    from tag.deploy.train import train_rank
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600))
     with open(jobs_file) as f:
         paths = json.load(f)
-    programs: dict = {}
-    for path in paths:
-        try:
-            job = load_job(path)
-            if job.nproc != world:
-                raise RuntimeError(f"job of {job.nproc} ranks in a launch of {world}")
-            key = (job.model_path, job.seed, job.batch_size)
-            if key not in programs:  # fresh weights per job: the model is rebuilt, the ONNX parse is cached
-                programs.clear()
-                programs[key] = onnx.load(job.model_path)
-            program = TorchProgram(programs[key], job.graph, seed=job.seed)
-            sched = build_schedule(job.graph, job.groups, job.strategy, job.device_machines, job.nproc, job.plan_path)
-            res = train_rank(sched, job.graph, program, rank, job.steps, job.seed, job.training.optimizer,
-                             job.training.lr, "cpu")
-            if rank == 0:
-                with open(path + ".result.json", "w") as f:
-                    json.dump({"losses": res.losses, "step_ms": res.step_ms,
-                               "measured_step_ms": res.measured_step_ms(job.warmup)}, f)
-        except Exception as e:  # noqa: BLE001 - recorded per job; the other ranks fail the same job alike
-            with open(f"{path}.error", "w") as f:
-                f.write(f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
-        dist.barrier()
+    walls: dict = {p: [] for p in paths}
+    cpus: dict = {p: [] for p in paths}
+    losses: dict = {}
+    failed: set = set()
+    protos: dict = {}
+    for _ in range(rounds):
+        for path in paths:
+            if path in failed:
+                continue
+            try:
+                job = load_job(path)
+                if job.nproc != world:
+                    raise RuntimeError(f"job of {job.nproc} ranks in a launch of {world}")
+                if job.model_path not in protos:
+                    protos[job.model_path] = onnx.load(job.model_path)
+                w, c, l = _run_job(job, rank, protos[job.model_path])
+                walls[path] += w
+                cpus[path] += c
+                losses[path] = l
+            except Exception as e:  # noqa: BLE001 - recorded per job; the other ranks fail the same job alike
+                failed.add(path)
+                with open(f"{path}.error", "w") as f:
+                    f.write(f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+            dist.barrier()
+    if rank == 0:
+        for path in paths:
+            if path in failed or not walls[path]:
+                continue
+            with open(path + ".result.json", "w") as f:
+                json.dump({"measured_step_ms": statistics.median(walls[path]), "step_ms": walls[path],
+                           "cpu_ms": statistics.median(cpus[path]), "losses": losses[path]}, f)
     dist.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3))

@@ -3,6 +3,10 @@
 For a device whose type is the profile's ``device_type``, each compute op of a group whose signature
 (`tag.cost.profile_db.op_signature`) is in the profile takes the interpolated measured time; every other
 op, every other device type, and the optimizer update use the roofline (`RooflineCostModel`).
+
+`compute_scale` (default 1) multiplies every compute and update time: the sustained slowdown of a
+device shared with other tenants (wall time / thread CPU time of compute between waits), which short
+profiled calls do not see. `benchmarks/fidelity.py` measures it under the load it measures steps at.
 """
 
 from __future__ import annotations
@@ -17,8 +21,9 @@ from tag.topology.cluster import DeviceType
 class ProfileCostModel:
     """Measured op times where the profile has them, roofline elsewhere (implements `CostModel`)."""
 
-    def __init__(self, gg: GroupGraph, training: TrainingConfig, db: ProfileDB):
+    def __init__(self, gg: GroupGraph, training: TrainingConfig, db: ProfileDB, compute_scale: float = 1.0):
         self.gg = gg
+        self.compute_scale = float(compute_scale)
         self.training = training
         self.db = db
         self.name = f"profile:{db.name}"
@@ -39,7 +44,7 @@ class ProfileCostModel:
     def _phase_ms(self, gid: int, device: DeviceType, rows: int, phase: str) -> float:
         hits = self._hits[gid]
         if device.name != self.db.device_type or not hits or rows <= 0:
-            return self.roofline._phase_ms(gid, device, rows, phase)
+            return self.compute_scale * self.roofline._phase_ms(gid, device, rows, phase)
         key = (phase, gid, device.name, rows)
         hit = self._cache.get(key)
         if hit is not None:
@@ -49,7 +54,7 @@ class ProfileCostModel:
             series = prof.fwd_ms if phase == "fwd" else prof.bwd_ms
             if series is not None:
                 per_op[pos] = interpolate(prof.rows, series, rows)
-        t = float(per_op.sum())
+        t = self.compute_scale * float(per_op.sum())
         self._cache[key] = t
         return t
 
@@ -63,4 +68,4 @@ class ProfileCostModel:
 
     def update_ms(self, group_id: int, device: DeviceType) -> float:
         """Optimizer update of the group's parameters on one replica (roofline), ms."""
-        return self.roofline.update_ms(group_id, device)
+        return self.compute_scale * self.roofline.update_ms(group_id, device)

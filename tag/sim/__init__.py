@@ -21,7 +21,8 @@ bytes still gets a latency-only message (a control dependency).
 Gradient sync. A replicated group's gradients (its param_bytes; a parameter shared by several groups, per
 ``GroupGraph.shared_params`` {name: group ids} if present, is synced once over the union of their devices
 and counted in the first group) are synced when the group's backward has finished on all its replicas,
-while other backwards continue (DDP buckets). Syncs over the same device set run one at a time in the
+while other backwards continue (DDP buckets); with ``simulate(..., overlap_sync=False)``, as the `tag deploy`
+runtime runs them, a sync also waits until each of its devices has finished its whole backward. Syncs over the same device set run one at a time in the
 order they become ready (one communicator per device set); syncs over different sets run concurrently.
 The method is Decision.sync (None -> allreduce): see `tag.sim.collectives` for the flows each method
 puts on the network (ring coflow; hierarchical = chain reduce, leader ring, chain broadcast; ps = push

@@ -87,8 +87,13 @@ def _tensor_bytes(gg, name: str) -> float:
     return float(t.numel * t.itemsize) if t is not None and t.numel is not None else 0.0
 
 
-def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *, trace: bool = False) -> SimResult:
-    """Simulate one training iteration of `strategy`; times in ms, memory in 1e9-byte units (`SimResult`)."""
+def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *, trace: bool = False,
+             overlap_sync: bool = True) -> SimResult:
+    """Simulate one training iteration of `strategy`; times in ms, memory in 1e9-byte units (`SimResult`).
+
+    `overlap_sync=False` models the `tag deploy` runtime: a device's gradient syncs start only after its
+    whole backward (no DDP-style overlap of sync with the remaining backward).
+    """
     n_dev, n_grp = cluster.n_devices, gg.n_groups
     decs = strategy.decisions
     if len(decs) != n_grp:
@@ -183,6 +188,10 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
             dur.append(upd_ms[d]); tdev.append(d); tkind.append(_UPD); tgrp.append(-1)
             pend.append(0); acts.append(None)
     join_of = [-1] * len(dur)  # the sync unit a backward task completes (others, rare, go in acts)
+    last_bwd = [-1] * n_dev  # each device's last backward task in program order (backwards run g = K-1 .. 0)
+    for g in range(n_grp - 1, -1, -1):
+        for d, k in bwd_id[g].items():
+            last_bwd[d] = k
     for j, u in enumerate(units):
         covered = set()
         for g in u.groups:
@@ -197,6 +206,10 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
         for d in sorted(covered):
             u.upd_tasks.append(upd_id[d])
             pend[upd_id[d]] += 1
+        if not overlap_sync:  # deploy: every sync also waits for the last backward task of each of its devices
+            for d in u.devices:
+                add_act(last_bwd[d], (1, j))
+                u.waiting += 1
 
     # ---- per-device programs: forward in topological order, backward reversed, then updates ------------
     tdev_arr = np.asarray(tdev, dtype=np.int64)
