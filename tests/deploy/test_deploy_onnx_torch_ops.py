@@ -202,16 +202,20 @@ def test_fresh_initialisation_seeded_and_fan_in_scaled():
 
 
 def test_parameters_are_keyed_by_onnx_name_with_unsafe_characters():
-    nodes = [helper.make_node("Add", ["x", "layer.0/w:0"], ["y"])]
+    names = ["layer.0/w:0", "layer_0_w_0", "training"]  # the first two sanitise alike; a Module attribute name
+    nodes = [helper.make_node("Add", ["x", names[0]], ["a"]), helper.make_node("Mul", ["a", names[1]], ["b"]),
+             helper.make_node("Sub", ["b", names[2]], ["y"])]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(np.arange(3, dtype=np.float32), "layer.0/w:0")])
+                          [numpy_helper.from_array(np.arange(3, dtype=np.float32) + k, n) for k, n in enumerate(names)])
     prog = TorchProgram(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
-    assert prog.param_names == ["layer.0/w:0"]
-    assert prog.param("layer.0/w:0").tolist() == [0.0, 1.0, 2.0]
-    y = prog(torch.ones(2, 3))
+    assert prog.param_names == names and len(set(prog.params.keys())) == 3
+    assert prog.param(names[0]).tolist() == [0.0, 1.0, 2.0] and prog.param(names[2]).tolist() == [2.0, 3.0, 4.0]
+    y = prog(torch.ones(2, 3))  # y = (x + w0) * w1 - w2
+    torch.testing.assert_close(y[0], torch.tensor([1.0 * 1 - 2, 2.0 * 2 - 3, 3.0 * 3 - 4]))
     y.sum().backward()
-    assert prog.param("layer.0/w:0").grad.tolist() == [2.0, 2.0, 2.0]
+    assert prog.param(names[0]).grad.tolist() == [2.0, 4.0, 6.0]  # d/dw0 = 2 rows x w1
+    assert prog.param(names[2]).grad.tolist() == [-2.0, -2.0, -2.0]
 
 
 def test_coverage_doc_lists_every_converter():

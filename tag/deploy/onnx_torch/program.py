@@ -26,10 +26,9 @@ _GENERATORS = {"ConstantOfShape", "Constant", "RandomNormal", "RandomUniform"}
 _NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
 
 
-def _sanitize(name: str, taken: set[str]) -> str:
-    key = re.sub(r"[^0-9A-Za-z_]", "_", name) or "_"
-    if key[0].isdigit():
-        key = "_" + key
+def _sanitize(name: str, taken: set[str], prefix: str) -> str:
+    """A unique attribute-safe key for ONNX tensor ``name`` (the prefix avoids clashes with Module attributes)."""
+    key = prefix + re.sub(r"[^0-9A-Za-z_]", "_", name)
     base, n = key, 1
     while key in taken:
         key, n = f"{base}_{n}", n + 1
@@ -100,14 +99,14 @@ class TorchProgram(torch.nn.Module):
                     raise InputError(self.path, f"input '{name}'", "a static shape for a weight stored as a graph input",
                                      "a symbolic shape")
                 value = fresh_parameter(model, name, tuple(shape), seed, consumers, protos)
-            key = _sanitize(name, taken)
+            key = _sanitize(name, taken, "p_")
             self._param_key[name] = key
             self.params[key] = torch.nn.Parameter(value.float() if not value.dtype.is_floating_point else value)
         self.param_names = list(self._param_key)
         self.constants = torch.nn.Module()
         self._const_key: dict[str, str] = {}
         for name, value in values.items():
-            key = _sanitize(name, taken)
+            key = _sanitize(name, taken, "c_")
             self._const_key[name] = key
             self.constants.register_buffer(key, value, persistent=False)
         self._batch_cache: dict[tuple, dict[str, torch.Tensor]] = {}
