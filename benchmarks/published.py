@@ -36,9 +36,14 @@ GPU_RULES = [
 ]
 # DGX-1 NVLink per GPU and direction (datasheets): P100 4 links x 20 GB/s, V100 6 links x 25 GB/s.
 DGX1 = {"P100": ("P100-16GB", 4 * 20 * 8.0), "V100": ("V100-16GB", 6 * 25 * 8.0)}
-SCALING_MODELS = {"ResNet-50": "resnet50_v1", "Inception-v3": "inception_v3"}  # others are not built here
+# Scaling-table models this project builds (AlexNet is not: tf_cnn_benchmarks' variant is not in the zoo).
+# Inception-v3, ResNet-152 and VGG-16 are in no fitted row: their 1-GPU errors are out-of-sample checks.
+SCALING_MODELS = {"ResNet-50": "resnet50_v1", "Inception-v3": "inception_v3", "ResNet-152": "resnet152",
+                  "VGG-16": "vgg16"}
 # Optimizer the published runs used: momentum SGD for the CNNs, Adam / LAMB (Adam's state) for BERT.
-FAMILY_OPTIMIZER = {"resnet50": "momentum", "bert_large": "adam", "inception_v3": "momentum"}
+FAMILY_OPTIMIZER = {"resnet50": "momentum", "bert_large": "adam", "inception_v3": "momentum",
+                    "resnet152": "momentum", "vgg16": "momentum"}
+VGG16_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512, "M")
 
 
 @dataclass(frozen=True)
@@ -128,20 +133,28 @@ def _light(name: str) -> str:
     return os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light", f"light_{name}.onnx")
 
 
-def _export_bert(seq: int) -> str:
-    """BERT-large exported at sequence `seq` with the datasets zoo builder (meta device), cached in tmp."""
-    path = os.path.join(tempfile.gettempdir(), "tag-published", f"bert_large_s{seq}.onnx")
+def _export(key: str) -> str:
+    """A zoo-builder model exported on the meta device (datasets/zoo, as datasets/build.py does), cached in
+    tmp: "bert_large_s<seq>" (BERT-large at that sequence), "resnet152" (v1.5), "vgg16" (configuration D)."""
+    path = os.path.join(tempfile.gettempdir(), "tag-published", f"{key}.onnx")
     if os.path.exists(path):
         return path
     sys.path.insert(0, ROOT)
     import onnx
 
-    from datasets.zoo import text
+    from datasets.zoo import text, vision
     from datasets.zoo.export import export_spec
     from datasets.zoo.spec import InputSpec, ModelSpec
 
-    spec = ModelSpec(f"bert_large_s{seq}", text.bert_large, (InputSpec("input_ids", (1, seq), "int64", 30522),),
-                     True, f"BERT-large, seq {seq}")
+    image = (InputSpec("image", (1, 3, 224, 224)),)
+    if key == "resnet152":
+        spec = ModelSpec(key, lambda: vision.ResNet((3, 8, 36, 3)), image, True, "ResNet-152 v1.5")
+    elif key == "vgg16":
+        spec = ModelSpec(key, lambda: vision.VGG(VGG16_CFG), image, True, "VGG-16")
+    else:
+        seq = int(key.rsplit("_s", 1)[1])
+        spec = ModelSpec(key, text.bert_large, (InputSpec("input_ids", (1, seq), "int64", 30522),), True,
+                         f"BERT-large, seq {seq}")
     proto, _ = export_spec(spec)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     onnx.save(proto, path + ".part")
@@ -159,9 +172,8 @@ def model_path(key: str) -> str:
         return os.path.join(ROOT, "datasets", "models", "inception_v3.onnx")
     if key == "bert_large_s128":
         return os.path.join(ROOT, "datasets", "models", "bert_large.onnx")
-    m = re.fullmatch(r"bert_large_s(\d+)", key)
-    if m:
-        return _export_bert(int(m.group(1)))
+    if re.fullmatch(r"bert_large_s\d+", key) or key in ("resnet152", "vgg16"):
+        return _export(key)
     raise KeyError(key)
 
 
@@ -223,8 +235,8 @@ def mape(pred: list[float], pub: list[float]) -> float:
 
 
 def scaling_rows(ref: str, params: dict | None = None) -> list[list]:
-    """One row per DGX-1 scaling entry we can build: model, GPU, batch, 1- and 8-GPU published and
-    predicted samples/s, scaling efficiency published vs predicted (percent)."""
+    """One row per DGX-1 scaling entry we can build: model, GPU, batch, 1-GPU published, predicted and error
+    (percent), 8-GPU published and predicted samples/s, scaling efficiency published vs predicted (percent)."""
     out = []
     for sysrow in _read_json(os.path.join(ref, "scaling.json")):
         gen = "V100" if "V100" in sysrow["system"] else "P100"
@@ -239,7 +251,8 @@ def scaling_rows(ref: str, params: dict | None = None) -> list[list]:
             one = predict_samples_per_s(key, fam, device, b, params=params)
             eight = predict_samples_per_s(key, fam, device, 8 * b, count=8, intra_gbps=nvlink, params=params)
             p1, p8 = sysrow["one_gpu_images_s"][name], sysrow["eight_gpu_images_s"][name]
-            out.append([name, f"DGX-1 {gen}", b, p1, one, p8, eight, 100 * p8 / (8 * p1), 100 * eight / (8 * one)])
+            out.append([name, f"DGX-1 {gen}", b, p1, one, 100 * (one - p1) / p1, p8, eight,
+                        100 * p8 / (8 * p1), 100 * eight / (8 * one)])
     return out
 
 
@@ -253,6 +266,7 @@ FIT_GRID = {
     "knee_intensity": [0.0, 5.0, 10.0, 20.0, 40.0, 80.0],
     "mem_efficiency": [0.5, 0.6, 0.7, 0.8, 0.9, 1.0],
     "launch_us": [2.0, 5.0, 10.0, 20.0],
+    "winograd_speedup": [1.0, 1.25, 1.5, 1.75, 2.0, 2.25],  # at most F(2x2,3x3)'s 2.25x fewer multiplies
 }
 
 
@@ -288,6 +302,7 @@ def describe(p) -> str:
     """The fitted GPU parameters in one line."""
     return (f"e_conv={p.base['conv']} e_matmul={p.base['matmul']} half_size_flops={p.half_size_flops:g} "
             f"knee_intensity={p.knee_intensity:g} mem_efficiency={p.mem_efficiency} launch_us={p.launch_us} "
+            f"winograd_speedup={p.winograd_speedup} "
             f"tc_conv={p.tensor_core_fraction['conv']} tc_matmul={p.tensor_core_fraction['matmul']}")
 
 
@@ -355,10 +370,10 @@ def markdown(out: dict) -> str:
              "\n## MAPE per family and precision\n",
              table(["family", "precision", "rows", "MAPE %"], [[*r[:3], f"{r[3]:.1f}"] for r in out["summary"]]),
              "\n## 8-GPU DGX-1 scaling (dp-even)\n",
-             table(["model", "system", "batch/GPU", "pub 1", "pred 1", "pub 8", "pred 8", "pub eff %",
-                    "pred eff %"],
-                   [[*r[:3], f"{r[3]:.0f}", f"{r[4]:.0f}", f"{r[5]:.0f}", f"{r[6]:.0f}", f"{r[7]:.1f}",
-                     f"{r[8]:.1f}"] for r in out["scaling"]])]
+             table(["model", "system", "batch/GPU", "pub 1", "pred 1", "error 1 %", "pub 8", "pred 8",
+                    "pub eff %", "pred eff %"],
+                   [[*r[:3], f"{r[3]:.0f}", f"{r[4]:.0f}", f"{r[5]:+.1f}", f"{r[6]:.0f}", f"{r[7]:.0f}",
+                     f"{r[8]:.1f}", f"{r[9]:.1f}"] for r in out["scaling"]])]
     if "fitted" in out:
         parts.append(f"\nFitted GPU parameters: `{out['fitted']}`\n")
     if "logo" in out:
@@ -376,7 +391,7 @@ def to_json(out: dict) -> dict:
     res = {"rows": [dict(zip(keys, r)) for r in out["rows"]],
            "mape": [dict(zip(["family", "precision", "rows", "mape_pct"], r)) for r in out["summary"]],
            "scaling": [dict(zip(["model", "system", "batch_per_gpu", "published_1gpu", "predicted_1gpu",
-                                 "published_8gpu", "predicted_8gpu", "published_efficiency_pct",
+                                 "error_1gpu_pct", "published_8gpu", "predicted_8gpu", "published_efficiency_pct",
                                  "predicted_efficiency_pct"], r)) for r in out["scaling"]]}
     for k in ("fitted", "logo_mape"):
         if k in out:

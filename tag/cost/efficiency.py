@@ -16,6 +16,9 @@ calibration fits them in one place. For an op of class c with F FLOPs and M byte
 * ``mem_efficiency``: streaming kernels reach a fixed fraction of the datasheet bandwidth; the size factor
   ``M / (M + half_size_bytes)`` is the latency of a short kernel expressed as bytes it could have moved.
 * ``launch_us``: CUDA launch plus framework dispatch per kernel.
+* ``winograd_speedup``: cuDNN runs FP32 3x3 stride-1 convolutions with Winograd transforms, which do
+  fewer multiplies than the direct convolution the graph's FLOPs count; their efficiency is multiplied by
+  this factor (may exceed 1; `winograd_eligible` says which ops; FP32 pipes only).
 * ``tensor_core_fraction``: under tf32 / amp, conv and matmul ops run against the tensor-core peak times
   this per-class fraction (tensor-core kernels are starved by operand bandwidth long before the datasheet
   peak; implicit-GEMM convolutions more than plain GEMMs).
@@ -58,6 +61,7 @@ class EfficiencyParams:
     mem_efficiency: float = 1.0  # fraction of datasheet memory bandwidth streaming kernels reach
     half_size_bytes: float = 0.0  # bytes at which a kernel reaches half of mem_efficiency; 0 = off
     launch_us: float = 5.0  # per-kernel launch + dispatch, us
+    winograd_speedup: float = 1.0  # FP32 3x3 stride-1 convolutions: effective FLOP-rate gain of Winograd; 1 = off
     # per tensor-core class: scales the tf32 / amp tensor-core peak (operand traffic limits MMA kernels)
     tensor_core_fraction: dict = field(default_factory=lambda: {c: 1.0 for c in TENSOR_CORE_CLASSES})
 
@@ -74,10 +78,20 @@ class EfficiencyParams:
 
 # Fitted on the FP32 ResNet-50 and BERT-large rows of the published single-GPU table (P100, GTX 1080 Ti,
 # RTX 2080 Ti, V100, A100 without TF32, K80); see the comment block in tag/topology/catalog.py.
-GPU_PARAMS = EfficiencyParams(base=dict(_GPU_BASE, conv=0.85, matmul=0.70), half_size_flops=3e8,
-                              knee_intensity=0.0, mem_efficiency=1.0, launch_us=20.0,
-                              tensor_core_fraction={"conv": 0.3, "matmul": 0.7})
+GPU_PARAMS = EfficiencyParams(base=dict(_GPU_BASE, conv=0.70, matmul=0.75), half_size_flops=3e8,
+                              knee_intensity=0.0, mem_efficiency=0.9, launch_us=20.0, winograd_speedup=2.25,
+                              tensor_core_fraction={"conv": 0.4, "matmul": 0.7})
 CPU_PARAMS = EfficiencyParams(base=dict(_CPU_BASE), launch_us=3.0)
+
+
+def winograd_eligible(op) -> bool:
+    """Whether an op is a convolution cuDNN can run with Winograd: 2-D, 3x3 kernel, stride 1, dilation 1,
+    not grouped (`op` is an `OpGraph` Op; its attrs are the ONNX node's)."""
+    if op.op_type != "Conv":
+        return False
+    a = op.attrs or {}
+    return (list(a.get("kernel_shape", [])) == [3, 3] and list(a.get("strides", [1, 1])) == [1, 1]
+            and list(a.get("dilations", [1, 1])) == [1, 1] and int(a.get("group", 1)) == 1)
 
 
 def params_for(kind: str) -> EfficiencyParams:

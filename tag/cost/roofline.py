@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tag.cost.efficiency import TENSOR_CORE_CLASSES, EfficiencyParams, bandwidth_fraction, efficiency_array, params_for
+from tag.cost.efficiency import (TENSOR_CORE_CLASSES, EfficiencyParams, bandwidth_fraction, efficiency_array,
+                                 params_for, winograd_eligible)
 from tag.cost.optimizer import update_traffic_bytes_per_param
 from tag.graph.groups import GroupGraph
 from tag.strategy import TrainingConfig
@@ -98,6 +99,7 @@ class _GroupOps:
         # Ops that move no bytes and compute nothing (Shape, Reshape, Unsqueeze: views and host-side shape
         # arithmetic) launch no kernel.
         runs = np.array([1.0 if _launches(o) else 0.0 for o in ops])
+        self.winograd = np.array([winograd_eligible(o) for o in ops], dtype=bool)
         self.fwd_kernels = runs
         self.bwd_kernels = runs * np.array([2.0 if o.params else 1.0 for o in ops])
 
@@ -132,8 +134,10 @@ class RooflineCostModel:
             kernels = go.bwd_kernels
         p = self.params_for(device.kind)
         eff = efficiency_array(go.classes, device.kind, flops, mem, p)
-        peak = peak_flops_per_ms(device, getattr(self.training, "precision", "fp32"), go.classes,
-                                 p.tensor_core_fraction)
+        precision = getattr(self.training, "precision", "fp32")
+        if p.winograd_speedup != 1.0 and precision == "fp32" and go.winograd.any():
+            eff = np.where(go.winograd, eff * p.winograd_speedup, eff)
+        peak = peak_flops_per_ms(device, precision, go.classes, p.tensor_core_fraction)
         t = roofline_ms(flops, mem, eff, device, bandwidth_fraction(mem, device.kind, p), peak)
         return t + kernels * launch_ms(device, p)
 

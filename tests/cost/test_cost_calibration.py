@@ -170,3 +170,23 @@ def test_v100_resnet50_within_published_range():
     assert 356 * 0.85 <= sps <= 432 * 1.15
     # the same model on a GPU with half the peak and bandwidth is slower
     assert P.predict_samples_per_s("resnet50_v15", "resnet50", "P100-12GB", 128) < sps
+
+
+def test_winograd_only_for_fp32_3x3_stride1_convs():
+    from tag.cost.efficiency import winograd_eligible
+
+    def conv(name, k, s, group=1, fpr=4e9):
+        return Op(name, "Conv", "", [], [], op_class="conv", fwd_flops_per_row=fpr, bwd_flops_per_row=2 * fpr,
+                  mem_bytes_per_row=1e5, attrs={"kernel_shape": [k, k], "strides": [s, s], "group": group})
+
+    ops = [conv("c3", 3, 1), conv("c1", 1, 1), conv("c3s2", 3, 2), conv("dw", 3, 1, group=64)]
+    assert [winograd_eligible(o) for o in ops] == [True, False, False, False]
+    p = {"gpu": EfficiencyParams(launch_us=0.0).with_values(winograd_speedup=2.0, tc_conv=1.0)}
+    v100 = CATALOG["V100-16GB"]
+    t = RooflineCostModel(_gg(ops), TrainingConfig(), p).op_ms(0, v100, 4, "fwd")
+    direct = 1.6e10 / (15.7e12 * 0.6) * 1e3  # e_max conv 0.6, compute-bound
+    assert t[0] == pytest.approx(direct / 2.0)
+    assert t[1] == pytest.approx(direct) and t[2] == pytest.approx(direct) and t[3] == pytest.approx(direct)
+    a100 = CATALOG["A100-40GB"]  # tf32 convs run as tensor-core implicit GEMM: no Winograd factor
+    t_tf32 = RooflineCostModel(_gg(ops), TrainingConfig(precision="tf32"), p).op_ms(0, a100, 4, "fwd")
+    assert t_tf32[0] == pytest.approx(1.6e10 / (156e12 * 0.6) * 1e3)
