@@ -153,7 +153,7 @@ def fresh_parameter(model: onnx.ModelProto, name: str, shape: tuple[int, ...], s
         return torch.zeros(shape)
     g = torch.Generator().manual_seed(_seed_for(seed, name))
     bound = 1.0 / math.sqrt(max(fan_in, 1))
-    return (torch.rand(shape, generator=g) * 2 - 1) * bound
+    return torch.empty(shape).uniform_(-bound, bound, generator=g)
 
 
 def consumer_map(nodes) -> dict[str, list[tuple[int, int]]]:
