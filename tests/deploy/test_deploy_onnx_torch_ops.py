@@ -223,3 +223,28 @@ def test_coverage_doc_lists_every_converter():
     doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "converter-coverage.md")).read()
     missing = [op for op in SUPPORTED_OPS if f"`{op}`" not in doc]
     assert not missing
+
+
+def test_node_order_matches_the_graph_loader_on_a_shuffled_file():
+    """Without an OpGraph the program orders nodes by the same stable topological rule as tag.graph.load
+    (its `_topological`; load_model itself needs a sorted file for shape inference), and with the OpGraph of
+    the sorted file it follows OpGraph.ops."""
+    import os
+    import random
+
+    from tag.graph.load import _topological, load_model
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "datasets", "models", "bert_tiny.onnx")
+    model = onnx.load(path)
+    assert [n.outputs for n in TorchProgram(model, load_model(path)).nodes] == [
+        op.outputs for op in load_model(path).ops]
+    nodes = list(model.graph.node)
+    random.Random(4).shuffle(nodes)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    prog = TorchProgram(model)
+    assert [n.outputs for n in prog.nodes] == [list(n.output) for n in _topological(list(model.graph.node))]
+    seen = {i.name for i in model.graph.input} | {t.name for t in model.graph.initializer} | {""}
+    for n in prog.nodes:  # and it is a topological order
+        assert all(x in seen for x in n.inputs), n.name
+        seen.update(n.outputs)

@@ -113,9 +113,8 @@ class TorchProgram(torch.nn.Module):
 
     # ---- build helpers -------------------------------------------------------------------------------
     def _ordered_nodes(self, model, graph) -> list[onnx.NodeProto]:
-        order = [model.graph.node[i] for i in stable_topological_order(model, self.path)]
         if graph is None:
-            return order
+            return [model.graph.node[i] for i in stable_topological_order(model, self.path)]
         by_outputs = {tuple(n.output): n for n in model.graph.node}
         out = []
         for op in graph.ops:
