@@ -73,7 +73,8 @@ def _read_json(path: str):
         with open(path) as f:
             return json.load(f)
     except FileNotFoundError:
-        raise InputError(path, "", "a published-measurements JSON file (--reference DIR)", "no such file") from None
+        raise InputError(path, "file", "published measurements ($TAG_REFERENCE_DIR or --reference DIR)",
+                         "no such file") from None
     except json.JSONDecodeError as e:
         raise InputError(path, f"line {e.lineno}", "valid JSON", e.msg) from None
 
@@ -415,7 +416,9 @@ rows that say so exclude the update. Precision: `fp32` rows ran on the FP32 pipe
 FP32 on Ampere/Hopper, where convolutions and GEMMs ran in TF32 (predicted with precision "tf32"); AMP rows
 are not predicted. The GPU parameters are one set for every model and GPU (`tag/cost/efficiency.py`,
 sources in `tag/topology/catalog.py`). The scaling table predicts 8 GPUs in one DGX-1 (NVLink per GPU and
-direction from the datasheets: P100 80 GB/s, V100 150 GB/s).
+direction from the datasheets: P100 80 GB/s, V100 150 GB/s); its Inception-v3, ResNet-152 and VGG-16 rows
+(built from the datasets zoo builders) are in no fitted row, so their 1-GPU errors are out-of-sample checks.
+The leave-one-GPU-out table refits the FP32 parameters without each GPU's rows and predicts that GPU.
 
 """
 

@@ -32,7 +32,7 @@ from tag.topology.cluster import DeviceType
 # minimising the MAPE of predicted vs published samples/s (`python benchmarks/published.py --fit`), started
 # from a joint grid over (e_conv, winograd_speedup, knee_intensity).
 # Result (benchmarks/published.md): FP32 MAPE 14.1 % (ResNet-50 14.6, BERT-large 13.3), TF32 MAPE 12.9 %,
-# leave-one-GPU-out FP32 MAPE in published.md; out of sample (DGX-1 P100 1-GPU, no fitted row): VGG-16 +1 %,
+# leave-one-GPU-out FP32 MAPE 16.4 %; out of sample (DGX-1 P100 1-GPU, no fitted row): VGG-16 +1 %,
 # ResNet-152 +8 %, Inception-v3 +37 % (many 1x7 / 7x1 / small convolutions). 8-GPU DGX-1 scaling efficiency
 # within 3 points except VGG-16 (12 points: TF 1.1's replicated-variable all-reduce of 138 M parameters).
 # Known outlier: K80 (+90 %: Kepler-era cuDNN reaches far less of its boost-clock peak).
