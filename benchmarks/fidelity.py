@@ -98,35 +98,44 @@ def random_plan(base: dict, n_dev: int, rng: random.Random) -> dict:
     return plan
 
 
-def predict_ms(model: str, topo: str, plan: str, profile: str, overlap_sync: bool = False,
+def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = False,
                contention: dict | None = None) -> float:
     """Simulated iteration time of a plan on the profiled cost model, ms (sync overlap as deploy: none).
 
+    `profile` is a path, or a list of paths (one per device type, as `emulate.cluster_run` measures them).
     `contention` (the handoff probe's figures) adds the contention term: compute and updates stretched by
-    ``compute_stretch`` and ``handoff_ms`` added to the latency of every device pair (a rank that waited
-    for a message resumes only when the scheduler gives it a core back).
+    ``compute_stretch`` (one figure, or one per profile: the probe's sustained stretch) and ``handoff_ms`` added to the latency of every
+    device pair (a rank that waited for a message resumes only when the scheduler gives it a core back).
     """
+    import numpy as np
+
     from tag.cli import build_parser
+    from tag.cost.profile_db import load
+    from tag.cost.profiled import MultiProfileCostModel, ProfileCostModel
     from tag.modelio import load_inputs
     from tag.sim import simulate
 
-    args = build_parser().parse_args(["simulate", model, topo, "--plan", plan, "--profile", profile])
+    profiles = [profile] if isinstance(profile, str) else list(profile)
+    args = build_parser().parse_args(["simulate", model, topo, "--plan", plan])
     inp = load_inputs(model, topo, args, plan_path=plan)
-    cost = inp.cost
+    stretch = (contention or {}).get("compute_stretch", 1.0)
+    stretch = stretch if isinstance(stretch, list) else [stretch] * len(profiles)
+    models = {}
+    for path, k in zip(profiles, stretch):
+        db = load(path)
+        models[db.device_type] = ProfileCostModel(inp.gg, inp.training, db, compute_scale=k)
+    cost = MultiProfileCostModel(inp.gg, inp.training, models)
     if contention:
-        import numpy as np
-
-        from tag.cost import ProfileCostModel
-        cost = ProfileCostModel(inp.gg, inp.training, cost.db, compute_scale=contention["compute_stretch"])
         off_diag = ~np.eye(inp.cluster.n_devices, dtype=bool)
         inp.cluster.latency_us[off_diag] += 1e3 * contention["handoff_ms"]
     res = simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=overlap_sync)
     return float(res.iteration_ms)
 
 
-def build_plans(model: str, topo: str, profile: str, batch: int, work: str, n_random: int, seed: int) -> dict:
+def build_plans(model: str, topo: str, profile: str, batch: int, work: str, n_random: int, seed: int,
+                stem: str | None = None) -> dict:
     """name -> plan path: the baselines, two searched plans and `n_random` random valid strategies."""
-    stem = os.path.splitext(os.path.basename(model))[0]
+    stem = stem or os.path.splitext(os.path.basename(model))[0]
     plans = {}
     for b in BASELINES:
         p = os.path.join(work, f"{stem}-{b}.json")
@@ -211,6 +220,12 @@ def main() -> None:
     ap.add_argument("--no-measure", action="store_true", help="predict only, reading earlier results in --work")
     ap.add_argument("--overlap-sync", action="store_true",
                     help="predict with DDP-style sync overlap (the planner's default) instead of as deploy runs")
+    ap.add_argument("--emulate-mbit", default=None, metavar="R,R",
+                    help="also run on an emulated cluster: one machine (namespace) per NIC rate in Mbit/s")
+    ap.add_argument("--emulate-quota", default="0.5,0.25", metavar="Q,Q",
+                    help="CPU quota (share of a core) of each emulated machine's device")
+    ap.add_argument("--emulate-models", default="mlp,small_cnn")
+    ap.add_argument("--emulate-only", action="store_true", help="skip the loopback table")
     ap.add_argument("--out", default=os.path.join(HERE, "fidelity.md"))
     a = ap.parse_args()
     import tempfile
@@ -220,6 +235,24 @@ def main() -> None:
     topo = os.path.join(work, f"local{a.nproc}.json")
     if not (a.reuse and os.path.exists(topo)):
         _tag("profile", "links", "--nproc", str(a.nproc), "-o", topo)
+    text = "" if a.emulate_only else local_table(a, work, topo, t0)
+    if a.emulate_mbit:
+        sys.path.insert(0, HERE)
+        from emulate.cluster_run import emulated_rows
+
+        rates = [float(v) for v in a.emulate_mbit.split(",")]
+        quotas = [float(v) for v in a.emulate_quota.split(",")]
+        load0 = loadavg()
+        erows, info = emulated_rows(sys.modules[__name__], a.emulate_models.split(","), rates, quotas, a, work,
+                                    lambda m: print(m, file=sys.stderr))
+        text += emulated_report(erows, info, load0, loadavg())
+    print(text)
+    with open(a.out, "w") as f:
+        f.write(text)
+
+
+def local_table(a, work: str, topo: str, t0: float) -> str:
+    """The loopback fidelity table (profiles, plans, batch measurement, predictions) as markdown."""
     entries = []
     for name in a.models.split(","):
         model = os.path.join(MODELS, f"{name}.onnx")
@@ -248,7 +281,10 @@ def main() -> None:
             json.dump({"probes": probes, "load_before": load_before, "load_after": loadavg()}, f)
     with open(contention_path) as f:
         sh = json.load(f)
-    contention = {k: sum(p[k] for p in sh["probes"]) / len(sh["probes"]) for k in ("handoff_ms", "compute_stretch")}
+    n_probes = len(sh["probes"])
+    contention = {"handoff_ms": sum(p["handoff_ms"] for p in sh["probes"]) / n_probes,
+                  "compute_stretch": sum(sum(p["sustained_stretch_by_rank"]) / len(p["sustained_stretch_by_rank"])
+                                         for p in sh["probes"]) / n_probes}
     load_before, load_after = sh["load_before"], sh["load_after"]
     rows = []
     for (key, plan, model, prof), path in zip(entries, paths):
@@ -263,10 +299,7 @@ def main() -> None:
         pred_c = predict_ms(model, topo, plan, prof, contention=contention)
         rows.append(Row(*key.split("/"), pred, pred_ov, pred_c, res["measured_step_ms"], res["cpu_ms"]))
         print(f"  {key:34s} predicted {pred:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms", file=sys.stderr)
-    text = report(rows, a, load_before, load_after, contention, time.time() - t0)
-    print(text)
-    with open(a.out, "w") as f:
-        f.write(text)
+    return report(rows, a, load_before, load_after, contention, time.time() - t0)
 
 
 @dataclass
@@ -302,7 +335,7 @@ def report(rows: list[Row], a, load_before: str, load_after: str, contention: di
              f"stretch {contention['compute_stretch']:.2f}; {seconds / 60:.1f} min.", "",
              "Columns: `pred` = simulator on the profiled cost model with syncs after the whole backward (as the "
              "deploy runtime runs them); `pred overlap` = the planner's DDP-style overlap; `pred contention` = `pred` "
-             "with the contention term (compute x stretch, + handoff latency per message); `measured` = median wall step of the deploy runtime; "
+             "with the contention term (compute x sustained stretch, + handoff latency per message); `measured` = median wall step of the deploy runtime; "
              "`cpu` = largest per-rank thread CPU time per step.", "",
              "| model | strategy | pred ms | pred overlap ms | pred contention ms | measured ms | cpu ms | err (contention) % |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -314,6 +347,28 @@ def report(rows: list[Row], a, load_before: str, load_after: str, contention: di
     for m in dict.fromkeys(r.model for r in rows):
         lines.append(_summary([r for r in rows if r.model == m], m))
     lines.append(_summary(rows, "**all**"))
+    return "\n".join(lines) + "\n"
+
+
+def emulated_report(rows: list[Row], info: dict, load_before: str, load_after: str) -> str:
+    """The emulated cluster's section: what was emulated, per plan rows and the summary."""
+    lines = ["", "## Emulated heterogeneous cluster", "",
+             f"One rank per network namespace; NICs shaped with tc tbf to {info['nic_mbit']} Mbit/s (probe m0->m1: "
+             f"{info.get('probe_mbit_0to1', float('nan')):.1f} Mbit/s goodput); CPU quotas {info['quotas']} of a core "
+             f"(cgroup {info['cgroup']}); link delay: {info['delay']}. Each device's ops profiled under its quota; "
+             f"contention probe across the namespaces: handoff {info['handoff_ms']:.2f} ms, compute stretch per device "
+             f"{[round(x, 2) for x in info['compute_stretch']]}. Load before {load_before}, after {load_after}.", "",
+             "| model | strategy | pred ms | pred overlap ms | pred contention ms | measured ms | cpu ms | err (contention) % |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r.model} | {r.strategy} | {r.pred_ms:.2f} | {r.pred_overlap_ms:.2f} | {r.pred_contention_ms:.2f} | "
+                     f"{r.measured_ms:.2f} | {r.cpu_ms:.2f} | {100 * (r.pred_contention_ms - r.measured_ms) / r.measured_ms:+.1f} |")
+    lines += ["", "| model | plans | MAPE % pred | tau pred | MAPE % overlap | tau overlap | MAPE % contention | tau contention |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for m in dict.fromkeys(r.model for r in rows):
+        lines.append(_summary([r for r in rows if r.model == m], m))
+    if rows:
+        lines.append(_summary(rows, "**all (emulated)**"))
     return "\n".join(lines) + "\n"
 
 

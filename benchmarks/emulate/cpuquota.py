@@ -13,7 +13,7 @@ import os
 
 V2_ROOT = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
 V1_ROOT = "/sys/fs/cgroup/cpu"
-PERIOD_US = 100_000
+PERIOD_US = 20_000  # short periods: throttling in small slices, not 100-ms stalls
 
 
 def _v2_ok() -> bool:

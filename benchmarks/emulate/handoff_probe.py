@@ -8,7 +8,9 @@ shared with other tenants its core goes to someone else, and it resumes only whe
 core back. Per handoff: (round-trip wall - both sides' measured compute wall) / 2. `tag profile links`
 measures ping-pong with both ranks hot (no compute between messages), which does not see this delay.
 Writes {"handoff_ms": median, "handoff_min_ms": min, "hot_ms": median with no compute, "compute_stretch":
-median wall / thread CPU time of the compute between handoffs}.
+median wall / thread CPU time of the compute between handoffs, "compute_stretch_by_rank": the same per
+rank, "sustained_stretch_by_rank": wall / CPU time of 40 ms of compute on all ranks at once (what a CPU
+quota or a busy machine does to long compute), per rank}.
 """
 
 from __future__ import annotations
@@ -58,11 +60,20 @@ def main(out: str, work_ms: float = 2.0) -> None:
 
     hot = [trial(0.0) for _ in range(30)]
     loaded = [trial(work_ms) for _ in range(40)]
+    sustained = []
+    for _ in range(5):  # both ranks compute 40 ms at once, as data-parallel ranks do
+        dist.barrier()
+        sustained.append(work(40.0) / 40.0)
+    mine = torch.tensor([statistics.median(stretch), statistics.median(sustained)], dtype=torch.float64)
+    every = [torch.zeros(2, dtype=torch.float64) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
     if r == 0:
         with open(out, "w") as f:
             json.dump({"handoff_ms": statistics.median(loaded), "handoff_min_ms": min(loaded),
                        "hot_ms": statistics.median(hot), "work_ms": work_ms,
-                       "compute_stretch": statistics.median(stretch)}, f)
+                       "compute_stretch": statistics.median(stretch),
+                       "compute_stretch_by_rank": [float(t[0]) for t in every],
+                       "sustained_stretch_by_rank": [float(t[1]) for t in every]}, f)
     dist.destroy_process_group()
 
 

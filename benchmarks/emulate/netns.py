@@ -126,7 +126,8 @@ class Star:
                 # GSO super-packets would make netem's per-packet rate accounting coarse; keep MTU-sized.
                 subprocess.run(["ip", "netns", "exec", where, "ethtool", "-K", dev, "tso", "off", "gso", "off"],
                                capture_output=True)
-                burst = max(16_000, int(rate * 1e6 / 8 / 250))  # >= 4 ms of tokens (timer granularity)
+                # 1 ms of tokens (at least two frames): a NIC has no burst allowance; hrtimers keep tbf exact
+                burst = max(3_100, int(rate * 1e6 / 8 / 1000))
                 _run("tc", "qdisc", "add", "dev", dev, "root", "handle", "1:", "tbf", "rate", f"{rate:g}mbit",
                      "burst", str(burst), "latency", "200ms", ns=where)
                 if latency_us > 0 and self.delay_ok:

@@ -69,3 +69,31 @@ class ProfileCostModel:
     def update_ms(self, group_id: int, device: DeviceType) -> float:
         """Optimizer update of the group's parameters on one replica (roofline), ms."""
         return self.compute_scale * self.roofline.update_ms(group_id, device)
+
+
+class MultiProfileCostModel:
+    """One `ProfileCostModel` per device type (e.g. emulated devices, each profiled under its own CPU quota).
+
+    A device type with a model of its own uses it; any other uses `fallback` (roofline by default).
+    """
+
+    def __init__(self, gg: GroupGraph, training: TrainingConfig, by_type: dict[str, ProfileCostModel],
+                 fallback=None):
+        self.gg, self.training, self.by_type = gg, training, dict(by_type)
+        self.fallback = fallback or RooflineCostModel(gg, training)
+        self.name = "profile:" + "+".join(m.db.name for m in self.by_type.values())
+
+    def _model(self, device: DeviceType):
+        return self.by_type.get(device.name, self.fallback)
+
+    def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
+        """Forward time of a group on `device`, ms (that device type's profile)."""
+        return self._model(device).group_fwd_ms(group_id, device, rows)
+
+    def group_bwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
+        """Backward time of a group on `device`, ms (that device type's profile)."""
+        return self._model(device).group_bwd_ms(group_id, device, rows)
+
+    def update_ms(self, group_id: int, device: DeviceType) -> float:
+        """Optimizer update of the group's parameters on one replica of `device`'s type, ms."""
+        return self._model(device).update_ms(group_id, device)
