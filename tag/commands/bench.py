@@ -41,5 +41,7 @@ def _benchmarks_module(name: str):
 
 def run(args) -> int:
     if args.published:
-        return int(_benchmarks_module("published").run(args) or 0)
+        from tag.commands._bench_published import run_published
+
+        return run_published(args)
     return int(_benchmarks_module("suite").run(args) or 0)
