@@ -10,8 +10,6 @@ A parameter is counted once, on its first consumer that is not a weight generato
 
 from __future__ import annotations
 
-import heapq
-
 import onnx
 from onnx import helper
 
@@ -21,6 +19,7 @@ from tag.graph.opgraph import Op, OpGraph, TensorInfo
 from tag.graph.reader import file_sha256, read_model
 from tag.graph.roles import assign_roles
 from tag.graph.shapes import complete_shapes, constant_values, fold_shape_values, np_dtype_name
+from tag.graph.toposort import stable_topological_order
 
 GENERATOR_SOURCES = frozenset("ConstantOfShape RandomNormal RandomUniform RandomNormalLike RandomUniformLike EyeLike".split())
 _SCALAR_ATTR_TYPES = (onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
@@ -109,27 +108,8 @@ def _probe_shapes(model, path, roles, shp) -> dict | None:
 
 
 def _topological(nodes: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
-    """Nodes in a topological order, keeping file order where it is already valid."""
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    deps = [{producer[x] for x in n.input if x in producer and producer[x] != i} for i, n in enumerate(nodes)]
-    users: list[list[int]] = [[] for _ in nodes]
-    for i, ds in enumerate(deps):
-        for d in ds:
-            users[d].append(i)
-    indeg = [len(d) for d in deps]
-    heap = [i for i, d in enumerate(indeg) if d == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        i = heapq.heappop(heap)
-        order.append(i)
-        for u in users[i]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(heap, u)
-    if len(order) < len(nodes):  # a cycle: keep the rest in file order, shapes will tell
-        order += [i for i in range(len(nodes)) if i not in set(order)]
-    return [nodes[i] for i in order]
+    """Nodes in the shared stable topological order (tag.graph.toposort), keeping file order where valid."""
+    return [nodes[i] for i in stable_topological_order(nodes)]
 
 
 def _tensors(g: onnx.GraphProto, roles, shp) -> dict[str, TensorInfo]:

@@ -12,10 +12,12 @@ import os
 import onnx
 
 from tag.errors import InputError, short_repr
+from tag.graph.toposort import sort_graph_nodes
 
 # Domains whose ops tag knows how to read (ops without a cost rule are costed as memory-bound).
 KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
 MIN_OPSET = 9
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 
 
 def file_sha256(path: str) -> str:
@@ -31,8 +33,10 @@ def read_model(path: str) -> onnx.ModelProto:
     """Parse `path` into a ModelProto with local functions inlined; InputError on a bad file.
 
     Checks: the file exists and parses as ONNX, has a graph with nodes, a default-domain opset >= 9,
-    every node in a known domain (or a model-local function, which is inlined), and every node input
-    defined by a graph input, an initializer or an earlier node output.
+    every node in a known domain (or a model-local function, which is inlined), no control flow (If, Loop,
+    Scan: their subgraphs cannot be costed per row), every node input defined by a graph input, an
+    initializer or a node output, an acyclic graph, and every external-data file present and long enough.
+    Nodes come back in stable topological order (tag.graph.toposort): files out of order are sorted.
     """
     path = str(path)
     if not os.path.isfile(path):
@@ -56,6 +60,8 @@ def read_model(path: str) -> onnx.ModelProto:
             raise InputError(path, "functions", "model-local functions that can be inlined",
                              short_repr(str(e).splitlines()[0] if str(e) else type(e).__name__)) from None
     _check_nodes(path, model.graph)
+    _check_external_data(path, model.graph)
+    sort_graph_nodes(model.graph, path)
     return model
 
 
@@ -75,6 +81,12 @@ def _check_nodes(path: str, graph: onnx.GraphProto) -> None:
             raise InputError(path, node_label(node, i),
                              "an op in a known domain (" + ", ".join(d or "ai.onnx" for d in KNOWN_DOMAINS[1:]) + ")",
                              f"domain '{node.domain}'")
+        subgraphs = [a.name for a in node.attribute if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)]
+        if node.op_type in CONTROL_FLOW_OPS or subgraphs:
+            raise InputError(path, node_label(node, i),
+                             "a graph without control flow (If/Loop/Scan subgraphs cannot be costed per row; "
+                             "export with the condition or loop unrolled)",
+                             f"a {node.op_type} node with subgraph attribute(s) {', '.join(subgraphs) or 'none'}")
         for name in node.input:
             if name and name not in defined and name not in produced:
                 raise InputError(path, node_label(node, i), "inputs defined by a graph input, initializer or node",
@@ -84,3 +96,31 @@ def _check_nodes(path: str, graph: onnx.GraphProto) -> None:
     for o in graph.output:
         if o.name not in produced and o.name not in defined:
             raise InputError(path, f"output '{o.name}'", "an output produced by a node or an input", "nothing produces it")
+
+
+def _check_external_data(path: str, graph: onnx.GraphProto) -> None:
+    """Every external-data initializer's file exists beside the model and holds offset + length bytes."""
+    base = os.path.dirname(os.path.abspath(path))
+    for t in graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        where = f"initializer '{t.name}'"
+        location = info.get("location", "")
+        if not location:
+            raise InputError(path, where, "external data with a 'location' entry", "no location")
+        full = os.path.normpath(os.path.join(base, location))
+        if os.path.isabs(location) or not full.startswith(base + os.sep):
+            raise InputError(path, where, "an external-data location inside the model's directory", repr(location))
+        if not os.path.isfile(full):
+            raise InputError(path, where, f"its external-data file '{location}' beside the model", "no such file")
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = int(info["length"]) if info.get("length") else None
+        except ValueError:
+            raise InputError(path, where, "integer external-data offset and length",
+                             short_repr((info.get("offset"), info.get("length")))) from None
+        size = os.path.getsize(full)
+        if offset < 0 or (length is not None and (length < 0 or offset + length > size)) or offset > size:
+            raise InputError(path, where, f"offset + length within '{location}' ({size} bytes)",
+                             f"offset {offset}, length {length}")

@@ -8,53 +8,19 @@ topological order keeps its order exactly.
 from __future__ import annotations
 
 import hashlib
-import heapq
 import math
 
 import onnx
 import torch
 
 from tag.errors import InputError
+from tag.graph.toposort import stable_topological_order  # noqa: F401  (the shared node-order rule)
 
 _PASS_THROUGH = {"Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "CastLike"}
 _SCALE_SLOTS = {"BatchNormalization": {1: "ones", 2: "zeros", 3: "zeros", 4: "ones"},
                 "LayerNormalization": {1: "ones", 2: "zeros"},
                 "InstanceNormalization": {1: "ones", 2: "zeros"},
                 "GroupNormalization": {1: "ones", 2: "zeros"}}
-
-
-def stable_topological_order(model: onnx.ModelProto, path: str = "<model>") -> list[int]:
-    """Indices of ``model.graph.node`` in stable topological order (smallest file index first among ready)."""
-    nodes = model.graph.node
-    producer: dict[str, int] = {}
-    for i, n in enumerate(nodes):
-        for o in n.output:
-            if o:
-                producer[o] = i
-    deps = [set() for _ in nodes]
-    users: list[list[int]] = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        for name in n.input:
-            p = producer.get(name)
-            if name and p is not None and p != i and p not in deps[i]:
-                deps[i].add(p)
-                users[p].append(i)
-    missing = [len(d) for d in deps]
-    ready = [i for i, m in enumerate(missing) if m == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            missing[u] -= 1
-            if missing[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(nodes):
-        stuck = next(i for i, m in enumerate(missing) if m > 0)
-        raise InputError(path, f"node '{nodes[stuck].name}' ({nodes[stuck].op_type})", "an acyclic graph",
-                         "a cycle through this node")
-    return order
 
 
 def _is_float(elem_type: int) -> bool:
