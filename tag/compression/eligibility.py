@@ -2,8 +2,9 @@
 
 An op is a candidate when its group is replicated on more than one device and the op is a product whose
 weight gradient is X^T dY with per-row factors, as `tag.sim.sfb.sfb_factors` (and `tag.deploy.sfb`) accept
-it: Gemm without transA or MatMul whose second input is a 2-D parameter used by no other op and not
-shared between groups. Embedding Gather (a sparse-row gradient) is not a candidate: the deploy runtime
+it (`tag.sim.sfb.sfb_form`): Gemm without transA, or MatMul, multiplying a batched operand by a 2-D
+parameter W or by Transpose(W) (torch's Linear export, found in every transformer of datasets/models),
+W used by no other op and not shared between groups. Embedding Gather (a sparse-row gradient) is not a candidate: the deploy runtime
 cannot run it as SFB, and a plan must deploy as planned.
 """
 
@@ -38,7 +39,7 @@ def eligible_ops(gg, strategy: Strategy) -> list[Candidate]:
         for i in gg.groups[g].op_ids:
             if ops[i].op_type not in ("Gemm", "MatMul"):
                 continue
-            f = sfb_factors(gg.graph, i)
+            f = sfb_factors(gg.graph, i, gg.groups[g].op_ids)
             if f is not None and f.weight not in shared:
                 out.append(Candidate(g, ops[i].name, f))
     return out

@@ -142,7 +142,7 @@ class RankRuntime:
                 if seg:
                     env = self.p.run_ops(seg, env, rows)
                     seg = []
-                env = sfb_forward(self.g.ops[i], env, self.p, self.sfb_store.setdefault(i, []))
+                env = sfb_forward(self.g.ops[i], env, self.p, self.sfb_store.setdefault(i, []), self.sfb_by_op[i])
             else:
                 seg.append(i)
         if seg:

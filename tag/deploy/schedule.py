@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 
 from tag.errors import InputError
 from tag.graph.opgraph import OpGraph
+from tag.sim.sfb import SFB_OP_TYPES, sfb_form  # the one SFB eligibility rule, shared with the simulator
 from tag.strategy import Decision, Strategy, row_offsets, slices
-
-SFB_OP_TYPES = ("Gemm", "MatMul")
 
 
 @dataclass(frozen=True)
@@ -98,12 +97,18 @@ class SyncBucket:
 
 @dataclass(frozen=True)
 class SFBOp:
-    """A Gemm/MatMul whose weight gradient is formed from all-gathered sufficient factors."""
+    """A Gemm/MatMul whose weight gradient is formed from all-gathered sufficient factors.
+
+    param: the root 2-D parameter W; side/trans/x_input as `tag.sim.sfb.SfbForm` (the op computes X M or
+    M X with M = W, or W^T under Gemm transB or a Transpose(W) generator)."""
 
     group: int
     op_id: int
     param: str
     ranks: tuple[int, ...]
+    side: str = "right"
+    trans: bool = False
+    x_input: int = 0
 
 
 @dataclass
@@ -267,18 +272,33 @@ def _sfb_ops(graph: OpGraph, groups: list[list[int]], strategy: Strategy, rrows:
             if i is None or i not in groups[g]:
                 raise InputError(plan_file, where, f"an op of group {g}", repr(name))
             op = graph.ops[i]
-            weight = op.inputs[1] if len(op.inputs) > 1 else ""
-            info = graph.tensors.get(weight)
-            if op.op_type not in SFB_OP_TYPES or info is None or info.role != "param" or info.producer is not None:
-                raise InputError(plan_file, where, "a Gemm or MatMul whose second input is a parameter",
-                                 f"{op.op_type} {name!r}")
-            if op.op_type == "Gemm" and int(op.attrs.get("transA", 0)):
-                raise InputError(plan_file, where, "a Gemm without transA", name)
-            others = [j for j, o in enumerate(graph.ops) if j != i and weight in (list(o.inputs) + list(o.params))]
-            if others or op.inputs[0] == weight:
-                raise InputError(plan_file, where, f"an op whose weight {weight!r} no other op uses",
-                                 f"also used by {graph.ops[others[0]].name!r}" if others else "weight used twice")
+            form = sfb_form(graph, i, set(groups[g]))
+            if form is None:
+                raise InputError(plan_file, where, _sfb_refusal(graph, i, set(groups[g])), f"{op.op_type} {name!r}")
+            weight = form.weight
             ranks = tuple(r for r, n in enumerate(rrows[g]) if n > 0)
-            out.append(SFBOp(g, i, weight, ranks))
+            out.append(SFBOp(g, i, weight, ranks, form.side, form.trans, form.x_input))
             params.add(weight)
     return out, params
+
+
+def _sfb_refusal(graph: OpGraph, i: int, group_ops: set[int]) -> str:
+    """What an SFB entry must be, phrased for the op that is not (the `expected` of the InputError)."""
+    op = graph.ops[i]
+    if op.op_type not in SFB_OP_TYPES:
+        return "a Gemm or MatMul with a 2-D parameter operand"
+    if op.op_type == "Gemm" and int(op.attrs.get("transA", 0)):
+        return "a Gemm without transA"
+    for name in op.inputs[:2]:
+        t = graph.tensors.get(name)
+        if t is None or t.role != "param":
+            continue
+        root = name if t.producer is None else (graph.ops[t.producer].inputs or [""])[0]
+        if t.producer is not None and t.producer not in group_ops:
+            return f"an op whose weight generator {graph.ops[t.producer].name!r} is in its group"
+        others = [j for j, o in enumerate(graph.ops)
+                  if j not in (i, t.producer) and root in (list(o.inputs) + list(o.params))]
+        if others or op.inputs[0] == op.inputs[1]:
+            return f"an op whose weight {root!r} no other op uses"
+    return "a Gemm or MatMul whose operand is a batched activation and a 2-D parameter (or its Transpose)"
+

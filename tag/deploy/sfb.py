@@ -1,10 +1,18 @@
-"""Sufficient-factor broadcasting for Y = X W (Gemm or MatMul with parameter W).
+"""Sufficient-factor broadcasting for products with a 2-D parameter W (Gemm, MatMul, Linear as Transpose->MatMul).
 
-Forward runs the product through `_SFBMatMul`, whose backward returns dX = dY W^T as usual but leaves
-dW to the sync phase: it stores the factors X (rows x K) and alpha * dY (rows x N). `sfb_weight_grad`
-all-gathers both over the group's replicas (in rank order) and forms dW = X_all^T dY_all (or its
-transpose when W is stored transposed, Gemm transB=1) on every replica, identically; this replaces the
-all-reduce of dW (Zhang et al. 2017, Poseidon; TAG § SFB).
+The op computes Y = alpha X M (side "right") or Y = M X (side "left"), M = W or W^T (`SFBOp.trans`: Gemm
+transB, or W reached the op through a Transpose generator; that Transpose still runs in the group but its
+output is not used, the product reads W itself). Forward runs the product through `_SFBMatMul`, whose
+backward returns dX as usual but leaves dW to the sync phase: it stores two factor matrices P (rows x
+M.rows) and Q (rows x M.cols) with dM = P^T Q:
+
+* right: P = X rows (X reshaped to [-1, K]), Q = alpha dY rows ([-1, N]); 3-D activations [b, s, K]
+  give s factor rows per batch row;
+* left: P = dY columns (dY^T reshaped to [-1, N]), Q = X columns (X^T reshaped to [-1, K]).
+
+`sfb_weight_grad` all-gathers P and Q over the group's replicas (in rank order) and forms dM = P_all^T
+Q_all on every replica, identically (dW = dM^T when trans); this replaces the all-reduce of dW (Zhang et
+al. 2017, Poseidon; TAG § SFB).
 """
 
 from __future__ import annotations
@@ -12,64 +20,79 @@ from __future__ import annotations
 import torch
 
 
+def _mat(w: torch.Tensor, trans: bool) -> torch.Tensor:
+    return w.t() if trans else w
+
+
 class _SFBMatMul(torch.autograd.Function):
-    """Y = alpha * X @ op(W) with op = transpose if trans_b; backward stores (X, alpha dY) in `store`."""
+    """Y = alpha x @ M (right) or M @ x (left), M = op(W); backward stores the factors (P, Q) in `store`."""
 
     @staticmethod
-    def forward(ctx, x, w, trans_b: bool, alpha: float, store: list):
+    def forward(ctx, x, w, trans: bool, alpha: float, store: list, side: str):
         ctx.save_for_backward(x, w)
-        ctx.trans_b, ctx.alpha, ctx.store = trans_b, alpha, store
-        return alpha * (x @ (w.t() if trans_b else w))
+        ctx.trans, ctx.alpha, ctx.store, ctx.side = trans, alpha, store, side
+        m = _mat(w, trans)
+        return alpha * (x @ m) if side == "right" else m @ x
 
     @staticmethod
     def backward(ctx, dy):
         x, w = ctx.saved_tensors
-        wm = w.t() if ctx.trans_b else w
-        dx = ctx.alpha * (dy @ wm.t())
-        ctx.store.append((x.detach().reshape(-1, x.shape[-1]), (ctx.alpha * dy).detach().reshape(-1, dy.shape[-1])))
-        return dx, None, None, None, None
+        m = _mat(w, ctx.trans)
+        if ctx.side == "right":
+            dx = ctx.alpha * (dy @ m.t())
+            p, q = x.detach().reshape(-1, x.shape[-1]), (ctx.alpha * dy).detach().reshape(-1, dy.shape[-1])
+        else:
+            dx = m.t() @ dy
+            p = dy.detach().transpose(-1, -2).reshape(-1, dy.shape[-2])
+            q = x.detach().transpose(-1, -2).reshape(-1, x.shape[-2])
+        ctx.store.append((p, q))
+        return dx, None, None, None, None, None
 
 
-def sfb_forward(op, env: dict, program, store: list) -> dict:
-    """Run Gemm/MatMul `op` (an `Op`) on `env` with its weight gradient deferred to SFB; returns env."""
-    x = env[op.inputs[0]]
-    w = env.get(op.inputs[1])
-    if w is None:
-        w = program.param(op.inputs[1])
+def _value(name: str, env: dict, program) -> torch.Tensor:
+    v = env.get(name)
+    return program.param(name) if v is None else v
+
+
+def sfb_forward(op, env: dict, program, store: list, sfb_op=None) -> dict:
+    """Run Gemm/MatMul `op` (an `Op`) on `env` with its weight gradient deferred to SFB; returns env.
+
+    sfb_op: the schedule's `SFBOp` (weight, side, trans); without it, W is the op's second input, right side."""
+    side = sfb_op.side if sfb_op is not None else "right"
+    x_in = sfb_op.x_input if sfb_op is not None else 0
+    x = env[op.inputs[x_in]]
+    w = program.param(sfb_op.param) if sfb_op is not None else _value(op.inputs[1], env, program)
     if w.dim() != 2:
         raise RuntimeError(f"SFB op {op.name!r}: weight must be 2-D, has shape {tuple(w.shape)}")
+    trans = sfb_op.trans if sfb_op is not None else bool(op.op_type == "Gemm" and int(op.attrs.get("transB", 0)))
     if op.op_type == "Gemm":
-        trans_b = bool(int(op.attrs.get("transB", 0)))
         alpha, beta = float(op.attrs.get("alpha", 1.0)), float(op.attrs.get("beta", 1.0))
-        y = _SFBMatMul.apply(x, w, trans_b, alpha, store)
+        y = _SFBMatMul.apply(x, w, trans, alpha, store, "right")
         if len(op.inputs) > 2 and op.inputs[2]:
-            c = env.get(op.inputs[2])
-            if c is None:
-                c = program.param(op.inputs[2])
-            y = y + beta * c
+            y = y + beta * _value(op.inputs[2], env, program)
     else:
-        y = _SFBMatMul.apply(x, w, False, 1.0, store)
+        y = _SFBMatMul.apply(x, w, trans, 1.0, store, side)
     env[op.outputs[0]] = y
     return env
 
 
 def sfb_weight_grad(sfb_op, op, store: list, schedule, comm, w: torch.Tensor) -> torch.Tensor:
-    """dW of `sfb_op` from the factors of every replica: X_all^T dY_all (transposed for Gemm transB=1)."""
-    k, n_out = (w.shape[1], w.shape[0]) if (op.op_type == "Gemm" and int(op.attrs.get("transB", 0))) else w.shape
+    """dW of `sfb_op` from the factors of every replica: P_all^T Q_all (transposed when W enters as W^T)."""
+    m_rows, m_cols = (w.shape[1], w.shape[0]) if sfb_op.trans else tuple(w.shape)
     if store:
-        x = torch.cat([s[0] for s in store], dim=0)
-        dy = torch.cat([s[1] for s in store], dim=0)
+        p = torch.cat([s[0] for s in store], dim=0)
+        q = torch.cat([s[1] for s in store], dim=0)
     else:  # the op's output did not reach the loss on this rank
-        x = w.new_zeros((0, k))
-        dy = w.new_zeros((0, n_out))
+        p = w.new_zeros((0, m_rows))
+        q = w.new_zeros((0, m_cols))
     rows = schedule.rank_rows[sfb_op.group]
     my_rows = rows[comm.rank]
-    per_row = _per_row(comm, x.shape[0], my_rows, sfb_op.ranks)
+    per_row = _per_row(comm, p.shape[0], my_rows, sfb_op.ranks)
     counts = [rows[r] * per_row for r in sfb_op.ranks]
-    x_all = comm.all_gather_rows(x, counts, sfb_op.ranks)
-    dy_all = comm.all_gather_rows(dy, counts, sfb_op.ranks)
-    dw = x_all.t() @ dy_all  # K x N
-    return dw.t().contiguous() if (op.op_type == "Gemm" and int(op.attrs.get("transB", 0))) else dw
+    p_all = comm.all_gather_rows(p, counts, sfb_op.ranks)
+    q_all = comm.all_gather_rows(q, counts, sfb_op.ranks)
+    dm = p_all.t() @ q_all  # M.rows x M.cols
+    return dm.t().contiguous() if sfb_op.trans else dm
 
 
 def _per_row(comm, n: int, rows: int, ranks) -> int:

@@ -1,11 +1,13 @@
 """Sufficient-factor broadcasting (SFB) terms the simulator charges: factor bytes and the dW product.
 
-For Y = X W (Gemm or MatMul whose second input is a parameter W of shape K x N), dW = X^T dY. A group
-whose op runs SFB does not all-reduce dW; as `tag.deploy.sfb` runs it:
+For Y = X M (Gemm, or MatMul with the parameter on the right; M = W or W^T, the latter when W reaches the
+op through a Transpose as torch exports Linear, or Gemm transB) dM = X^T dY over the rows of X and dY; for
+Y = M X (the parameter on the left) dM = dY^T-rows times X^T-rows, the same product over the columns of
+X and Y (`sfb_form`). A group whose op runs SFB does not all-reduce dW; as `tag.deploy.sfb` runs it:
 
 * backward skips the local weight-gradient product (dX = dY W^T only): a replica with r rows saves
   ``dw_ms(r)``;
-* the sync all-gathers X (R x K) and dY (R x N) over the group's replicas, R = the group's global rows
+* the sync all-gathers the factors X (R x K) and dY (R x N) over the group's replicas, R = the group's global rows
   times the factor rows per batch row (MatMul on [b, s, K] inputs has s per row), two ring all-gathers
   of ``R x K x itemsize`` and ``R x N x itemsize`` bytes;
 * every replica forms dW = X_all^T dY_all, ``dw_ms(R_total)``, before its optimizer step;
@@ -46,52 +48,131 @@ class SfbFactors:
     itemsize: int
 
 
+@dataclass(frozen=True)
+class SfbForm:
+    """How an op multiplies by its 2-D parameter W, as the SFB path (here and `tag.deploy.sfb`) runs it.
+
+    weight: the root parameter W; side: "right" for Y = X M (M is K x N, X rows of K), "left" for
+    Y = M X (M is N x K, X columns of K); trans: M = W^T (Gemm transB, or W reaches the op through a
+    2-D Transpose, as torch exports Linear); generator: index of that Transpose op, else None;
+    x_input: which op input is the batched operand X."""
+
+    weight: str
+    side: str
+    trans: bool
+    generator: int | None
+    x_input: int
+
+
 _USERS: dict[int, tuple] = {}
 
 
-def _param_users(graph) -> dict[str, int]:
-    """param name -> number of ops that read it (as an input or in Op.params), cached per graph object."""
+def _param_users(graph) -> dict[str, set[int]]:
+    """tensor name -> indices of the ops that read it (as an input or in Op.params), cached per graph object."""
     hit = _USERS.get(id(graph))
     if hit is not None and hit[0]() is graph:
         return hit[1]
-    users: dict[str, int] = {}
-    for o in graph.ops:
+    users: dict[str, set[int]] = {}
+    for i, o in enumerate(graph.ops):
         for name in set(o.inputs) | set(o.params):
-            users[name] = users.get(name, 0) + 1
+            users.setdefault(name, set()).add(i)
     if len(_USERS) > 16:
         _USERS.clear()
     _USERS[id(graph)] = (weakref.ref(graph), users)
     return users
 
 
-def sfb_factors(graph, op_index: int) -> SfbFactors | None:
-    """The factors of op `op_index` of an OpGraph if it can run SFB as deploy runs it, else None.
+def _weight_source(graph, name: str):
+    """(root 2-D parameter, transposed?, Transpose op index or None) behind tensor `name`, or None.
 
-    Eligible: a Gemm (without transA) or MatMul whose second input is a 2-D parameter (not produced by an
-    op) used by no other op, with batched X and Y of known shapes.
+    A root parameter stands for itself; a parameter made by a Transpose (perm [1, 0]) of a 2-D root
+    parameter, read by one op only, stands for that root transposed."""
+    t = graph.tensors.get(name)
+    if t is None or t.role != "param" or t.shape is None or len(t.shape) != 2:
+        return None
+    if t.producer is None:
+        return name, False, None
+    gen = graph.ops[t.producer]
+    if gen.op_type != "Transpose" or len(gen.inputs) != 1 or list(gen.attrs.get("perm", [1, 0])) != [1, 0]:
+        return None
+    src = graph.tensors.get(gen.inputs[0])
+    if src is None or src.role != "param" or src.producer is not None or src.shape is None or len(src.shape) != 2:
+        return None
+    return gen.inputs[0], True, t.producer
+
+
+def sfb_form(graph, op_index: int, group_ops=None) -> SfbForm | None:
+    """The `SfbForm` of op `op_index` of an OpGraph if its weight gradient is a product of per-row factors
+    that the SFB path can run, else None (`group_ops`: the op's group; a Transpose must be in it).
+
+    Eligible: Gemm without transA whose second input is W or Transpose(W); MatMul with W or Transpose(W)
+    on one side and a batched operand on the other (right: X [..., K] with the batch axis not last;
+    left: X [..., K, S] with the batch axis before the last two). W is a 2-D parameter that no other op
+    reads (so not tied, not shared); X and Y have batch axes and known shapes.
+
+    >>> # Linear exported by torch: Transpose(W) -> MatMul(X, W^T)  ->  SfbForm(W, "right", True, t, 0)
     """
     op = graph.ops[op_index]
     if op.op_type not in SFB_OP_TYPES or len(op.inputs) < 2 or not op.outputs:
         return None
     if op.op_type == "Gemm" and int(op.attrs.get("transA", 0)):
         return None
-    x, w, y = (graph.tensors.get(op.inputs[0]), graph.tensors.get(op.inputs[1]), graph.tensors.get(op.outputs[0]))
-    if x is None or w is None or y is None or w.role != "param" or w.producer is not None:
+    if op.inputs[0] == op.inputs[1]:
         return None
-    if w.shape is None or len(w.shape) != 2 or x.shape is None or y.shape is None or op.inputs[0] == op.inputs[1]:
+    sides = [(1, "right")] if op.op_type == "Gemm" else [(1, "right"), (0, "left")]
+    for w_in, side in sides:
+        src = _weight_source(graph, op.inputs[w_in])
+        if src is None:
+            continue
+        root, trans, gen = src
+        x_in = 1 - w_in
+        x, y = graph.tensors.get(op.inputs[x_in]), graph.tensors.get(op.outputs[0])
+        if x is None or y is None or x.role == "param" or x.shape is None or y.shape is None:
+            return None
+        if x.batch_axis is None or y.batch_axis is None:
+            return None
+        nd = len(x.shape)
+        if (side == "right" and (nd < 2 or x.batch_axis >= nd - 1)) or \
+                (side == "left" and (nd < 3 or x.batch_axis >= nd - 2)):
+            return None
+        users = _param_users(graph)
+        allowed = {op_index} | ({gen} if gen is not None else set())
+        if not users.get(root, set()) <= allowed:
+            return None
+        if gen is not None:
+            if users.get(op.inputs[w_in], set()) != {op_index}:
+                return None
+            if group_ops is not None and gen not in group_ops:
+                return None
+        if op.op_type == "Gemm" and int(op.attrs.get("transB", 0)):
+            trans = not trans
+        return SfbForm(root, side, trans, gen, x_in)
+    return None
+
+
+def sfb_factors(graph, op_index: int, group_ops=None) -> SfbFactors | None:
+    """The factors of op `op_index` of an OpGraph if it can run SFB as deploy runs it (`sfb_form`), else None.
+
+    With M (K x N on the right, N x K on the left) the matrix the op multiplies by, every batch row
+    contributes R = (X elements per row) / K factor rows: a [b, s, K] activation has s per row.
+    """
+    form = sfb_form(graph, op_index, group_ops)
+    if form is None:
         return None
-    if x.batch_axis is None or y.batch_axis is None:
-        return None
-    if _param_users(graph).get(op.inputs[1], 0) > 1:
-        return None
-    transb = op.op_type == "Gemm" and int(op.attrs.get("transB", 0))
-    k, n = (w.shape[1], w.shape[0]) if transb else (w.shape[0], w.shape[1])
+    op = graph.ops[op_index]
+    w = graph.tensors[form.weight]
+    x, y = graph.tensors[op.inputs[form.x_input]], graph.tensors[op.outputs[0]]
+    rows_w, cols_w = w.shape
+    m_rows, m_cols = (cols_w, rows_w) if form.trans else (rows_w, cols_w)
+    k, n = (m_rows, m_cols) if form.side == "right" else (m_cols, m_rows)
     fb = max(graph.file_batch, 1)
     xpr, ypr = x.bytes_per_row(fb), y.bytes_per_row(fb)
     if k <= 0 or n <= 0 or xpr <= 0 or ypr <= 0:
         return None
     rows_per_row = xpr / (k * x.itemsize)
-    return SfbFactors(op_index, op.inputs[1], int(k), int(n), rows_per_row, xpr, ypr,
+    if abs(ypr / (n * y.itemsize) - rows_per_row) > 1e-9 * max(rows_per_row, 1.0):
+        return None  # Y is not X's rows times N (a broadcast the factors do not describe)
+    return SfbFactors(op_index, form.weight, int(k), int(n), rows_per_row, xpr, ypr,
                       float(w.numel * w.itemsize), x.itemsize)
 
 
@@ -124,7 +205,7 @@ def group_sfb_factors(gg, gid: int, decision) -> list[SfbFactors]:
     out = []
     for name in decision.sfb:
         i = index.get(name)
-        f = sfb_factors(gg.graph, i) if i is not None else None
+        f = sfb_factors(gg.graph, i, gg.groups[gid].op_ids) if i is not None else None
         if f is not None and f.weight not in shared:
             out.append(f)
     return out
