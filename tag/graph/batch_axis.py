@@ -6,8 +6,9 @@ An op is *unsplittable* when its rows are not independent: it reduces, normalise
 or contracts across the batch axis, or its rows are interleaved with another dim (a reshape of (S, B, E) to
 (S*B, E), as torch's MultiheadAttention exports; costs still scale with rows there). An op is `batched` when
 it reads a batched tensor (its work scales with rows), except Shape/Size, whose outputs carry no rows;
-ops reading no batched tensor (shape arithmetic, weight generators) are not batched. A Reshape/Expand/Slice whose shape constant encodes the file's batch
-on the batch axis yields a `BatchConstant` that deploy rewrites for the rows each rank runs.
+ops reading no batched tensor (shape arithmetic, weight generators) are not batched. Shape constants that
+encode the file's batch on the batch axis yield `BatchConstant`s (tag.graph.batch_constants) that deploy
+rewrites for the rows each rank runs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from tag.graph.batch_constants import dedupe_batch_constants, op_batch_constants
 from tag.graph.opgraph import BatchConstant, Op, TensorInfo
 
 # ops whose outputs broadcast their inputs elementwise (numpy rules)
@@ -80,8 +82,8 @@ def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: 
         if op.batched and op.splittable:
             ins = [tensors[i] if i else None for i in op.inputs]
             outs = [tensors[o] for o in op.outputs if o]
-            found += _batch_constants(op, ins, outs, file_batch, consts, tensors, ops)
-    return found
+            found += op_batch_constants(op, ins, outs, file_batch, consts, tensors, ops)
+    return dedupe_batch_constants(found)
 
 
 def _rule(op: Op, ins, outs, opset: int, consts) -> tuple[list[int | None], bool]:
@@ -340,52 +342,3 @@ def _reduce(t, x, ins, attrs, consts, opset):
 
 def _norm_axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
-
-
-def _batch_constants(op, ins, outs, file_batch, consts, tensors, ops) -> list[BatchConstant]:
-    """Shape constants of Reshape/Expand/Slice whose entry on the batch axis encodes the file's batch."""
-    out = outs[0] if outs else None
-    if out is None or out.batch_axis is None or out.shape is None or len(ins) < 2 or ins[1] is None:
-        return []
-    b = out.batch_axis
-    if op.op_type in ("Reshape", "Expand"):
-        index = b - (len(out.shape) - _length(ins[1]))
-        found = _const_entry(ins[1].name, index, consts, tensors, ops)
-        if found and found[2] == out.shape[b] and found[2] % file_batch == 0 and (op.op_type == "Reshape" or found[2] > 1):
-            return [BatchConstant(*found)]
-    if op.op_type == "Slice" and len(ins) >= 3 and ins[2] is not None:
-        axes = list(range(len(out.shape)))
-        if len(ins) > 3 and ins[3] is not None and ins[3].name in consts:
-            axes = [_norm_axis(int(v), len(out.shape)) for v in np.ravel(consts[ins[3].name])]
-        if b in axes:
-            found = _const_entry(ins[2].name, axes.index(b), consts, tensors, ops)
-            if found and found[2] == file_batch:
-                return [BatchConstant(*found)]
-    return []
-
-
-def _length(t: TensorInfo) -> int:
-    return int(t.shape[0]) if t.shape else 0
-
-
-def _const_entry(name, index, consts, tensors, ops, depth=0):
-    """(constant tensor, index, value) behind entry `index` of a 1-D shape tensor, following Concat/Cast/Unsqueeze."""
-    if index < 0 or depth > 8 or name not in tensors:
-        return None
-    if name in consts:
-        v = np.ravel(consts[name])
-        return (name, index, int(v[index])) if index < len(v) else None
-    p = tensors[name].producer
-    if p is None:
-        return None
-    op = ops[p]
-    if op.op_type in ("Cast", "Identity", "Unsqueeze") and op.inputs:
-        return _const_entry(op.inputs[0], index, consts, tensors, ops, depth + 1)
-    if op.op_type == "Concat":
-        start = 0
-        for i in op.inputs:
-            n = _length(tensors[i]) if i in tensors and tensors[i].shape else (1 if i in tensors and tensors[i].shape == () else 0)
-            if start <= index < start + max(n, 1):
-                return _const_entry(i, index - start, consts, tensors, ops, depth + 1)
-            start += max(n, 1)
-    return None
