@@ -26,29 +26,52 @@ def cluster(machines: int, per_machine: int = 1, link_gbps: float = 1.0, link_us
 
 
 def fc_model(layers: list[tuple[int, int]], batch: int, groups: list[list[int]] | None = None,
-             extra_params: list[int] | None = None) -> GroupGraph:
+             extra_params: list[int] | None = None, seq: int = 0) -> GroupGraph:
     """A chain of Gemm layers x_{i+1} = x_i W_i (W_i of shape K_i x N_i, fp32); `groups` lists layer
     indices per group (default one per layer); `extra_params[g]` adds a non-SFB parameter of that many
-    bytes to group g (a conv-like weight that always stays in the all-reduce)."""
+    bytes to group g (a conv-like weight that always stays in the all-reduce).
+
+    seq > 0: transformer-style Linear layers as torch exports them: W_i stored N_i x K_i, a Transpose op
+    t{i} makes W_i^T (a parameter-role tensor), and MatMul fc{i} multiplies the 3-D activation
+    [batch, seq, K_i] by it."""
     groups = groups or [[i] for i in range(len(layers))]
     ops, tensors = [], {}
+    op_of: list[list[int]] = []
+
+    def act(k):
+        return (batch, seq, k) if seq else (batch, k)
+
     for i, (k, n) in enumerate(layers):
         xi, wi, yi = f"x{i}", f"W{i}", f"x{i + 1}"
-        tensors.setdefault(xi, TensorInfo(xi, "float32", (batch, k), 0, "data" if i == 0 else "activation",
-                                          None if i == 0 else i - 1, [i]))
-        tensors[wi] = TensorInfo(wi, "float32", (k, n), None, "param", None, [i])
-        tensors[yi] = TensorInfo(yi, "float32", (batch, n), 0, "activation", i, [])
-        ops.append(Op(f"fc{i}", "Gemm", "", [xi, wi], [yi], op_class="matmul", params=[wi], param_count=k * n,
-                      param_bytes=4.0 * k * n))
+        prod = None if i == 0 else len(ops) - 1
+        tensors.setdefault(xi, TensorInfo(xi, "float32", act(k), 0, "data" if i == 0 else "activation", prod, []))
+        ids = []
+        if seq:
+            tensors[wi] = TensorInfo(wi, "float32", (n, k), None, "param", None, [len(ops)])
+            tensors[f"{wi}t"] = TensorInfo(f"{wi}t", "float32", (k, n), None, "param", len(ops), [len(ops) + 1])
+            ids.append(len(ops))
+            ops.append(Op(f"t{i}", "Transpose", "", [wi], [f"{wi}t"], attrs={"perm": [1, 0]},
+                          is_weight_generator=True))
+            w_in = f"{wi}t"
+        else:
+            tensors[wi] = TensorInfo(wi, "float32", (k, n), None, "param", None, [len(ops)])
+            w_in = wi
+        tensors[xi].consumers.append(len(ops))
+        tensors[yi] = TensorInfo(yi, "float32", act(n), 0, "activation", len(ops), [])
+        ids.append(len(ops))
+        ops.append(Op(f"fc{i}", "MatMul" if seq else "Gemm", "", [xi, w_in], [yi], op_class="matmul", params=[wi],
+                      param_count=k * n, param_bytes=4.0 * k * n))
+        op_of.append(ids)
     graph = OpGraph("fc.onnx", ops, tensors, ["x0"], [f"W{i}" for i in range(len(layers))], [f"x{len(layers)}"],
                     batch, batch)
     gs, edges = [], []
     for g, ids in enumerate(groups):
         extra = (extra_params or [0] * len(groups))[g]
-        pc = sum(ops[i].param_count for i in ids) + extra // 4
-        gs.append(Group(g, ids, True, param_count=pc, param_bytes=4.0 * pc, params=[f"W{i}" for i in ids]))
+        pc = sum(layers[i][0] * layers[i][1] for i in ids) + extra // 4
+        gs.append(Group(g, [j for i in ids for j in op_of[i]], True, param_count=pc, param_bytes=4.0 * pc,
+                        params=[f"W{i}" for i in ids]))
         if g:
-            k_in = layers[ids[0]][0]
+            k_in = layers[ids[0]][0] * max(seq, 1)
             edges.append(GroupEdge(g - 1, g, [f"x{ids[0]}"], 4.0 * k_in, 0.0))
     return GroupGraph(graph, gs, edges)
 
@@ -81,9 +104,10 @@ def dp(n_groups: int, rows: list[int], sync: str | None = "allreduce", sfb: list
     return Strategy(tuple(Decision(tuple(rows), sync, None, sfb[g]) for g in range(n_groups)))
 
 
-def random_instance(seed: int, max_ops: int = 9):
+def random_instance(seed: int, max_ops: int = 9, seq: int = 0):
     """A random FC chain (1-3 Gemm layers per group, at most `max_ops`), cluster, cost and data-parallel
-    strategy (some groups on a random subset of devices, rows split round-robin), all from `seed`."""
+    strategy (some groups on a random subset of devices, rows split round-robin), all from `seed`; with
+    seq > 0 the layers are Transpose->MatMul Linears on [batch, seq, K] activations (`fc_model`)."""
     import random
 
     rng = random.Random(seed)
@@ -97,7 +121,8 @@ def random_instance(seed: int, max_ops: int = 9):
         i += p
     batch = rng.choice([8, 16, 32, 64, 128])
     cl = cluster(rng.choice([2, 3, 4]), rng.choice([1, 2]), link_gbps=rng.choice([1.0, 10.0, 25.0, 100.0]))
-    gg = fc_model(list(zip(dims, dims[1:])), batch, groups, [rng.choice([0, 0, 4_000_000, 16_000_000]) for _ in groups])
+    gg = fc_model(list(zip(dims, dims[1:])), batch, groups, [rng.choice([0, 0, 4_000_000, 16_000_000]) for _ in groups],
+                  seq=seq)
     fwd = [rng.uniform(0.001, 0.05) for _ in groups]
     cost = FixedCost(fwd, [f * rng.uniform(1.5, 3) for f in fwd], upd_ms=rng.uniform(0, 0.5))
     n = cl.n_devices
