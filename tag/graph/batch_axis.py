@@ -92,6 +92,8 @@ def _rule(op: Op, ins, outs, opset: int, consts) -> tuple[list[int | None], bool
     n_out = len(outs)
     if t in SHAPE_OUTPUT_OPS:
         return [None] * n_out, True
+    if not outs or outs[0].shape is None:
+        return [None] * n_out, False  # unknown output shape: no batch axis to follow
     if t in DATA_DEPENDENT_OPS or any(i is None or i.shape is None for i in ins if i is not None and i.batch_axis is not None):
         return [None] * n_out, False
     if t in BROADCAST_OPS:

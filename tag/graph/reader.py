@@ -60,6 +60,8 @@ def read_model(path: str) -> onnx.ModelProto:
             raise InputError(path, "functions", "model-local functions that can be inlined",
                              short_repr(str(e).splitlines()[0] if str(e) else type(e).__name__)) from None
     _check_nodes(path, model.graph)
+    _check_schemas(path, model.graph, default or 1)
+    _check_initializers(path, model.graph)
     _check_external_data(path, model.graph)
     sort_graph_nodes(model.graph, path)
     return model
@@ -124,3 +126,77 @@ def _check_external_data(path: str, graph: onnx.GraphProto) -> None:
         if offset < 0 or (length is not None and (length < 0 or offset + length > size)) or offset > size:
             raise InputError(path, where, f"offset + length within '{location}' ({size} bytes)",
                              f"offset {offset}, length {length}")
+
+
+_ATTR_TYPE_NAMES = {v: k for k, v in onnx.AttributeProto.AttributeType.items()}
+
+
+def _check_schemas(path: str, graph: onnx.GraphProto, opset: int) -> None:
+    """Default-domain nodes match their op schema: input and output counts, attribute types, required attributes."""
+    for i, node in enumerate(graph.node):
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opset, "")
+        except Exception:  # unknown op type: costed as memory-bound (a warning), not checked here
+            continue
+        n_in = len(node.input)
+        while n_in and not node.input[n_in - 1]:
+            n_in -= 1
+        if not schema.min_input <= n_in <= schema.max_input:
+            raise InputError(path, node_label(node, i), f"{_arity(schema.min_input, schema.max_input)} inputs "
+                             f"for {node.op_type} (opset {opset})", str(n_in))
+        if not schema.min_output <= len(node.output) <= schema.max_output:
+            raise InputError(path, node_label(node, i), f"{_arity(schema.min_output, schema.max_output)} outputs "
+                             f"for {node.op_type} (opset {opset})", str(len(node.output)))
+        for a in node.attribute:
+            spec = schema.attributes.get(a.name)
+            if spec is not None and int(a.type) != int(spec.type):
+                raise InputError(path, f"{node_label(node, i)} attribute '{a.name}'",
+                                 f"type {_ATTR_TYPE_NAMES.get(int(spec.type), spec.type)}",
+                                 _ATTR_TYPE_NAMES.get(int(a.type), str(a.type)))
+        given = {a.name for a in node.attribute}
+        for name, spec in schema.attributes.items():
+            if spec.required and name not in given:
+                raise InputError(path, node_label(node, i), f"the required attribute '{name}'", "none")
+
+
+def _arity(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else (f"at least {lo}" if hi > 1 << 20 else f"{lo} to {hi}")
+
+
+_FIELD_OF_TYPE = {onnx.TensorProto.FLOAT: "float_data", onnx.TensorProto.DOUBLE: "double_data",
+                  onnx.TensorProto.INT64: "int64_data", onnx.TensorProto.UINT64: "uint64_data",
+                  onnx.TensorProto.UINT32: "uint64_data", onnx.TensorProto.STRING: "string_data"}
+
+
+def _check_initializers(path: str, graph: onnx.GraphProto) -> None:
+    """Embedded initializers: a known element type, dims >= 0, and as many stored values as the dims say."""
+    valid_types = set(onnx.TensorProto.DataType.values()) - {onnx.TensorProto.UNDEFINED}
+    for t in graph.initializer:
+        where = f"initializer '{t.name}'"
+        if t.data_type not in valid_types:
+            raise InputError(path, where, "a known ONNX element type", str(t.data_type))
+        if any(d < 0 for d in t.dims):
+            raise InputError(path, where, "dims >= 0", short_repr(list(t.dims)))
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        numel = 1
+        for d in t.dims:
+            numel *= int(d)
+        try:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        except Exception:
+            continue  # packed 4-bit and other exotic types: left to the reader of the values
+        if t.HasField("raw_data"):
+            stored, expected = len(t.raw_data), numel * itemsize
+            unit = "bytes"
+        else:
+            field = _FIELD_OF_TYPE.get(t.data_type, "int32_data")
+            stored = len(getattr(t, field))
+            expected = numel * (2 if t.data_type == onnx.TensorProto.COMPLEX64 else 1)
+            if t.data_type == onnx.TensorProto.COMPLEX128:
+                stored, expected = len(t.double_data), 2 * numel
+            unit = "values"
+        if stored != expected:
+            raise InputError(path, where, f"{expected} stored {unit} for dims {list(t.dims)}", f"{stored}")
