@@ -153,3 +153,29 @@ def test_external_data_outside_the_model_directory_is_an_input_error(tmp_path):
     onnx.save(model, p)
     with pytest.raises(InputError, match="inside the model's directory"):
         load_model(p)
+
+
+def test_cli_control_flow_exit_2_one_line(tmp_path, capsys):
+    from tag.cli import main
+
+    nodes = [helper.make_node("If", ["c"], ["y"], name="branch", then_branch=_branch("t", "Relu"),
+                              else_branch=_branch("e", "Sigmoid"))]
+    p = save(tmp_path, nodes, [("x", F, [2, 3])], [("y", F, [2, 3])], inits=[("c", np.array(True))])
+    rc = main(["inspect", p])
+    cap = capsys.readouterr()
+    assert rc == 2 and cap.out == "" and cap.err.count("\n") == 1 and "node 'branch' (If)" in cap.err
+
+
+def test_cli_shuffled_model_same_summary(tmp_path, capsys):
+    import json
+
+    from tag.cli import main
+
+    src = os.path.join(LIGHT, "light_squeezenet.onnx")
+    _shuffled(src, str(tmp_path / "s.onnx"), seed=11)
+    out = []
+    for p in (src, str(tmp_path / "s.onnx")):
+        assert main(["inspect", p, "--json"]) == 0
+        out.append(json.loads(capsys.readouterr().out))
+    for key in ("ops", "params", "forward_flops_per_sample", "batch_size"):
+        assert out[0][key] == out[1][key], key
