@@ -104,8 +104,8 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
 
     `profile` is a path, or a list of paths (one per device type, as `emulate.cluster_run` measures them).
     `contention` (the handoff probe's figures) adds the contention term: compute and updates stretched by
-    ``compute_stretch`` (one figure, or one per profile: the probe's sustained stretch) and ``handoff_ms`` added to the latency of every
-    device pair (a rank that waited for a message resumes only when the scheduler gives it a core back).
+    `contention_stretch` (alone / together figures per rank) and ``handoff_ms`` added to the latency of
+    every device pair (a rank that waited for a message resumes only when the scheduler gives it a core back).
     """
     import numpy as np
 
@@ -118,18 +118,38 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
     profiles = [profile] if isinstance(profile, str) else list(profile)
     args = build_parser().parse_args(["simulate", model, topo, "--plan", plan])
     inp = load_inputs(model, topo, args, plan_path=plan)
-    stretch = (contention or {}).get("compute_stretch", 1.0)
-    stretch = stretch if isinstance(stretch, list) else [stretch] * len(profiles)
-    models = {}
-    for path, k in zip(profiles, stretch):
-        db = load(path)
-        models[db.device_type] = ProfileCostModel(inp.gg, inp.training, db, compute_scale=k)
-    cost = MultiProfileCostModel(inp.gg, inp.training, models)
+
+    def run(stretch: list[float]):
+        models = {}
+        for path, k in zip(profiles, stretch):
+            db = load(path)
+            models[db.device_type] = ProfileCostModel(inp.gg, inp.training, db, compute_scale=k)
+        cost = MultiProfileCostModel(inp.gg, inp.training, models)
+        return simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=overlap_sync)
+
+    res = run([1.0] * len(profiles))
     if contention:
         off_diag = ~np.eye(inp.cluster.n_devices, dtype=bool)
         inp.cluster.latency_us[off_diag] += 1e3 * contention["handoff_ms"]
-    res = simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=overlap_sync)
+        res = run(contention_stretch(res, contention, len(profiles)))
     return float(res.iteration_ms)
+
+
+def contention_stretch(res, contention: dict, n_types: int) -> list[float]:
+    """Compute stretch per profile (device type) under contention: a mean field between the probe's figures.
+
+    With c = (sum of the devices' busy time) / iteration time, the mean number of this job's ranks computing
+    at once (1..n), every task is stretched by ``alone + (c - 1) / (n - 1) x (together - alone)``: `alone`
+    when one rank computes while the others wait, `together` when all compute at once (processor sharing
+    with each other and with other tenants; one figure per rank of the probe).
+    """
+    busy = list(res.busy_ms.values()) if isinstance(res.busy_ms, dict) else list(res.busy_ms)
+    n = max(len(busy), 2)
+    c = min(max(sum(busy) / res.iteration_ms, 1.0), float(n)) if res.iteration_ms > 0 else 1.0
+    alone, together = contention["alone_stretch"], contention["together_stretch"]
+    if len(alone) != n_types:  # one device type for all ranks: the ranks' mean figures
+        alone, together = [sum(alone) / len(alone)] * n_types, [sum(together) / len(together)] * n_types
+    return [a + (c - 1) / (n - 1) * (t - a) for a, t in zip(alone, together)]
 
 
 def build_plans(model: str, topo: str, profile: str, batch: int, work: str, n_random: int, seed: int,
@@ -169,9 +189,25 @@ def handoff_probe(nproc: int, work: str) -> dict:
         return json.load(f)
 
 
+def probe_mean(probes: list[dict]) -> dict:
+    """Mean of several contention probes: handoff ms, and per rank the alone and together stretches."""
+    n = len(probes)
+    ranks = range(len(probes[0]["alone_stretch_by_rank"]))
+    return {"handoff_ms": sum(p["handoff_ms"] for p in probes) / n,
+            "alone_stretch": [sum(p["alone_stretch_by_rank"][i] for p in probes) / n for i in ranks],
+            "together_stretch": [sum(p["sustained_stretch_by_rank"][i] for p in probes) / n for i in ranks]}
+
+
 def loadavg() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
+
+
+def profile_ops(model: str, batch: int, rows: str, out: str, wrap=None) -> None:
+    """`tag profile ops` in thread CPU time (`emulate/cpu_clock_profile.py`), optionally under a wrapper."""
+    cmd = [sys.executable, os.path.join(HERE, "emulate", "cpu_clock_profile.py"), model, "--batch-size", str(batch),
+           "--rows", rows, "-o", out, "--json"]
+    subprocess.run(wrap(cmd) if wrap else cmd, check=True, capture_output=True, timeout=1800)
 
 
 def prepare_jobs(entries: list[tuple[str, str, str]], steps: int, work: str) -> list[str]:
@@ -180,15 +216,22 @@ def prepare_jobs(entries: list[tuple[str, str, str]], steps: int, work: str) -> 
 
     from tag.deploy.job import prepare_job, save_job
 
+    from tag.errors import InputError
+
     paths = []
     for key, plan, model in entries:
-        job = prepare_job(plan, model, Namespace(steps=steps, nproc=None, seed=0, threads=1, warmup=1, timeout=600.0))
         path = os.path.join(work, key.replace("/", "--") + ".job.pkl")
         for stale in (path + ".result.json", path + ".error"):
             if os.path.exists(stale):
                 os.remove(stale)
-        save_job(job, path)
         paths.append(path)
+        try:
+            job = prepare_job(plan, model, Namespace(steps=steps, nproc=None, seed=0, threads=1, warmup=1, timeout=600.0))
+        except InputError as e:  # reported as "no measurement" with the reason in <job>.error
+            with open(path + ".error", "w") as f:
+                f.write(f"InputError: {e}\n")
+            continue
+        save_job(job, path)
     return paths
 
 
@@ -196,7 +239,7 @@ def measure_batch(paths: list[str], nproc: int, work: str, prefix: list[str] | N
     """Run the job pickles in one torchrun launch of `nproc` local ranks (`emulate/batch_worker.py`)."""
     jobs_file = os.path.join(work, "jobs.json")
     with open(jobs_file, "w") as f:
-        json.dump(paths, f)
+        json.dump([p for p in paths if not os.path.exists(p + ".error")], f)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     cmd = (prefix or []) + [sys.executable, "-m", "torch.distributed.run", "--standalone",
                             f"--nproc-per-node={nproc}", os.path.join(HERE, "emulate", "batch_worker.py"), jobs_file, str(rounds)]
@@ -258,7 +301,7 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
         model = os.path.join(MODELS, f"{name}.onnx")
         prof = os.path.join(work, f"{name}-profile.json")
         if not (a.reuse and os.path.exists(prof)):
-            _tag("profile", "ops", model, "--batch-size", str(a.batch_size), "--rows", a.rows, "-o", prof)
+            profile_ops(model, a.batch_size, a.rows, prof)
         plans_path = os.path.join(work, f"{name}-plans.json")
         if a.reuse and os.path.exists(plans_path):
             with open(plans_path) as f:
@@ -281,10 +324,7 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             json.dump({"probes": probes, "load_before": load_before, "load_after": loadavg()}, f)
     with open(contention_path) as f:
         sh = json.load(f)
-    n_probes = len(sh["probes"])
-    contention = {"handoff_ms": sum(p["handoff_ms"] for p in sh["probes"]) / n_probes,
-                  "compute_stretch": sum(sum(p["sustained_stretch_by_rank"]) / len(p["sustained_stretch_by_rank"])
-                                         for p in sh["probes"]) / n_probes}
+    contention = probe_mean(sh["probes"])
     load_before, load_after = sh["load_before"], sh["load_after"]
     rows = []
     for (key, plan, model, prof), path in zip(entries, paths):
@@ -332,10 +372,12 @@ def report(rows: list[Row], a, load_before: str, load_after: str, contention: di
              f"{a.nproc} local cpu ranks (one thread each) on loopback; topology from `tag profile links`, op times "
              f"from `tag profile ops`; load average (1/5/15 min) before {load_before}, after {load_after}; "
              f"contention probe (mean of before and after): handoff {contention['handoff_ms']:.2f} ms, compute "
-             f"stretch {contention['compute_stretch']:.2f}; {seconds / 60:.1f} min.", "",
+             f"stretch alone {[round(x, 2) for x in contention['alone_stretch']]}, all ranks at once "
+             f"{[round(x, 2) for x in contention['together_stretch']]}; {seconds / 60:.1f} min.", "",
              "Columns: `pred` = simulator on the profiled cost model with syncs after the whole backward (as the "
              "deploy runtime runs them); `pred overlap` = the planner's DDP-style overlap; `pred contention` = `pred` "
-             "with the contention term (compute x sustained stretch, + handoff latency per message); `measured` = median wall step of the deploy runtime; "
+             "with the contention term (`contention_stretch`: compute x a stretch between the alone and all-at-once "
+             "figures by the plan's simulated concurrency, + the handoff latency on every message); `measured` = median wall step of the deploy runtime; "
              "`cpu` = largest per-rank thread CPU time per step.", "",
              "| model | strategy | pred ms | pred overlap ms | pred contention ms | measured ms | cpu ms | err (contention) % |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -357,7 +399,8 @@ def emulated_report(rows: list[Row], info: dict, load_before: str, load_after: s
              f"{info.get('probe_mbit_0to1', float('nan')):.1f} Mbit/s goodput); CPU quotas {info['quotas']} of a core "
              f"(cgroup {info['cgroup']}); link delay: {info['delay']}. Each device's ops profiled under its quota; "
              f"contention probe across the namespaces: handoff {info['handoff_ms']:.2f} ms, compute stretch per device "
-             f"{[round(x, 2) for x in info['compute_stretch']]}. Load before {load_before}, after {load_after}.", "",
+             f"alone {[round(x, 2) for x in info['alone_stretch']]}, all at once "
+             f"{[round(x, 2) for x in info['together_stretch']]}. Load before {load_before}, after {load_after}.", "",
              "| model | strategy | pred ms | pred overlap ms | pred contention ms | measured ms | cpu ms | err (contention) % |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

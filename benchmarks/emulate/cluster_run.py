@@ -2,7 +2,7 @@
 
 `emulated_rows(...)` builds the cluster (`netns.Star` + `cpuquota.CpuQuota`, one rank per machine), measures
 it (each NIC's TCP goodput with `probe`; each device's op profile with `tag profile ops` run under its own
-quota; the contention probe across the emulated machines), writes the measured topology (machine i has device
+quota, in thread CPU time; the contention probe across the emulated machines), writes the measured topology (machine i has device
 type ``cpu-m<i>`` and NIC ``rate_i x measured/configured goodput``), plans the strategies, measures them
 with the deploy runtime across the namespaces (`launch.run_script` + `batch_worker.py`), and returns the
 fidelity rows. Everything it made is removed when it returns (also on an exception).
@@ -56,10 +56,7 @@ def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[
             for i in range(len(quotas)):
                 prof = os.path.join(work, f"{name}-profile-m{i}.json")
                 if not (a.reuse and os.path.exists(prof)):
-                    cmd = [sys.executable, "-m", "tag.cli", "profile", "ops", model, "--batch-size", str(a.batch_size),
-                           "--rows", a.rows, "--no-groups", "-o", prof, "--json"]
-                    import subprocess
-                    subprocess.run(quota.wrap(i, cmd) if quota else cmd, check=True, capture_output=True, timeout=1800)
+                    fid.profile_ops(model, a.batch_size, a.rows, prof, wrap=(lambda c, i=i: quota.wrap(i, c)) if quota else None)
                     with open(prof) as f:
                         obj = json.load(f)
                     obj["device_type"] = f"cpu-m{i}"  # measured under machine i's quota: that device's figures
@@ -73,7 +70,7 @@ def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[
         paths = fid.prepare_jobs(entries, a.steps, work)
         jobs_file = os.path.join(work, "emu-jobs.json")
         with open(jobs_file, "w") as f:
-            json.dump(paths, f)
+            json.dump([p for p in paths if not os.path.exists(p + ".error")], f)
         hand = os.path.join(work, "emu-handoff.json")
         probes = []
         for stage in ("before", "after"):
@@ -88,8 +85,7 @@ def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[
         star.close()
         if quota is not None:
             quota.close()
-    handoff = sum(p["handoff_ms"] for p in probes) / len(probes)
-    stretch = [sum(p["sustained_stretch_by_rank"][i] for p in probes) / len(probes) for i in range(len(quotas))]
+    contention = fid.probe_mean(probes)
     rows = []
     for (key, plan, model), path in zip(entries, paths):
         try:
@@ -101,8 +97,8 @@ def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[
         profs = profiles_of[key.split("/")[0]]
         pred = fid.predict_ms(model, topo, plan, profs)
         pred_ov = fid.predict_ms(model, topo, plan, profs, overlap_sync=True)
-        pred_c = fid.predict_ms(model, topo, plan, profs, contention={"handoff_ms": handoff, "compute_stretch": stretch})
+        pred_c = fid.predict_ms(model, topo, plan, profs, contention=contention)
         rows.append(fid.Row(*key.split("/"), pred, pred_ov, pred_c, res["measured_step_ms"], res["cpu_ms"]))
         log(f"  emulated {key:30s} predicted {pred_c:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms")
-    info["handoff_ms"], info["compute_stretch"] = handoff, stretch
+    info.update(contention)
     return rows, info

@@ -10,7 +10,8 @@ measures ping-pong with both ranks hot (no compute between messages), which does
 Writes {"handoff_ms": median, "handoff_min_ms": min, "hot_ms": median with no compute, "compute_stretch":
 median wall / thread CPU time of the compute between handoffs, "compute_stretch_by_rank": the same per
 rank, "sustained_stretch_by_rank": wall / CPU time of 40 ms of compute on all ranks at once (what a CPU
-quota or a busy machine does to long compute), per rank}.
+quota or a busy machine does to long compute), per rank, "alone_stretch_by_rank": the same with one rank
+computing while the others sleep}.
 """
 
 from __future__ import annotations
@@ -64,8 +65,20 @@ def main(out: str, work_ms: float = 2.0) -> None:
     for _ in range(5):  # both ranks compute 40 ms at once, as data-parallel ranks do
         dist.barrier()
         sustained.append(work(40.0) / 40.0)
-    mine = torch.tensor([statistics.median(stretch), statistics.median(sustained)], dtype=torch.float64)
-    every = [torch.zeros(2, dtype=torch.float64) for _ in range(dist.get_world_size())]
+    alone = []
+    for i in range(dist.get_world_size()):  # one rank computes 40 ms while the others sleep in a receive
+        for _ in range(3):
+            dist.barrier()
+            if r == i:
+                alone.append(work(40.0) / 40.0)
+                for j in range(dist.get_world_size()):
+                    if j != i:
+                        dist.send(tok, j)
+            else:
+                dist.recv(tok, i)
+    mine = torch.tensor([statistics.median(stretch), statistics.median(sustained), statistics.median(alone)],
+                        dtype=torch.float64)
+    every = [torch.zeros(3, dtype=torch.float64) for _ in range(dist.get_world_size())]
     dist.all_gather(every, mine)
     if r == 0:
         with open(out, "w") as f:
@@ -73,7 +86,8 @@ def main(out: str, work_ms: float = 2.0) -> None:
                        "hot_ms": statistics.median(hot), "work_ms": work_ms,
                        "compute_stretch": statistics.median(stretch),
                        "compute_stretch_by_rank": [float(t[0]) for t in every],
-                       "sustained_stretch_by_rank": [float(t[1]) for t in every]}, f)
+                       "sustained_stretch_by_rank": [float(t[1]) for t in every],
+                       "alone_stretch_by_rank": [float(t[2]) for t in every]}, f)
     dist.destroy_process_group()
 
 
