@@ -8,12 +8,12 @@ order). Checks against a loaded model and cluster live in `tag.strategy.planchec
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field
 
 from tag.errors import InputError, short_repr
+from tag.graph.reader import file_sha256
 from tag.strategy import OPTIMIZERS, SYNC_METHODS, Decision, Strategy, TrainingConfig
 
 PLAN_VERSION = 1
@@ -40,15 +40,6 @@ class PlanMeta:
     predicted: dict | None = None
     baselines: dict | None = None
     search: dict | None = None
-
-
-def file_sha256(path: str) -> str:
-    """Hex sha256 of a file's bytes (the hash plans record for models and topologies)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def predicted_from_result(result, cost_model: str) -> dict:
