@@ -21,6 +21,41 @@ from tag.strategy import Strategy, TrainingConfig
 DEFAULT_PLAYOUTS = 400
 DEFAULT_BUDGET_S = 60.0
 REFINE_SIMULATIONS = 3000
+START_BUDGET_FRACTION = 0.25  # of budget_s, at most, for simulating memory-feasible starts
+
+
+def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines: dict, start_name: str, *,
+               deadline: float | None = None) -> tuple[str, Strategy]:
+    """The strategy the tree search starts from: the best baseline, or a memory-feasible start
+    (`tag.search.starts`) that the evaluator values higher. When a baseline fits, only the 1- and 2-stage
+    pipelines are tried; when none fits, the simulation-fitted tape layout, then pipelines in increasing
+    stage count, stopping two stage counts after the first that fits, or at `deadline` (time.monotonic()).
+    Returns (name, strategy); ties keep the earlier one (the baseline first)."""
+    from tag.search.starts import fitted_tape, pipeline_starts
+
+    best_name, best = start_name, baselines[start_name][0]
+    best_v = ev.value(best)
+    fits = best_baseline(baselines) is not None
+
+    def consider(name: str, s: Strategy) -> bool:
+        nonlocal best_name, best, best_v
+        v = ev.value(s)
+        if v > best_v:
+            best_name, best, best_v = name, s, v
+        return not ev.result(s).oom
+
+    if not fits:
+        tape = fitted_tape(gg, cluster, training, batch, ev.result)
+        if tape is not None:
+            consider("tape", tape)
+    stop_after = None
+    for name, s in pipeline_starts(gg, cluster, cost, training, batch, max_stages=2 if fits else 16):
+        stages = int(name.split("-")[1])
+        if (stop_after is not None and stages > stop_after) or (deadline is not None and time.monotonic() >= deadline):
+            break
+        if consider(name, s) and stop_after is None:
+            stop_after = stages + 2
+    return best_name, best
 
 
 @dataclass
@@ -85,6 +120,8 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     ev = Evaluator(simulate_fn, reference_ms, usable_gb)
     for s, _ in baselines.values():  # seed the cache and the best-ever with every baseline
         ev.value(s)
+    start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name,
+                                  deadline=t0 + START_BUDGET_FRACTION * budget_s)
     space = build_space(gg, cluster, cost, batch, base)
     tree = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn)
 
@@ -97,7 +134,8 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     best = ev.best[1] or base
     if refine:
         # multi-start: the tree's best first, then every other baseline (a different basin: e.g. placement
-        # when the tree started from data parallelism), each by strict-improvement coordinate descent
+        # when the tree started from data parallelism), each by strict-improvement coordinate descent that
+        # stops when a sweep gains less than 0.1%
         refine_pass(space, ev, best, max_simulations=refine_simulations, deadline=deadline)
         others = sorted((r.iteration_ms, name) for name, (_, r) in baselines.items() if name != start_name)
         for _, name in others:
