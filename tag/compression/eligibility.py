@@ -4,15 +4,16 @@ An op is a candidate when its group is replicated on more than one device and th
 weight gradient is X^T dY with per-row factors, as `tag.sim.sfb.sfb_factors` (and `tag.deploy.sfb`) accept
 it (`tag.sim.sfb.sfb_form`): Gemm without transA, or MatMul, multiplying a batched operand by a 2-D
 parameter W or by Transpose(W) (torch's Linear export, found in every transformer of datasets/models),
-W used by no other op and not shared between groups. Embedding Gather (a sparse-row gradient) is not a candidate: the deploy runtime
-cannot run it as SFB, and a plan must deploy as planned.
+W used by no other op and not shared between groups; or an embedding Gather (axis 0 of a 2-D table
+with batched integer indices), whose dW is the scatter-add of dY rows at the gathered indices. A tied
+table (GPT-2's embedding read again by the LM head) is not a candidate.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tag.sim.sfb import SfbFactors, sfb_factors
+from tag.sim.sfb import SFB_OP_TYPES, SfbFactors, sfb_factors
 from tag.strategy import Strategy
 
 
@@ -37,7 +38,7 @@ def eligible_ops(gg, strategy: Strategy) -> list[Candidate]:
         if not dec.replicated:
             continue
         for i in gg.groups[g].op_ids:
-            if ops[i].op_type not in ("Gemm", "MatMul"):
+            if ops[i].op_type not in SFB_OP_TYPES:
                 continue
             f = sfb_factors(gg.graph, i, gg.groups[g].op_ids)
             if f is not None and f.weight not in shared:

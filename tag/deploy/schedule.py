@@ -97,10 +97,10 @@ class SyncBucket:
 
 @dataclass(frozen=True)
 class SFBOp:
-    """A Gemm/MatMul whose weight gradient is formed from all-gathered sufficient factors.
+    """A Gemm/MatMul (or embedding Gather) whose weight gradient is formed from all-gathered sufficient factors.
 
     param: the root 2-D parameter W; side/trans/x_input as `tag.sim.sfb.SfbForm` (the op computes X M or
-    M X with M = W, or W^T under Gemm transB or a Transpose(W) generator)."""
+    M X with M = W, or W^T under Gemm transB or a Transpose(W) generator; side "gather": W[X])."""
 
     group: int
     op_id: int
@@ -286,7 +286,7 @@ def _sfb_refusal(graph: OpGraph, i: int, group_ops: set[int]) -> str:
     """What an SFB entry must be, phrased for the op that is not (the `expected` of the InputError)."""
     op = graph.ops[i]
     if op.op_type not in SFB_OP_TYPES:
-        return "a Gemm or MatMul with a 2-D parameter operand"
+        return "a Gemm or MatMul with a 2-D parameter operand, or an embedding Gather"
     if op.op_type == "Gemm" and int(op.attrs.get("transA", 0)):
         return "a Gemm without transA"
     for name in op.inputs[:2]:
@@ -300,5 +300,7 @@ def _sfb_refusal(graph: OpGraph, i: int, group_ops: set[int]) -> str:
                   if j not in (i, t.producer) and root in (list(o.inputs) + list(o.params))]
         if others or op.inputs[0] == op.inputs[1]:
             return f"an op whose weight {root!r} no other op uses"
+    if op.op_type == "Gather":
+        return "a Gather on axis 0 of a 2-D parameter table with batched integer indices"
     return "a Gemm or MatMul whose operand is a batched activation and a 2-D parameter (or its Transpose)"
 

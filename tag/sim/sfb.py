@@ -15,6 +15,10 @@ X and Y (`sfb_form`). A group whose op runs SFB does not all-reduce dW; as `tag.
 
 The dW product is timed by the roofline of one matmul kernel of ``2 x R x K x N`` FLOPs and
 ``itemsize x (R K + R N + K N)`` bytes (`tag.cost.roofline`), on the device's efficiency parameters.
+
+An embedding Gather Y = W[idx] (W a K x N table) has dW = scatter-add of dY's rows at idx: its factors
+are the R indices (X, R x index itemsize bytes) and dY (R x N); the dW kernel zeroes the table and adds R
+rows (``R N`` FLOPs, ``itemsize x (K N + 3 R N) + R x index itemsize`` bytes, gather class).
 Gathered factors are transient (after the backward has freed the activations) and add no memory here.
 """
 
@@ -26,7 +30,7 @@ import weakref
 
 import numpy as np
 
-SFB_OP_TYPES = ("Gemm", "MatMul")  # what `tag.deploy.sfb` can run
+SFB_OP_TYPES = ("Gemm", "MatMul", "Gather")  # what `tag.deploy.sfb` can run
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,8 @@ class SfbFactors:
     """The sufficient factors of one op: its weight, per-batch-row factor sizes, and dW shape.
 
     factor_rows_per_row: rows of X (and dY) per batch row; k, n: W is K x N in the product;
-    x_bytes_per_row, dy_bytes_per_row: bytes of the X and dY factors per batch row;
+    x_bytes_per_row, dy_bytes_per_row: bytes of the X and dY factors per batch row (for an embedding
+    Gather, X is the indices and W the K x N table);
     weight_bytes: bytes of W (what leaves the all-reduce)."""
 
     op_index: int
@@ -46,6 +51,7 @@ class SfbFactors:
     dy_bytes_per_row: float
     weight_bytes: float
     itemsize: int
+    kind: str = "matmul"  # "matmul": dW = X^T dY; "gather": dW = scatter-add of dY rows at the indices X
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,8 @@ def sfb_form(graph, op_index: int, group_ops=None) -> SfbForm | None:
         return None
     if op.inputs[0] == op.inputs[1]:
         return None
+    if op.op_type == "Gather":
+        return _gather_form(graph, op_index)
     sides = [(1, "right")] if op.op_type == "Gemm" else [(1, "right"), (0, "left")]
     for w_in, side in sides:
         src = _weight_source(graph, op.inputs[w_in])
@@ -150,6 +158,24 @@ def sfb_form(graph, op_index: int, group_ops=None) -> SfbForm | None:
     return None
 
 
+def _gather_form(graph, op_index: int) -> SfbForm | None:
+    """An embedding lookup Y = W[idx] (Gather on axis 0 of a 2-D root parameter no other op reads, with
+    batched integer indices): dW is the scatter-add of dY's rows at idx, so (idx, dY) are its factors."""
+    op = graph.ops[op_index]
+    w, idx, y = (graph.tensors.get(op.inputs[0]), graph.tensors.get(op.inputs[1]), graph.tensors.get(op.outputs[0]))
+    if w is None or idx is None or y is None or w.role != "param" or w.producer is not None:
+        return None
+    if w.shape is None or len(w.shape) != 2 or int(op.attrs.get("axis", 0)) not in (0, -2):
+        return None
+    if idx.dtype not in ("int64", "int32") or idx.shape is None or y.shape is None:
+        return None
+    if idx.batch_axis is None or y.batch_axis is None:
+        return None
+    if not _param_users(graph).get(op.inputs[0], set()) <= {op_index}:
+        return None
+    return SfbForm(op.inputs[0], "gather", False, None, 1)
+
+
 def sfb_factors(graph, op_index: int, group_ops=None) -> SfbFactors | None:
     """The factors of op `op_index` of an OpGraph if it can run SFB as deploy runs it (`sfb_form`), else None.
 
@@ -162,6 +188,14 @@ def sfb_factors(graph, op_index: int, group_ops=None) -> SfbFactors | None:
     op = graph.ops[op_index]
     w = graph.tensors[form.weight]
     x, y = graph.tensors[op.inputs[form.x_input]], graph.tensors[op.outputs[0]]
+    if form.side == "gather":
+        fb = max(graph.file_batch, 1)
+        ipr, ypr = x.bytes_per_row(fb), y.bytes_per_row(fb)
+        rows_per_row = ipr / x.itemsize
+        if ipr <= 0 or abs(ypr / (w.shape[1] * y.itemsize) - rows_per_row) > 1e-9 * max(rows_per_row, 1.0):
+            return None
+        return SfbFactors(op_index, form.weight, int(w.shape[0]), int(w.shape[1]), rows_per_row, ipr, ypr,
+                          float(w.numel * w.itemsize), w.itemsize, "gather")
     rows_w, cols_w = w.shape
     m_rows, m_cols = (cols_w, rows_w) if form.trans else (rows_w, cols_w)
     k, n = (m_rows, m_cols) if form.side == "right" else (m_cols, m_rows)
@@ -177,20 +211,28 @@ def sfb_factors(graph, op_index: int, group_ops=None) -> SfbFactors | None:
 
 
 def dw_ms(f: SfbFactors, device, batch_rows: float, cost=None, precision: str = "fp32") -> float:
-    """Time of the weight-gradient product X^T dY over `batch_rows` batch rows on a device type, ms
-    (one matmul kernel by the roofline; `cost.params_for(kind)` supplies efficiency parameters if it has them)."""
+    """Time of the weight gradient from the factors of `batch_rows` batch rows on a device type, ms: the
+    product X^T dY as one matmul kernel, or for an embedding the scatter-add of R dY rows into a zeroed
+    K x N table as one gather-class kernel, by the roofline (`cost.params_for(kind)` supplies efficiency
+    parameters if it has them)."""
     from tag.cost.efficiency import bandwidth_fraction, efficiency_array, params_for
     from tag.cost.roofline import launch_ms, peak_flops_per_ms, roofline_ms
 
     if batch_rows <= 0:
         return 0.0
     r = batch_rows * f.factor_rows_per_row
-    flops = np.array([2.0 * r * f.k * f.n])
-    mem = np.array([f.itemsize * (r * f.k + r * f.n + f.k * f.n)])
+    if f.kind == "gather":  # zero the K x N table, read R dY rows and R indices, read-add-write R table rows
+        cls = "gather"
+        flops = np.array([1.0 * r * f.n])
+        mem = np.array([f.itemsize * (f.k * f.n + 3 * r * f.n) + r * f.x_bytes_per_row / f.factor_rows_per_row])
+    else:
+        cls = "matmul"
+        flops = np.array([2.0 * r * f.k * f.n])
+        mem = np.array([f.itemsize * (r * f.k + r * f.n + f.k * f.n)])
     pf = getattr(cost, "params_for", None) or getattr(getattr(cost, "roofline", None), "params_for", None)
     p = pf(device.kind) if pf else params_for(device.kind)
-    eff = efficiency_array(["matmul"], device.kind, flops, mem, p)
-    peak = peak_flops_per_ms(device, precision, ["matmul"])
+    eff = efficiency_array([cls], device.kind, flops, mem, p)
+    peak = peak_flops_per_ms(device, precision, [cls])
     t = roofline_ms(flops, mem, eff, device, bandwidth_fraction(mem, device.kind, p), peak)
     return float(t[0]) + launch_ms(device, p)
 

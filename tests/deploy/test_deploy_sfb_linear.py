@@ -1,9 +1,10 @@
-"""SFB on transformer Linears (Transpose(W) -> MatMul on [batch, seq, K]) and W X products, deployed on 3
-gloo ranks, equals single-process full-batch training (losses and parameters, rtol 1e-4).
+"""SFB on transformer Linears (Transpose(W) -> MatMul on [batch, seq, K]), W X products and embedding
+Gathers, deployed on 3 gloo ranks, equals single-process full-batch training (losses and parameters, rtol 1e-4).
 
-One spawn runs a hand-built graph (Linear as Transpose->MatMul with a bias, a left product W X, a left
-product through Transpose(W)) and bert_tiny through the ONNX converter with SFB on every op
-`eligible_ops` offers (attention and MLP Linears, 32 factor rows per sequence, and the pooler Gemm).
+One spawn runs a hand-built graph (an embedding Gather, Linear as Transpose->MatMul with a bias, a left
+product W X, a left product through Transpose(W)) and bert_tiny through the ONNX converter with SFB on
+every op `eligible_ops` offers (attention and MLP Linears, 32 factor rows per sequence, the pooler Gemm
+and the word embedding).
 The reference is `_deploy_harness.reference_training` (plain torch.optim on the whole batch).
 """
 
@@ -25,8 +26,10 @@ MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "datasets", "models
 
 # name, op_type, inputs, outputs, attrs; parameters per op (roots, as tag.graph.load records them)
 LIN_OPS = [
+    ("emb", "Gather", ["E", "ids"], ["e"], {"axis": 0}, ["E"]),  # embedding: E [10, 8] at ids [B, 3]
+    ("ax", "Add", ["x", "e"], ["xe"], {}, []),
     ("t1", "Transpose", ["W1"], ["W1t"], {"perm": [1, 0]}, []),
-    ("m1", "MatMul", ["x", "W1t"], ["h1"], {}, ["W1"]),  # Linear: [B, 3, 8] @ W1^T -> [B, 3, 16]
+    ("m1", "MatMul", ["xe", "W1t"], ["h1"], {}, ["W1"]),  # Linear: [B, 3, 8] @ W1^T -> [B, 3, 16]
     ("a1", "Add", ["h1", "b1"], ["h1b"], {}, ["b1"]),
     ("th", "Tanh", ["h1b"], ["a1"], {}, []),
     ("tp", "Transpose", ["a1"], ["a1t"], {"perm": [0, 2, 1]}, []),
@@ -34,10 +37,10 @@ LIN_OPS = [
     ("t3", "Transpose", ["W3"], ["W3t"], {"perm": [1, 0]}, []),
     ("m3", "MatMul", ["W3t", "h2"], ["y"], {}, ["W3"]),  # left through Transpose: W3^T [6, 4] @ [B, 4, 3]
 ]
-LIN_PARAMS = {"W1": (16, 8), "b1": (16,), "W2": (4, 16), "W3": (4, 6)}
-LIN_ACTS = {"x": (S, 8), "h1": (S, 16), "h1b": (S, 16), "a1": (S, 16), "a1t": (16, S), "h2": (4, S), "y": (6, S)}
-LIN_GROUPS = [[0, 1, 2, 3], [4, 5], [6, 7]]
-LIN_PLAN = Strategy((Decision((4, 2, 3), "allreduce", None, ("m1",)), Decision((3, 3, 3), "allreduce", None, ("m2",)),
+LIN_PARAMS = {"E": (10, 8), "W1": (16, 8), "b1": (16,), "W2": (4, 16), "W3": (4, 6)}
+LIN_ACTS = {"x": (S, 8), "e": (S, 8), "xe": (S, 8), "h1": (S, 16), "h1b": (S, 16), "a1": (S, 16), "a1t": (16, S), "h2": (4, S), "y": (6, S)}
+LIN_GROUPS = [[0, 1, 2, 3, 4, 5], [6, 7], [8, 9]]
+LIN_PLAN = Strategy((Decision((4, 2, 3), "allreduce", None, ("emb", "m1")), Decision((3, 3, 3), "allreduce", None, ("m2",)),
                      Decision((5, 0, 4), "allreduce", None, ("m3",))))
 
 
@@ -45,6 +48,7 @@ def lin_graph(batch: int) -> OpGraph:
     tensors = {n: TensorInfo(n, "float32", s, None, "param") for n, s in LIN_PARAMS.items()}
     for n, s in LIN_ACTS.items():
         tensors[n] = TensorInfo(n, "float32", (1,) + s, 0, "data" if n == "x" else "activation")
+    tensors["ids"] = TensorInfo("ids", "int64", (1, S), 0, "data")
     tensors["W1t"] = TensorInfo("W1t", "float32", (8, 16), None, "param")
     tensors["W3t"] = TensorInfo("W3t", "float32", (6, 4), None, "param")
     ops = []
@@ -55,7 +59,7 @@ def lin_graph(batch: int) -> OpGraph:
             tensors[t].consumers.append(i)
         for t in outs:
             tensors[t].producer = i
-    return OpGraph("lin", ops, tensors, ["x"], list(LIN_PARAMS), ["y"], 1, batch)
+    return OpGraph("lin", ops, tensors, ["x", "ids"], list(LIN_PARAMS), ["y"], 1, batch)
 
 
 class LinProgram:
@@ -74,7 +78,7 @@ class LinProgram:
         for i in op_ids:
             op = self.graph.ops[i]
             a = [env[t] if t in env else self._params[t] for t in op.inputs]
-            y = {"MatMul": lambda: torch.matmul(a[0], a[1]), "Add": lambda: a[0] + a[1],
+            y = {"MatMul": lambda: torch.matmul(a[0], a[1]), "Add": lambda: a[0] + a[1], "Gather": lambda: a[0][a[1]],
                  "Tanh": lambda: torch.tanh(a[0]), "Transpose": lambda: a[0].permute(*op.attrs["perm"])}[op.op_type]()
             env[op.outputs[0]] = y
         return env
@@ -111,7 +115,7 @@ def test_lin_schedule_takes_weights_out_of_the_allreduce():
 
     sched = build_schedule(lin_graph(B), LIN_GROUPS, LIN_PLAN, MACHINES)
     got = {(o.param, o.side, o.trans, o.x_input, o.ranks) for o in sched.sfb}
-    assert got == {("W1", "right", True, 0, (0, 1, 2)), ("W2", "left", False, 1, (0, 1, 2)),
+    assert got == {("E", "gather", False, 1, (0, 1, 2)), ("W1", "right", True, 0, (0, 1, 2)), ("W2", "left", False, 1, (0, 1, 2)),
                    ("W3", "left", True, 1, (0, 2))}
     assert [b.params for b in sched.buckets] == [("b1",)]
 
@@ -120,11 +124,14 @@ def test_sfb_linear_three_ranks_equal_single_process(tmp_path):
     bert_graph, _, bert_groups, bert_plan = _bert()
     sfb_ops = [n for d in bert_plan.decisions for n in d.sfb]
     linears = [n for n in sfb_ops if n.startswith("node_MatMul")]
-    assert len(sfb_ops) == 13 and len(linears) == 12  # every Linear of both layers, and the pooler Gemm
+    ops = {o.name: o for o in bert_graph.ops}
+    # every Linear of both layers, the pooler Gemm and the word embedding (the position and token-type
+    # tables are gathered at constant indices: their rows are not per-row factors)
+    assert len(linears) == 12 and sorted(ops[n].op_type for n in sfb_ops if n not in linears) == ["Gather", "Gemm"]
     from tag.deploy.schedule import build_schedule
 
     sched = build_schedule(bert_graph, bert_groups, bert_plan, MACHINES)
-    assert len(sched.sfb) == 13 and not {o.param for o in sched.sfb} & {p for b in sched.buckets for p in b.params}
+    assert len(sched.sfb) == 14 and not {o.param for o in sched.sfb} & {p for b in sched.buckets for p in b.params}
     scenarios = [
         {"name": "lin-sgd", "model": "lin", "strategy": LIN_PLAN, "machines": MACHINES, "steps": 3,
          "optimizer": "sgd", "lr": 0.05},
