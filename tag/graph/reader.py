@@ -74,7 +74,28 @@ def node_label(node: onnx.NodeProto, index: int) -> str:
     return f"node '{name}' ({op})"
 
 
+def _check_text(path: str, graph: onnx.GraphProto) -> None:
+    """Names, op types, domains and string attributes are UTF-8 text (protobuf hands back bytes otherwise)."""
+    for kind, items in (("input", graph.input), ("output", graph.output), ("initializer", graph.initializer)):
+        for k, item in enumerate(items):
+            if not isinstance(item.name, str):
+                raise InputError(path, f"graph.{kind}[{k}]", "a UTF-8 name", short_repr(item.name))
+    for i, node in enumerate(graph.node):
+        fields = [node.op_type, node.domain, node.name, *node.input, *node.output, *(a.name for a in node.attribute)]
+        bad = next((f for f in fields if not isinstance(f, str)), None)
+        if bad is None:
+            for a in node.attribute:
+                try:
+                    a.s.decode("utf-8")
+                except UnicodeDecodeError:
+                    bad = a.s
+        if bad is not None:
+            raise InputError(path, f"graph.node[{i}]", "UTF-8 names, op type, domain and string attributes",
+                             short_repr(bad))
+
+
 def _check_nodes(path: str, graph: onnx.GraphProto) -> None:
+    _check_text(path, graph)
     defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
     defined |= {t.name for t in graph.sparse_initializer}
     produced = {o for n in graph.node for o in n.output if o}

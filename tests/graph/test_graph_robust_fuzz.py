@@ -177,3 +177,12 @@ def test_found_attribute_of_the_wrong_type(tmp_path):
         g.node[3].attribute[0].type = onnx.AttributeProto.FLOAT
     msg = _with(tmp_path, edit)
     assert "(Gemm) attribute 'transB'" in msg and "type INT" in msg
+
+
+def test_found_op_type_that_is_not_utf8(tmp_path):
+    data = SEEDS[0].SerializeToString()
+    assert data.count(b"Relu") == 1
+    p = tmp_path / "m.onnx"
+    p.write_bytes(data.replace(b"Relu", b"R\xe8lu"))
+    with pytest.raises(InputError, match=r"graph.node\[1\]: expected UTF-8"):
+        load_model(str(p))
