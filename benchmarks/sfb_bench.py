@@ -1,6 +1,7 @@
 """SFB benchmark: where sufficient-factor broadcasting changes the plan, and by how much.
 
 Run:  python benchmarks/sfb_bench.py [--quick] [--models M ...] [--topologies T ...] [--playouts N] [--budget S]
+      [--batch-size B]  (default: each model's default global batch, DESIGN.md § Batch)
 
 For each datasets model x topology: the dp-even baseline with and without SFB (`select_sfb` on it), and
 `plan()` (the same search, seed and playouts) before and after its SFB step, with the ops chosen, the
@@ -16,20 +17,22 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = ["vgg19", "fc_wide", "mlp", "dlrm", "transformer_base", "resnet50", "gpt2_medium"]
+MODELS = ["vgg19", "fc_wide", "mlp", "dlrm", "transformer_base", "resnet50", "gpt2_medium", "bert_tiny", "gpt2_tiny",
+          "bert_large"]
 TOPOLOGIES = ["heterog8", "tag16", "hap64", "modern8"]
 QUICK_MODELS = ["vgg19", "fc_wide", "dlrm_tiny"]
 QUICK_TOPOLOGIES = ["heterog8", "tag16"]
 
 
-def sfb_case(model: str, topology: str, *, playouts: int, budget_s: float, seed: int = 0) -> dict:
+def sfb_case(model: str, topology: str, *, playouts: int, budget_s: float, seed: int = 0,
+             batch_size: int | None = None) -> dict:
     """One row: dp-even and plan() iteration ms without / with SFB, ops chosen, bytes saved, SFB seconds."""
     from tag.compression import select_sfb
     from tag.modelio import load_inputs
     from tag.search.planner import plan
     from tag.sim import simulate
 
-    args = argparse.Namespace(batch_size=None, input_shape=[], data_input=[], optimizer="adam", profile=None, groups=None)
+    args = argparse.Namespace(batch_size=batch_size, input_shape=[], data_input=[], optimizer="adam", profile=None, groups=None)
     inp = load_inputs(os.path.join(ROOT, "datasets", "models", f"{model}.onnx"),
                       os.path.join(ROOT, "datasets", "topologies", f"{topology}.json"), args)
     gg, cl, cost, tr = inp.gg, inp.cluster, inp.cost, inp.training
@@ -70,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topologies", nargs="*", default=None)
     ap.add_argument("--playouts", type=int, default=None)
     ap.add_argument("--budget", type=float, default=None)
+    ap.add_argument("--batch-size", type=int, default=None)
     a = ap.parse_args(argv)
     models = a.models or (QUICK_MODELS if a.quick else MODELS)
     topos = a.topologies or (QUICK_TOPOLOGIES if a.quick else TOPOLOGIES)
@@ -79,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in topos:
             print(f"{m} on {t} ...", file=sys.stderr, flush=True)
             try:
-                rows.append(sfb_case(m, t, playouts=playouts, budget_s=budget))
+                rows.append(sfb_case(m, t, playouts=playouts, budget_s=budget, batch_size=a.batch_size))
             except Exception as e:  # a failing case is reported in its row
                 rows.append({"model": m, "topology": t, "error": f"{type(e).__name__}: {str(e)[:80]}"})
     print(markdown(rows))
