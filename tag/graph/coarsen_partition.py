@@ -13,7 +13,7 @@ parts joined by an edge when no other path joins them, which is exactly when mer
 
 from __future__ import annotations
 
-import heapq
+from tag.graph.toposort import kahn_order
 from collections import deque
 
 import numpy as np
@@ -226,20 +226,7 @@ def merge_to_k(parts: list[list[int]], weights: np.ndarray, edges: list[tuple[in
 
 def _topo(nodes: set[int], succ: dict[int, set[int]]) -> list[int]:
     """Kahn's order of `nodes`, smallest ready id first."""
-    indeg = {p: 0 for p in nodes}
-    for p in nodes:
-        for s in succ[p]:
-            indeg[s] += 1
-    heap = [p for p in nodes if indeg[p] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        p = heapq.heappop(heap)
-        order.append(p)
-        for s in succ[p]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(heap, s)
+    order = kahn_order(sorted(nodes), succ)
     if len(order) != len(nodes):
         raise ValueError("quotient graph has a cycle")
     return order

@@ -8,7 +8,7 @@ smaller part id.
 
 from __future__ import annotations
 
-import heapq
+from tag.graph.toposort import kahn_order
 from collections import deque
 
 import numpy as np
@@ -131,19 +131,7 @@ def _acyclic(n: int, qcount: dict[tuple[int, int], int]) -> bool:
 
 def _topo_order(n: int, qcount: dict[tuple[int, int], int]) -> list[int]:
     """Kahn's order of parts 0..n-1 under the quotient edges, smallest ready id first (shorter if cyclic)."""
-    succ: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
+    succ: dict[int, list[int]] = {p: [] for p in range(n)}
     for (x, y) in qcount:
         succ[x].append(y)
-        indeg[y] += 1
-    heap = [p for p in range(n) if indeg[p] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        p = heapq.heappop(heap)
-        order.append(p)
-        for s in succ[p]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(heap, s)
-    return order
+    return kahn_order(range(n), succ)

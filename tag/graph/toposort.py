@@ -8,7 +8,7 @@ sorted, but real files are not always; both consumers use this one rule so their
 from __future__ import annotations
 
 import heapq
-from typing import Sequence
+from typing import Iterable, Mapping, Sequence
 
 import onnx
 
@@ -21,6 +21,33 @@ def _node_list(model_or_nodes) -> Sequence[onnx.NodeProto]:
     if isinstance(model_or_nodes, onnx.GraphProto):
         return model_or_nodes.node
     return model_or_nodes
+
+
+def kahn_order(nodes: Iterable[int], succ: Mapping[int, Iterable[int]]) -> list[int]:
+    """Kahn's topological order of integer `nodes`, always emitting the smallest ready one first.
+
+    succ[p] lists the successors of p (each edge once). On a cycle the result is shorter than `nodes`: the
+    nodes on or behind a cycle are left out.
+
+    >>> kahn_order([0, 1, 2], {0: [], 1: [0], 2: [0]})
+    [1, 2, 0]
+    """
+    nodes = list(nodes)
+    indeg = {p: 0 for p in nodes}
+    for p in nodes:
+        for q in succ[p]:
+            indeg[q] += 1
+    ready = [p for p in nodes if indeg[p] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        p = heapq.heappop(ready)
+        order.append(p)
+        for q in succ[p]:
+            indeg[q] -= 1
+            if indeg[q] == 0:
+                heapq.heappush(ready, q)
+    return order
 
 
 def stable_topological_order(model_or_nodes, path: str = "<model>") -> list[int]:
@@ -50,19 +77,9 @@ def stable_topological_order(model_or_nodes, path: str = "<model>") -> list[int]
             if name and p is not None and p != i and p not in deps[i]:
                 deps[i].add(p)
                 users[p].append(i)
-    missing = [len(d) for d in deps]
-    ready = [i for i, m in enumerate(missing) if m == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            missing[u] -= 1
-            if missing[u] == 0:
-                heapq.heappush(ready, u)
+    order = kahn_order(range(len(nodes)), dict(enumerate(users)))
     if len(order) != len(nodes):
-        stuck = next(i for i, m in enumerate(missing) if m > 0)
+        stuck = min(set(range(len(nodes))) - set(order))
         raise InputError(path, f"node '{nodes[stuck].name or f'{nodes[stuck].op_type}_{stuck}'}' ({nodes[stuck].op_type})",
                          "an acyclic graph", "a cycle through this node")
     return order
