@@ -159,11 +159,47 @@ def _beats(run_dir: str, nproc: int) -> list[int | None]:
 
 
 def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL torchrun's session and every process below it.
+
+    torchrun starts each rank in a session of its own, so killing torchrun's process group alone would leave a
+    hung rank running as an orphan; the descendants are collected first (from /proc), then all are killed.
+    """
+    victims = _descendants(proc.pid)
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    for pid in victims:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
     proc.wait()
+
+
+def _descendants(root: int) -> list[int]:
+    """Pids of every process below `root` (Linux /proc; empty where /proc is unavailable)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
 
 
 def _first_error(run_dir: str, nproc: int, log_path: str, returncode: int | None) -> str:

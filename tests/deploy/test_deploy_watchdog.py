@@ -41,3 +41,33 @@ def test_first_error_is_the_earliest_rank_error(tmp_path):
     log.write_text("Root Cause (first observed failure):\n[0]:\n  time : x\n  host : h\n  rank      : 0 (local_rank: 0)\n"
                    "  exitcode  : -9 (pid: 12)\n")
     assert _first_error(str(tmp_path), 2, str(log), 1) == "rank 0 died: signal SIGKILL; the other ranks were stopped"
+
+
+def test_kill_reaches_ranks_in_sessions_of_their_own():
+    """torchrun puts each rank in its own session: killing the launcher's session must still end them."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tag.deploy.launcher import _kill
+
+    code = ("import subprocess, sys, time\n"
+            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], start_new_session=True)\n"
+            "print(c.pid, flush=True)\n"
+            "time.sleep(300)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    grandchild = int(proc.stdout.readline())
+    _kill(proc)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{grandchild}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break  # killed, waiting to be reaped by init
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(grandchild, 9)
+        raise AssertionError("the rank in its own session survived _kill")
