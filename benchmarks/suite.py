@@ -93,12 +93,15 @@ def markdown(cases: list[Case]) -> str:
             lines.append(f"| {c.model} | {c.topology} | | | error: {c.error} |" + " |" * len(cols) + " |")
             continue
         de = c.ms.get("dp-even", math.inf)
-        cells = [_fmt(_ratio(c, n)) for n in cols]
+        if math.isfinite(de):
+            cells = [_fmt(_ratio(c, n)) for n in cols]
+        else:  # no ratio to show: the strategies that fit, in ms
+            cells = [f"{c.ms[n]:.0f} ms" if math.isfinite(c.ms.get(n, math.inf)) else "OOM" for n in cols]
         lines.append(f"| {c.model} | {c.topology} | {c.batch} | {c.groups} | "
                      f"{'OOM' if not math.isfinite(de) else f'{de:.1f}'} | " + " | ".join(cells) + f" | {c.search_s:.1f} |")
     lines.append("")
     lines.append("Ratios are speedups over dp-even (dp-even ms / strategy ms); OOM: the strategy does not fit. "
-                 "When dp-even itself is OOM, ratios are blank.")
+                 "When dp-even itself is OOM, cells give the iteration ms of the strategies that fit.")
     lines.append("")
     lines.append("| topology | geomean plan+sfb / dp-even | geomean plan+sfb / dp-proportional | median search s | cases |")
     lines.append("|---|---|---|---|---|")

@@ -130,10 +130,18 @@ def proportional_rows(gg, cluster, cost, batch: int) -> tuple[tuple[int, ...], i
         cur = key(rows)
         t = times(rows)
         best = None
+        # devices of one type with equal rows (neither or both the host) give equal trial keys and the first
+        # pair found wins ties, so only the first device of each such class is tried as source and destination
+        seen_a = set()
         for a in [d for d in range(n) if t[d] >= cur[0] - 1e-9 and rows[d] > 0]:
+            if (types[a], rows[a], a == host) in seen_a:
+                continue
+            seen_a.add((types[a], rows[a], a == host))
+            seen_b = set()
             for b in range(n):
-                if b == a:
+                if b == a or (types[b], rows[b], b == host) in seen_b:
                     continue
+                seen_b.add((types[b], rows[b], b == host))
                 trial = rows.copy()
                 trial[a] -= 1
                 trial[b] += 1

@@ -11,23 +11,35 @@ improvement.
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 from tag.search.evaluate import Evaluator
 from tag.search.space import SearchSpace
 from tag.strategy import Decision, Strategy
 
+MAX_PAIRWISE_SHIFT_DEVICES = 8  # larger replica sets shift rows only across machine/type boundaries
 MIN_SWEEP_GAIN = 1e-3  # stop refining when a whole sweep gains less (value units: ln of speedup)
 
 
-def row_shift_neighbours(dec: Decision) -> list[Decision]:
-    """Decisions that move a few rows between devices adjacent (in topology order) within the replica set."""
+def row_shift_neighbours(dec: Decision, device_class: Sequence | None = None,
+                         max_pairwise: int = MAX_PAIRWISE_SHIFT_DEVICES) -> list[Decision]:
+    """Decisions that move a few rows between devices adjacent (in topology order) within the replica set.
+
+    With `device_class` (a label per device, e.g. (machine, type)) and more than `max_pairwise` replicas,
+    only adjacent pairs whose labels differ are shifted (inside a run of like devices a shift only unbalances
+    them), and `class_shift_neighbours` adds moves of one row per device between whole device types.
+    """
     devs = dec.devices
     if len(devs) < 2:
         return []
     total = sum(dec.rows)
     steps = sorted({1, max(1, round(0.05 * total / len(devs)))})
+    pairs = list(zip(devs, devs[1:]))
+    big = device_class is not None and len(devs) > max_pairwise
+    if big:
+        pairs = [(a, b) for a, b in pairs if device_class[a] != device_class[b]]
     out = []
-    for a, b in zip(devs, devs[1:]):
+    for a, b in pairs:
         for src, dst in ((a, b), (b, a)):
             for k in steps:
                 if dec.rows[src] - k < 1:
@@ -36,6 +48,35 @@ def row_shift_neighbours(dec: Decision) -> list[Decision]:
                 rows[src] -= k
                 rows[dst] += k
                 out.append(Decision(tuple(rows), dec.sync, dec.server, dec.sfb))
+    if big:
+        out += class_shift_neighbours(dec, [c[-1] if isinstance(c, tuple) else c for c in device_class])
+    return out
+
+
+def class_shift_neighbours(dec: Decision, device_type: Sequence) -> list[Decision]:
+    """Decisions that take one row from every replica of one device type (those with more than one row) and
+    hand them out one each, in topology order, to the replicas of another type (round robin if fewer).
+
+    >>> [d.rows for d in class_shift_neighbours(Decision((3, 3, 2)), ["a", "a", "b"])]
+    [(2, 2, 4), (4, 3, 1)]
+    """
+    devs = dec.devices
+    by_type: dict = {}
+    for d in devs:
+        by_type.setdefault(device_type[d], []).append(d)
+    out = []
+    for ta, src in by_type.items():
+        for tb, dst in by_type.items():
+            if ta == tb:
+                continue
+            give = [d for d in src if dec.rows[d] > 1]
+            if not give:
+                continue
+            rows = list(dec.rows)
+            for i, d in enumerate(give):
+                rows[d] -= 1
+                rows[dst[i % len(dst)]] += 1
+            out.append(Decision(tuple(rows), dec.sync, dec.server, dec.sfb))
     return out
 
 
@@ -63,7 +104,7 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
             for nb in (gid - 1, gid + 1):
                 if 0 <= nb < n_groups and (space.splittable[gid] or not current.decisions[nb].replicated):
                     tries.append(with_rows_of(current.decisions[nb], space.has_params[gid]))
-            tries += row_shift_neighbours(mine)
+            tries += row_shift_neighbours(mine, space.device_class)
             for dec in tries:
                 if dec == current.decisions[gid]:
                     continue

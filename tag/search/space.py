@@ -26,6 +26,7 @@ class SearchSpace:
     candidates: list[list[Decision]]  # per group id; candidates[g][0] is the base strategy's decision
     has_params: list[bool]  # per group id: needs a sync method when replicated
     splittable: list[bool]  # per group id: may be replicated over several devices
+    device_class: list[tuple[str, str]] | None = None  # per device: (machine, type name), for refinement moves
 
     def size(self) -> int:
         """Number of complete strategies in the space (product of candidate counts)."""
@@ -49,13 +50,15 @@ def even_rows(devices: Sequence[int], batch: int, n_devices: int) -> tuple[int, 
 
 
 def balanced_rows(devices: Sequence[int], batch: int, n_devices: int,
-                  time_ms: Callable[[int, int], float], cap_rows: Callable[[int], int] | None = None) -> tuple[int, ...] | None:
+                  time_ms: Callable[[int, int], float], cap_rows: Callable[[int], int] | None = None,
+                  device_key: Callable[[int], object] | None = None) -> tuple[int, ...] | None:
     """Rows so the slowest chosen device finishes as early as possible (water filling).
 
     time_ms(device, rows) must be non-decreasing in rows. Finds the smallest T such that the devices'
     largest row counts with time <= T (and rows <= cap_rows(device)) sum to at least `batch`, then hands
     out the surplus from the devices that would finish last. Every chosen device gets at least one row.
-    Returns None if the caps cannot hold the batch.
+    Returns None if the caps cannot hold the batch. device_key(d), if given, labels devices whose time_ms
+    and cap_rows are identical (e.g. the device type and cap), so each label's row counts are found once.
     """
     devices = sorted(devices)
     if batch < len(devices):
@@ -64,8 +67,17 @@ def balanced_rows(devices: Sequence[int], batch: int, n_devices: int,
     caps = {d: min(batch, c) for d, c in caps.items()}
     if any(c < 1 for c in caps.values()) or sum(caps.values()) < batch:
         return None
+    label = {d: (device_key(d) if device_key else d) for d in devices}
+    reps: dict = {}  # label -> (representative device, number of devices)
+    for d in devices:
+        r, k = reps.get(label[d], (d, 0))
+        reps[label[d]] = (r, k + 1)
+    memo: dict = {}
 
     def rows_within(d: int, t: float) -> int:
+        key = (label[d], t)
+        if key in memo:
+            return memo[key]
         lo, hi = 0, caps[d]  # largest r in [0, cap] with time(d, r) <= t
         while lo < hi:
             mid = (lo + hi + 1) // 2
@@ -73,12 +85,13 @@ def balanced_rows(devices: Sequence[int], batch: int, n_devices: int,
                 lo = mid
             else:
                 hi = mid - 1
+        memo[key] = lo
         return lo
 
-    t_lo, t_hi = 0.0, max(time_ms(d, caps[d]) for d in devices)
+    t_lo, t_hi = 0.0, max(time_ms(r, caps[r]) for r, _ in reps.values())
     for _ in range(50):
         mid = 0.5 * (t_lo + t_hi)
-        if sum(rows_within(d, mid) for d in devices) >= batch:
+        if sum(k * rows_within(r, mid) for r, k in reps.values()) >= batch:
             t_hi = mid
         else:
             t_lo = mid
@@ -152,37 +165,66 @@ def device_subsets(cluster, per_row_ms: np.ndarray, max_singles: int = 16) -> li
     return out
 
 
+def base_bytes_on_devices(group, decision: Decision, n_devices: int, state_bytes_per_param_byte: float) -> np.ndarray:
+    """Bytes per device a group keeps under `decision` until its backward: weights, gradients and optimizer
+    states (param bytes x (state_bytes_per_param_byte + 1)), fixed saved bytes, and saved activations of its rows.
+    An upper-bound estimate used to cap rows by the memory the rest of a strategy leaves (the simulator's
+    `tag.sim.memory` is the exact figure)."""
+    rows = np.asarray(decision.rows, dtype=float)
+    hosted = rows > 0
+    return hosted * (group.param_bytes * (state_bytes_per_param_byte + 1) + group.saved_bytes_fixed) \
+        + rows * group.saved_bytes_per_row
+
+
 def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: int = 16,
                 state_bytes_per_param_byte: float = 4.0) -> SearchSpace:
     """Candidates for every group and the order groups are decided in (descending predicted cost).
 
     state_bytes_per_param_byte: weights + gradients + optimizer states per parameter byte (4 for Adam),
-    used only to cap rows by memory when balancing.
+    used only to cap rows by memory when balancing. Balanced rows of a group are capped by the memory the
+    rest of `base` leaves on each device (`base_bytes_on_devices`), unless the base itself looks out of
+    memory, in which case by the group alone.
     """
     n = cluster.n_devices
     dtypes = [d.type for d in cluster.devices]
     candidates: list[list[Decision]] = []
     cost_key: list[float] = []
     med_bw_bytes_per_ms = float(np.median(cluster.bandwidth_gbps[~np.eye(n, dtype=bool)])) * 1e9 / 8 / 1e3 if n > 1 else 1e12
+    own = [base_bytes_on_devices(group, base.decisions[gid], n, state_bytes_per_param_byte)
+           for gid, group in enumerate(gg.groups)]
+    others = np.sum(own, axis=0) if own else np.zeros(n)
+    if np.any(others > np.array([t.usable_memory_bytes for t in dtypes])):
+        others = None  # the base looks out of memory: cap each group by itself alone
     for gid, group in enumerate(gg.groups):
         probe = max(1, batch // n)
 
-        def time_ms(d: int, r: int, gid=gid) -> float:
+        memo: dict = {}
+
+        def time_ms(d: int, r: int, gid=gid, memo=memo) -> float:  # memoised per (device type, rows)
             if r <= 0:
                 return 0.0
-            return cost.group_fwd_ms(gid, dtypes[d], r) + cost.group_bwd_ms(gid, dtypes[d], r)
+            key = (dtypes[d], r)
+            t = memo.get(key)
+            if t is None:
+                t = memo[key] = cost.group_fwd_ms(gid, dtypes[d], r) + cost.group_bwd_ms(gid, dtypes[d], r)
+            return t
 
         per_row = np.array([time_ms(d, probe) / probe for d in range(n)])
         has_params = group_has_params(gg, gid)
         state = group.param_bytes * state_bytes_per_param_byte
 
-        def cap_rows(d: int, group=group, state=state) -> int:
+        def cap_rows(d: int, group=group, state=state, gid=gid) -> int:
             per = group.saved_bytes_per_row
             free = dtypes[d].usable_memory_bytes - state
+            if others is not None:  # what the rest of the base strategy keeps on d
+                free = dtypes[d].usable_memory_bytes * 0.97 - state - group.param_bytes - group.saved_bytes_fixed \
+                    - (others[d] - own[gid][d])
+                per += group.out_bytes_per_row
             if per <= 0:
                 return batch
             return int(max(0.0, free) // per)
 
+        caps = {d: cap_rows(d) for d in range(n)}
         cands: list[Decision] = [base.decisions[gid]]
         seen = {base.decisions[gid]}
         subsets = device_subsets(cluster, per_row, max_singles) if group.splittable else \
@@ -192,7 +234,7 @@ def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: i
                 continue
             row_maps = [even_rows(sub, batch, n)]
             if len(sub) > 1:
-                bal = balanced_rows(sub, batch, n, time_ms, cap_rows)
+                bal = balanced_rows(sub, batch, n, time_ms, cap_rows, lambda d: (dtypes[d], caps[d]))
                 if bal is not None and bal not in row_maps:
                     row_maps.append(bal)
             for rows in row_maps:
@@ -208,4 +250,5 @@ def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: i
     order = sorted(range(len(gg.groups)), key=lambda g: (-cost_key[g], g))
     return SearchSpace(order=order, candidates=candidates,
                        has_params=[group_has_params(gg, g) for g in range(len(gg.groups))],
-                       splittable=[g.splittable for g in gg.groups])
+                       splittable=[g.splittable for g in gg.groups],
+                       device_class=[(d.machine, d.type.name) for d in cluster.devices])

@@ -97,7 +97,7 @@ def stage_decisions(gg, cluster, cost, training, batch: int, groups: Sequence[in
             memo[key] = sum(cost.group_fwd_ms(g, dtypes[d], r) + cost.group_bwd_ms(g, dtypes[d], r) for g in groups)
         return memo[key]
 
-    rows = balanced_rows(block, batch, n, time_ms, cap)
+    rows = balanced_rows(block, batch, n, time_ms, cap, lambda d: (dtypes[d], cap(d)))
     if rows is None:
         return None
     devs = [d for d in range(n) if rows[d] > 0]
