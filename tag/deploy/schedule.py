@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from tag.errors import InputError
 from tag.graph.opgraph import OpGraph
-from tag.sim.sfb import SFB_OP_TYPES, sfb_form  # the one SFB eligibility rule, shared with the simulator
+from tag.graph.sfb_form import SFB_OP_TYPES, sfb_form  # the one SFB eligibility rule, shared with the simulator
 from tag.strategy import Decision, Strategy, row_offsets, slices
 
 
@@ -99,7 +99,7 @@ class SyncBucket:
 class SFBOp:
     """A Gemm/MatMul (or embedding Gather) whose weight gradient is formed from all-gathered sufficient factors.
 
-    param: the root 2-D parameter W; side/trans/x_input as `tag.sim.sfb.SfbForm` (the op computes X M or
+    param: the root 2-D parameter W; side/trans/x_input as `tag.graph.sfb_form.SfbForm` (the op computes X M or
     M X with M = W, or W^T under Gemm transB or a Transpose(W) generator; side "gather": W[X])."""
 
     group: int
