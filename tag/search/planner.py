@@ -145,7 +145,8 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     sfb_report: dict = {}
     no_sfb_result = ev.result(best)
     if sfb:
-        best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn)
+        best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn,
+                                      deadline=deadline)
         if sfb_report.get("ops"):
             method += "+sfb"
     return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,
@@ -154,10 +155,12 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
                       search_space_size=space.size(), no_sfb_result=no_sfb_result)
 
 
-def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, extra_starts: int = 2):
+def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, extra_starts: int = 2,
+               deadline: float | None = None):
     """Run SFB selection on the searched plan, the best baseline and the next `extra_starts` fastest
     strategies the search simulated, and keep the fastest result; the searched plan without SFB wins ties,
-    so SFB never makes the plan slower. Returns (strategy, SFB report of the kept one)."""
+    so SFB never makes the plan slower. After the searched plan, further starts are tried only before
+    `deadline` (time.monotonic()). Returns (strategy, SFB report of the kept one)."""
     try:
         from tag.compression import select_sfb
     except ImportError:
@@ -175,6 +178,8 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
             starts.append(s)
     chosen, report = best, {}
     for start in dict.fromkeys(starts):
+        if start is not best and deadline is not None and time.monotonic() >= deadline:
+            break
         s, rep = select_sfb(gg, cluster, cost, training, start, simulate_fn)
         if start is best and not report:
             report = rep  # what SFB found on the searched plan, kept if nothing beats it

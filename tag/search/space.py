@@ -91,8 +91,11 @@ def balanced_rows(devices: Sequence[int], batch: int, n_devices: int,
     t_lo, t_hi = 0.0, max(time_ms(r, caps[r]) for r, _ in reps.values())
     for _ in range(50):
         mid = 0.5 * (t_lo + t_hi)
-        if sum(k * rows_within(r, mid) for r, k in reps.values()) >= batch:
+        held = sum(k * rows_within(r, mid) for r, k in reps.values())
+        if held >= batch:
             t_hi = mid
+            if held == batch:  # rows_within is monotone in t: any smaller feasible t gives these same rows
+                break
         else:
             t_lo = mid
         if t_hi - t_lo <= 1e-9 * max(1.0, t_hi):
@@ -233,7 +236,9 @@ def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: i
             if len(sub) > batch:
                 continue
             row_maps = [even_rows(sub, batch, n)]
-            if len(sub) > 1:
+            # like devices whose caps hold the even split: balanced rows would be the even split again
+            alike = len({(dtypes[d], caps[d]) for d in sub}) == 1
+            if len(sub) > 1 and not (alike and batch <= caps[sub[0]] * len(sub) - len(sub)):
                 bal = balanced_rows(sub, batch, n, time_ms, cap_rows, lambda d: (dtypes[d], caps[d]))
                 if bal is not None and bal not in row_maps:
                     row_maps.append(bal)
