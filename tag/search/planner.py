@@ -22,14 +22,16 @@ DEFAULT_PLAYOUTS = 400
 DEFAULT_BUDGET_S = 60.0
 REFINE_SIMULATIONS = 3000
 START_BUDGET_FRACTION = 0.25  # of budget_s, at most, for simulating memory-feasible starts
+MIN_STARTS_WHEN_OOM = 4  # starts simulated even past that deadline when no baseline fits
 
 
 def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines: dict, start_name: str, *,
                deadline: float | None = None) -> tuple[str, Strategy]:
     """The strategy the tree search starts from: the best baseline, or a memory-feasible start
     (`tag.search.starts`) that the evaluator values higher. When a baseline fits, only the 1- and 2-stage
-    pipelines are tried; when none fits, the simulation-fitted tape layout, then pipelines in increasing
-    stage count, stopping two stage counts after the first that fits, or at `deadline` (time.monotonic()).
+    pipelines are tried; when none fits, pipelines in increasing stage count, stopping two stage counts
+    after the first that fits or at `deadline` (time.monotonic(); when no baseline fits, only after
+    MIN_STARTS_WHEN_OOM starts), then, if none of them fits, the simulation-fitted tape layout.
     Returns (name, strategy); ties keep the earlier one (the baseline first)."""
     from tag.search.starts import fitted_tape, pipeline_starts
 
@@ -44,17 +46,21 @@ def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines
             best_name, best, best_v = name, s, v
         return not ev.result(s).oom
 
-    if not fits:
+    stop_after = None
+    tried = 0
+    for name, s in pipeline_starts(gg, cluster, cost, training, batch, max_stages=2 if fits else 16):
+        stages = int(name.split("-")[1])
+        if stop_after is not None and stages > stop_after:
+            break
+        if deadline is not None and time.monotonic() >= deadline and (fits or tried >= MIN_STARTS_WHEN_OOM):
+            break
+        tried += 1
+        if consider(name, s) and stop_after is None:
+            stop_after = stages + 2
+    if not fits and stop_after is None:  # no pipeline fits: a layout fitted to memory by simulation
         tape = fitted_tape(gg, cluster, training, batch, ev.result)
         if tape is not None:
             consider("tape", tape)
-    stop_after = None
-    for name, s in pipeline_starts(gg, cluster, cost, training, batch, max_stages=2 if fits else 16):
-        stages = int(name.split("-")[1])
-        if (stop_after is not None and stages > stop_after) or (deadline is not None and time.monotonic() >= deadline):
-            break
-        if consider(name, s) and stop_after is None:
-            stop_after = stages + 2
     return best_name, best
 
 

@@ -16,7 +16,7 @@ the best one that fits.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from tag.cost.optimizer import state_bytes_per_param
 from tag.graph.groups import group_has_params
@@ -173,11 +173,12 @@ def _block_sets(cluster, s: int) -> list[list[int]]:
     return contiguous_blocks(mem, s)
 
 
-def pipeline_starts(gg, cluster, cost, training, batch: int, max_stages: int = 16) -> list[tuple[str, Strategy]]:
+def pipeline_starts(gg, cluster, cost, training, batch: int, max_stages: int = 16) -> Iterator[tuple[str, Strategy]]:
     """Stage-pipeline strategies for S = 1 .. min(max_stages, devices, groups), deduplicated, named
     ``pipeline-S-<cut>``: group cuts proportional to the blocks' memory (``mem``) and FLOP/s (``flops``),
     and for S > 1 the greedy longest runs that fit, from the first block (``fill``) or the last
-    (``fill-rev``). A variant with a stage its block cannot hold is skipped (so may be every one)."""
+    (``fill-rev``). A variant with a stage its block cannot hold is skipped (so may be every one). Lazy:
+    built in increasing S as the caller iterates."""
     n_groups, n = gg.n_groups, cluster.n_devices
     opt = training.optimizer
     spp = state_bytes_per_param(opt)
@@ -185,7 +186,6 @@ def pipeline_starts(gg, cluster, cost, training, batch: int, max_stages: int = 1
                   for g in gg.groups]
     flop_demand = [g.fwd_flops_per_row * batch + g.fwd_flops_fixed + g.bwd_flops_per_row * batch + g.bwd_flops_fixed
                    for g in gg.groups]
-    out: list[tuple[str, Strategy]] = []
     seen: set[Strategy] = set()
     for s in range(1, min(max_stages, n, n_groups) + 1):
         blocks = _block_sets(cluster, s)
@@ -215,8 +215,7 @@ def pipeline_starts(gg, cluster, cost, training, batch: int, max_stages: int = 1
             strat = Strategy(tuple(decisions))
             if strat not in seen:
                 seen.add(strat)
-                out.append((f"pipeline-{s}-{label}", strat))
-    return out
+                yield f"pipeline-{s}-{label}", strat
 
 
 def tape_start(gg, cluster, training, batch: int, fill, into_weight: float = 1.0) -> Strategy | None:
