@@ -74,3 +74,21 @@ def test_balanced_rows_device_key_changes_nothing():
         assert a == b
         solved += a is not None
     assert solved >= 20  # most cases are feasible, so rows were really compared
+
+
+def test_row_shifts_on_a_big_replica_set_cross_only_boundaries():
+    from tag.search.refine import class_shift_neighbours
+
+    # ten devices with 3 rows each: m0 holds five of type "a", m1 five of type "b"; total 30, so the 5% step
+    # rounds to 1 row. Only the pair (4, 5) crosses a boundary: 2 shifts; plus one row from every "a" to the
+    # "b"s and back: 4 neighbours in all.
+    dec = Decision((3,) * 10, "allreduce")
+    cls = [("m0", "a")] * 5 + [("m1", "b")] * 5
+    got = {n.rows for n in row_shift_neighbours(dec, cls)}
+    assert got == {(3, 3, 3, 3, 2, 4, 3, 3, 3, 3), (3, 3, 3, 3, 4, 2, 3, 3, 3, 3),
+                   (2, 2, 2, 2, 2, 4, 4, 4, 4, 4), (4, 4, 4, 4, 4, 2, 2, 2, 2, 2)}
+    # small sets keep every adjacent pair (9 pairs x 2 directions)
+    assert len(row_shift_neighbours(Decision((3,) * 10, "allreduce"))) == 18
+    # a device left with one row gives none away
+    # (device 0 keeps its single row; the "b" row goes to the first "a" in topology order)
+    assert [n.rows for n in class_shift_neighbours(Decision((1, 3, 2)), ["a", "a", "b"])] == [(1, 2, 3), (2, 3, 1)]
