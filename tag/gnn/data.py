@@ -9,6 +9,9 @@ Node types ``group`` (op groups) and ``device``; edge types
 * ``(device, uses, cand)``: the candidate decisions of the group being decided (policy samples only),
   weighted by each device's share of the rows.
 
+A state also carries `u` [1, GLOBAL_DIM]: whole-strategy summaries (the busiest device's compute, total and
+largest gradient-sync and transfer times, memory pressure) that the value head reads next to its pooling.
+
 Every time — compute, bytes over bandwidth, latency — is divided by one per-instance time scale,
 `time_scale_ms` = the iteration compute time if every device shared the whole model's forward and
 backward in proportion to its speed (1 / sum_d 1 / T_d, T_d = the whole model at the full batch on d).
@@ -30,14 +33,15 @@ from tag.search.space import even_rows, group_has_params
 from tag.sim.memory import static_bytes
 from tag.strategy import Decision, Strategy, slices
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2  # 2: global state features `u`, candidate load-after features, value = ln(scale/iteration)
 SYNCS = (None, "allreduce", "hierarchical", "ps")
 GROUP_DIM = 16
 DEVICE_DIM = 8
 LINK_DIM = 5
 FLOW_DIM = 5
 PLACE_DIM = 5
-CAND_DIM = 15
+CAND_DIM = 17
+GLOBAL_DIM = 7
 EDGE_DIMS = {
     ("group", "flow", "group"): FLOW_DIM,
     ("group", "rev_flow", "group"): FLOW_DIM,
@@ -216,12 +220,14 @@ class InstanceFeatures:
         share = rows / B
         cur_rank = self.rank.get(current, K) if current is not None else K
         g_dyn = np.zeros((K, GROUP_DIM - 8))
+        sync = np.zeros(K)
         for g, dec in enumerate(strategy.decisions):
+            sync[g] = self.sync_ms(g, dec)
             g_dyn[g, 0] = float(g == current)
             g_dyn[g, 1] = float(self.rank[g] < cur_rank)
             g_dyn[g, 2] = len(dec.devices) / n
             g_dyn[g, 3:7] = _sync_onehot(dec.sync)
-            g_dyn[g, 7] = self.ratio(tm[g].max() + self.sync_ms(g, dec))
+            g_dyn[g, 7] = self.ratio(tm[g].max() + sync[g])
         dev_mem = mem.sum(axis=0)
         d_dyn = np.stack([self.ratio(tm.sum(axis=0)), share.mean(axis=0), (rows > 0).sum(axis=0) / K,
                           _l(dev_mem / self.usable)], axis=1)
@@ -236,6 +242,7 @@ class InstanceFeatures:
                                          strategy.decisions[e.dst].rows)
             flow_dyn.append([float(self.ratio(ms)), moved])
         flow_dyn = np.array(flow_dyn, dtype=np.float64).reshape(-1, 2)
+        data.u = torch.tensor(self.global_features(tm, sync, flow_dyn, dev_mem), dtype=torch.float32).reshape(1, GLOBAL_DIM)
         flow = np.concatenate([self.flow_static, flow_dyn], axis=1)
         fwd = torch.tensor(np.concatenate([flow, np.ones((len(flow), 1))], axis=1), dtype=torch.float32)
         bwd = torch.tensor(np.concatenate([flow, np.zeros((len(flow), 1))], axis=1), dtype=torch.float32)
@@ -250,17 +257,38 @@ class InstanceFeatures:
         data["device", "hosts", "group"].edge_index = self.place_index.flip(0)
         data["device", "hosts", "group"].edge_attr = place
         if candidates is not None:
-            cx, ci, cw = self.candidate_features(strategy, current, candidates, mem)
+            cx, ci, cw = self.candidate_features(strategy, current, candidates, mem, tm)
             data["cand"].x = cx
             data[USES].edge_index = ci
             data[USES].edge_attr = cw
         return data
 
-    def candidate_features(self, strategy: Strategy, g: int, candidates: Sequence[Decision], mem: np.ndarray):
-        """Per candidate decision of group g: features [C, CAND_DIM], device->cand edges and row shares."""
+    def global_features(self, tm: np.ndarray, sync_ms: np.ndarray, flow: np.ndarray, dev_mem: np.ndarray) -> np.ndarray:
+        """[GLOBAL_DIM] summaries of a state: busiest device's compute, total and largest sync, total and largest
+        transfer (all log1p of time / time_scale_ms), worst memory ratio (log1p) and whether any device overflows.
+
+        tm [K, n] compute ms at the assigned rows; sync_ms [K]; flow [E, 2] (log-scaled transfer, moved share);
+        dev_mem [n] bytes held per device.
+        """
+        flow_ms = np.expm1(flow[:, 0]) * self.time_scale_ms if len(flow) else np.zeros(1)
+        mem_r = dev_mem / self.usable
+        return np.array([self.ratio(tm.sum(axis=0).max()), self.ratio(sync_ms.sum()), self.ratio(sync_ms.max()),
+                         self.ratio(flow_ms.sum()), self.ratio(flow_ms.max()), float(_l(mem_r.max())),
+                         float(mem_r.max() > 1.0)], dtype=np.float64)
+
+    def candidate_features(self, strategy: Strategy, g: int, candidates: Sequence[Decision], mem: np.ndarray,
+                           tm: np.ndarray | None = None):
+        """Per candidate decision of group g: features [C, CAND_DIM], device->cand edges and row shares.
+
+        `tm` [K, n]: compute ms of every group at its current rows (for the busiest-device load after the
+        candidate replaces g's decision; recomputed when omitted)."""
         n, B = self.n, self.batch
         grp = self.gg.groups[g]
         mem_other = mem.sum(axis=0) - mem[g]
+        if tm is None:
+            tm = self._state_arrays(strategy)[1]
+        load_other = tm.sum(axis=0) - tm[g]
+        load_now = float(tm.sum(axis=0).max())
         preds, succs = self.gg.preds(g), self.gg.succs(g)
         feats, src, dst, w = [], [], [], []
         for c, dec in enumerate(candidates):
@@ -273,8 +301,13 @@ class InstanceFeatures:
             t_upd = self.cost.update_ms(g, self.types[devs[0]]) if self.has_params[g] else 0.0
             mem_r = max((mem_other[d] + self.mem_bytes(g, dec.rows[d])) / self.usable[d] for d in devs)
             balanced = float(k > 1 and tuple(dec.rows) != even_rows(devs, B, n))
+            load = load_other.copy()
+            for d in devs:
+                load[d] += self.compute_ms(g, d, dec.rows[d])
+            load_after = float(load.max())
             feats.append([float(c == 0), k / n, np.log(k) / np.log(n + 1), *_sync_onehot(dec.sync), balanced,
-                          *self.ratio([t_comp, t_sync, t_in, t_out, t_upd]), float(_l(mem_r)), float(mem_r > 1.0)])
+                          *self.ratio([t_comp, t_sync, t_in, t_out, t_upd]), float(_l(mem_r)), float(mem_r > 1.0),
+                          float(self.ratio(load_after)), (load_after - load_now) / self.time_scale_ms])
             for d in devs:
                 src.append(d)
                 dst.append(c)

@@ -2,28 +2,32 @@
 
 Encoder. Per node type a linear embedding to `hidden`, then `layers` rounds of
 
-    h_t <- LayerNorm(h_t + ReLU(sum over edge types r into t of GATv2_r(h_src, h_t, edge_attr_r)))
+    h_t <- LayerNorm(h_t + ReLU(sum over edge types r into t of Conv_r(h_src, h_t, edge_attr_r)))
 
-(`HeteroConv` of `GATv2Conv` with `edge_dim`, so attention reads the edge features: bytes over bandwidth,
-latency, compute time at the assigned rows).
+Conv is `TransformerConv` with `edge_dim` (conv="transformer", the default): the edge features — bytes over
+bandwidth, latency, compute time at the assigned rows — enter both the attention keys and the messages,
+m_ij = W_v h_j + W_e e_ij, so a slow link changes what flows, not only how much it is weighted.
+conv="gatv2" (`GATv2Conv`, edge features in the attention only) is kept for comparison.
 
 Policy head. A candidate decision c of the current group g is embedded as the row-share weighted sum of the
 embeddings of the devices it uses, concatenated with its own features (sync one-hot, replication, balanced
 flag, estimated compute/sync/transfer times, memory) and g's embedding; an MLP scores it; a softmax over the
 candidates of each state gives the prior. Any number of candidates.
 
-Value head. Mean and max pooling of group and device embeddings -> MLP -> the log speedup of the state's
-strategy over the best baseline.
+Value head. Mean and max pooling of group and device embeddings and the state's global features `u` -> MLP ->
+ln(time_scale_ms / iteration_ms) of the state's strategy (the instance's ideal compute time over the simulated
+iteration time: comparable across instances; differences between two strategies of one instance are their
+log speedup).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch_geometric.nn import GATv2Conv, HeteroConv
+from torch_geometric.nn import GATv2Conv, HeteroConv, TransformerConv
 from torch_geometric.utils import scatter, softmax
 
-from tag.gnn.data import CAND_DIM, DEVICE_DIM, EDGE_DIMS, GROUP_DIM, USES
+from tag.gnn.data import CAND_DIM, DEVICE_DIM, EDGE_DIMS, GLOBAL_DIM, GROUP_DIM, USES
 
 
 def _batch_vec(store, n: int) -> torch.Tensor:
@@ -34,22 +38,29 @@ def _batch_vec(store, n: int) -> torch.Tensor:
 class TagGNN(nn.Module):
     """Joint embedding of op groups and devices; `forward(data)` -> (candidate logits [C], values [B])."""
 
-    def __init__(self, hidden: int = 64, layers: int = 3, heads: int = 4):
+    def __init__(self, hidden: int = 64, layers: int = 3, heads: int = 4, conv: str = "transformer"):
         super().__init__()
         if layers < 1 or hidden % heads:
             raise ValueError("need layers >= 1 and hidden divisible by heads")
-        self.config = {"hidden": hidden, "layers": layers, "heads": heads}
+        if conv not in ("transformer", "gatv2"):
+            raise ValueError(f"conv must be 'transformer' or 'gatv2', got {conv!r}")
+        self.config = {"hidden": hidden, "layers": layers, "heads": heads, "conv": conv}
+
+        def make(dim: int):
+            if conv == "gatv2":
+                return GATv2Conv(hidden, hidden // heads, heads=heads, edge_dim=dim, add_self_loops=False)
+            return TransformerConv(hidden, hidden // heads, heads=heads, edge_dim=dim, root_weight=False)
+
         self.enc = nn.ModuleDict({"group": nn.Linear(GROUP_DIM, hidden), "device": nn.Linear(DEVICE_DIM, hidden)})
         self.convs = nn.ModuleList()
         self.norms = nn.ModuleList()
         for _ in range(layers):
             self.convs.append(HeteroConv({
-                et: GATv2Conv(hidden, hidden // heads, heads=heads, edge_dim=dim, add_self_loops=False)
-                for et, dim in EDGE_DIMS.items()}, aggr="sum"))
+                et: make(dim) for et, dim in EDGE_DIMS.items()}, aggr="sum"))
             self.norms.append(nn.ModuleDict({"group": nn.LayerNorm(hidden), "device": nn.LayerNorm(hidden)}))
         self.cand = nn.Sequential(nn.Linear(2 * hidden + CAND_DIM, hidden), nn.ReLU(),
                                   nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
-        self.value = nn.Sequential(nn.Linear(4 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+        self.value = nn.Sequential(nn.Linear(4 * hidden + GLOBAL_DIM, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                                    nn.Linear(hidden, 1))
 
     def embed(self, data) -> dict[str, torch.Tensor]:
@@ -63,14 +74,15 @@ class TagGNN(nn.Module):
         return h
 
     def value_head(self, data, h) -> torch.Tensor:
-        """Predicted log speedup per graph in the batch, [B]."""
+        """Predicted ln(time_scale_ms / iteration_ms) per graph in the batch, [B]."""
         bg = _batch_vec(data["group"], h["group"].shape[0])
         bd = _batch_vec(data["device"], h["device"].shape[0])
         nb = int(bg.max()) + 1 if bg.numel() else 1
         pooled = torch.cat([scatter(h["group"], bg, 0, dim_size=nb, reduce="mean"),
                             scatter(h["group"], bg, 0, dim_size=nb, reduce="max"),
                             scatter(h["device"], bd, 0, dim_size=nb, reduce="mean"),
-                            scatter(h["device"], bd, 0, dim_size=nb, reduce="max")], dim=1)
+                            scatter(h["device"], bd, 0, dim_size=nb, reduce="max"),
+                            data.u.reshape(nb, GLOBAL_DIM)], dim=1)
         return self.value(pooled).squeeze(-1)
 
     def policy_logits(self, data, h) -> torch.Tensor:

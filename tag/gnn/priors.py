@@ -26,15 +26,25 @@ def search_order(gg, cluster, cost, training, batch: int | None = None) -> list[
     return build_space(gg, cluster, cost, batch, base).order
 
 
-def make_priors_fn(net: TagGNN, features: InstanceFeatures, *, noise: float = 0.0,
-                   rng: np.random.Generator | None = None):
-    """A priors_fn evaluating `net` on `features.state(...)`.
+UNIFORM_MIX = 0.2  # share of the uniform distribution in the priors `tag plan` uses
 
-    noise > 0 mixes Dirichlet(0.3) noise into the priors with that weight (exploration while training;
-    `rng` required then). Returns (priors over candidates summing to 1, predicted log speedup).
+
+def make_priors_fn(net: TagGNN, features: InstanceFeatures, *, noise: float = 0.0,
+                   rng: np.random.Generator | None = None, uniform_mix: float = 0.0):
+    """A priors_fn evaluating `net` on `features.state(...)` (one forward per expansion: every candidate of the
+    group is scored in the same pass).
+
+    Priors = (1 - uniform_mix) * network policy + uniform_mix * uniform, so no candidate's prior is below
+    uniform_mix / C (a wrong network slows the search down but cannot hide a candidate). noise > 0 then mixes
+    Dirichlet(0.3) noise in with that weight (exploration while training; `rng` required). Returns (priors over
+    candidates summing to 1, predicted log speedup of the state over the first state this closure scored —
+    the tree's root, i.e. the best baseline — from the value head's ln(time_scale_ms / iteration_ms)).
     """
     if noise > 0 and rng is None:
         raise ValueError("noise needs an rng (every random choice takes a seed)")
+    if not 0.0 <= uniform_mix <= 1.0:
+        raise ValueError("uniform_mix must be in [0, 1]")
+    root: list[float] = []
 
     def priors_fn(strategy: Strategy, group_id: int, candidates: Sequence[Decision]):
         data = features.state(strategy, group_id, candidates)
@@ -42,15 +52,21 @@ def make_priors_fn(net: TagGNN, features: InstanceFeatures, *, noise: float = 0.
             logits, value = net(data)
             p = policy_log_probs(data, logits).exp().double().numpy()
         p = p / p.sum()
+        if uniform_mix > 0:
+            p = (1 - uniform_mix) * p + uniform_mix / len(p)
         if noise > 0 and len(p) > 1:
             p = (1 - noise) * p + noise * rng.dirichlet(np.full(len(p), 0.3))
-        return p, float(value[0])
+        if not root:
+            root.append(float(value[0]))
+        return p, float(value[0]) - root[0]
 
     return priors_fn
 
 
-def load_priors_fn(ckpt_path: str, gg, cluster, cost, training, batch: int | None = None):
-    """The priors_fn of a checkpoint for one instance (InputError for a bad or mismatched checkpoint).
+def load_priors_fn(ckpt_path: str, gg, cluster, cost, training, batch: int | None = None,
+                   uniform_mix: float = UNIFORM_MIX):
+    """The priors_fn of a checkpoint for one instance (InputError for a bad or mismatched checkpoint), priors
+    mixed with `uniform_mix` of the uniform distribution.
 
     Sets torch to one intra-op thread: these graphs are small, and extra threads only contend.
     """
@@ -60,4 +76,4 @@ def load_priors_fn(ckpt_path: str, gg, cluster, cost, training, batch: int | Non
     torch.set_num_threads(1)
     order = search_order(gg, cluster, cost, training, batch)
     features = InstanceFeatures(gg, cluster, cost, batch, training.optimizer, order=order)
-    return make_priors_fn(net, features)
+    return make_priors_fn(net, features, uniform_mix=uniform_mix)

@@ -2,29 +2,17 @@
 
 A policy sample is a search state at a decision point the search visited often (``MCTSResult.records``), with
 the visit distribution over that group's candidates as target. A value sample is any strategy the search
-simulated (the Evaluator cache, which also holds every baseline), with target `value_target`.
+simulated (the Evaluator cache, which also holds every baseline), with target `lookahead.speed_target`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from tag.gnn.data import InstanceFeatures
-
-VALUE_FLOOR = -3.0  # target of plans that run out of memory, and the floor of slow plans' log speedup
-VALUE_CEIL = 3.0
-
-
-def value_target(result, reference_ms: float) -> float:
-    """The log speedup ln(reference_ms / iteration_ms) of a simulated plan, clipped to [-3, 3]; -3 if OOM."""
-    if result.oom or not math.isfinite(result.iteration_ms) or result.iteration_ms <= 0:
-        return VALUE_FLOOR
-    return float(min(VALUE_CEIL, max(VALUE_FLOOR, math.log(reference_ms / result.iteration_ms))))
-
 
 @dataclass
 class Instance:
@@ -120,18 +108,20 @@ class Samples:
 
 def episode_samples(inst: Instance, run: SearchRun, rng: np.random.Generator, max_value: int = 48) -> Samples:
     """Policy samples from the visit records, value samples from up to `max_value` simulated strategies."""
+    from tag.gnn.lookahead import speed_target
+
     out = Samples()
-    ref = run.evaluator.reference_ms
+    scale = inst.features.time_scale_ms
     for rec in run.result.records:
         data = inst.features.state(rec.strategy, rec.group, rec.candidates)
         data["cand"].target = torch.tensor(rec.visits / rec.visits.sum(), dtype=torch.float32)
-        data.value = torch.tensor([value_target(run.evaluator.result(rec.strategy), ref)], dtype=torch.float32)
+        data.value = torch.tensor([speed_target(run.evaluator.result(rec.strategy), scale)], dtype=torch.float32)
         out.policy.append(data)
     items = list(run.evaluator.cache.items())
     pick = rng.choice(len(items), size=min(max_value, len(items)), replace=False) if items else []
     for i in sorted(int(i) for i in pick):
         strategy, res = items[i]
         data = inst.features.state(strategy)
-        data.value = torch.tensor([value_target(res, ref)], dtype=torch.float32)
+        data.value = torch.tensor([speed_target(res, scale)], dtype=torch.float32)
         out.value.append(data)
     return out

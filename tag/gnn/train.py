@@ -1,8 +1,14 @@
-"""Training by expert iteration: the tree search, guided by the current network, makes the targets.
+"""Training the search's network: targets from the simulator, on random (model, topology) pairs.
 
-Each episode draws one (model, topology) pair, runs MCTS (`playouts`, no refinement) with the network's priors
-mixed with Dirichlet noise, and adds its samples to a replay buffer: policy samples (visit distributions,
-cross-entropy loss) and value samples (simulated strategies, MSE to the log speedup over the best baseline).
+Each episode draws one (model, topology) pair and makes samples in one of two ways (`targets`):
+
+* ``lookahead`` (default): walks down the search's decision order from the best baseline, simulating every
+  candidate at each depth (`tag.gnn.lookahead`): policy target = softmax of the children's values, value
+  targets = ln(time_scale_ms / iteration_ms) of the states and children;
+* ``visits`` (expert iteration): runs MCTS (`playouts`, no refinement) with the network's priors mixed with
+  Dirichlet noise; policy target = the visit distribution, value targets = simulated strategies.
+
+Samples go to a replay buffer (policy: cross-entropy; value: Huber loss).
 Then a few gradient steps on minibatches drawn from the buffer. Every random choice comes from `seed` and the
 episode number, so a resumed run continues the same sequence of episodes. Before an episode's samples join the
 buffer the network is scored on them (Kendall tau of its values, cross-entropy of its policy): a running
@@ -26,7 +32,8 @@ from tag.gnn.checkpoint import load_checkpoint, save_checkpoint
 from tag.gnn.metrics import kendall_tau
 from tag.gnn.model import TagGNN, policy_log_probs
 from tag.gnn.priors import make_priors_fn
-from tag.gnn.selfplay import episode_samples, load_instance, run_search
+from tag.gnn.lookahead import lookahead_samples
+from tag.gnn.selfplay import episode_samples, load_instance, run_search, start_search
 
 
 GROUP_CHOICES = (8, 12, 16)
@@ -44,13 +51,16 @@ class TrainConfig:
     resume: bool = False
     episodes: int | None = None  # stop after this many episodes in total (None: only the time limit)
     playouts: int = 150
+    targets: str = "lookahead"  # or "visits" (expert iteration on MCTS visit counts)
+    trajectories: int = 2  # lookahead walks per episode
+    lookahead_depth: int = 8  # decisions per walk: the first groups of the search order (the costliest)
     groups: int | None = None  # op groups per model; None: drawn from GROUP_CHOICES per episode
-    steps_per_episode: int = 8
-    batch_policy: int = 16
-    batch_value: int = 32
+    steps_per_episode: int = 12
+    batch_policy: int = 32
+    batch_value: int = 64
     lr: float = 1e-3
     noise: float = 0.25
-    buffer: int = 4000
+    buffer: int = 6000
     save_every: int = 5
     hidden: int = 64
     layers: int = 3
@@ -105,7 +115,8 @@ def _file_sha(path: str) -> str:
 
 
 def losses(net: TagGNN, policy: list, value: list):
-    """(policy cross-entropy to visit distributions, value MSE) on lists of samples (either may be empty)."""
+    """(policy cross-entropy to the target distributions, value Huber loss) on lists of samples (either may be
+    empty)."""
     zero = torch.zeros(())
     lp = lv = zero
     if policy:
@@ -113,11 +124,11 @@ def losses(net: TagGNN, policy: list, value: list):
         logits, v = net(b)
         logp = policy_log_probs(b, logits)
         lp = -(b["cand"].target * logp).sum() / len(policy)
-        lv = lv + ((v - b.value) ** 2).mean()
+        lv = lv + torch.nn.functional.smooth_l1_loss(v, b.value, beta=0.5)
     if value:
         b = Batch.from_data_list(value)
         _, v = net(b, with_policy=False)
-        lv = lv + ((v - b.value) ** 2).mean()
+        lv = lv + torch.nn.functional.smooth_l1_loss(v, b.value, beta=0.5)
     return lp, lv
 
 
@@ -165,7 +176,10 @@ def train(cfg: TrainConfig, progress=None) -> dict:
         "topologies": cfg.topology_spec or [str(t) for t in cfg.topologies],
         "profile": os.path.basename(cfg.profile) if cfg.profile else None,
         "cost_model": "profile" if cfg.profile else "roofline",
-        "playouts_per_episode": cfg.playouts, "init": os.path.basename(cfg.init) if cfg.init else None,
+        "targets": cfg.targets,
+        "playouts_per_episode": cfg.playouts if cfg.targets == "visits" else None,
+        "trajectories_per_episode": cfg.trajectories if cfg.targets == "lookahead" else None,
+        "init": os.path.basename(cfg.init) if cfg.init else None,
     }
 
     def checkpoint() -> None:
@@ -194,17 +208,22 @@ def train(cfg: TrainConfig, progress=None) -> dict:
             inst = load_instance(model, cluster, training, profile=cfg.profile, groups=k, graph_cache=graph_cache)
             rec["instance"] = f"{inst.name}/K{inst.gg.n_groups}"
             net.eval()
-            priors = make_priors_fn(net, inst.features, noise=cfg.noise, rng=rng)
-            run = run_search(inst, cfg.playouts, priors, seed=int(rng.integers(2**31)))
+            if cfg.targets == "lookahead":
+                run = start_search(inst, None, seed=int(rng.integers(2**31)))
+                samples = (lookahead_samples(inst, run, rng, trajectories=cfg.trajectories, max_depth=cfg.lookahead_depth)
+                           if run else None)
+            else:
+                priors = make_priors_fn(net, inst.features, noise=cfg.noise, rng=rng)
+                run = run_search(inst, cfg.playouts, priors, seed=int(rng.integers(2**31)))
+                samples = episode_samples(inst, run, rng) if run else None
         except InputError:
             raise
         except Exception as e:  # a failing instance must not end a long run; the card counts them
             rec["error"] = f"{type(e).__name__}: {str(e)[:120]}"
             run = None
         if run is not None:
-            samples = episode_samples(inst, run, rng)
             rec.update(fresh_metrics(net, samples))
-            rec["speedup"] = math.exp(max(0.0, run.result.best_value))
+            rec["speedup"] = math.exp(max(0.0, run.evaluator.best[0]))
             buf_policy.extend(samples.policy)
             buf_value.extend(samples.value)
             del buf_policy[:-cfg.buffer]

@@ -34,7 +34,7 @@ def test_round_trip_gives_the_same_network_and_a_card(tmp_path, small_cnn_graph,
     path = str(tmp_path / "ck.pt")
     save_checkpoint(path, net, optimizer=opt, progress={"episodes": 7}, card={"data": {"models": ["x"]}})
     net2, obj = load_checkpoint(path)
-    assert net2.config == {"hidden": 32, "layers": 3, "heads": 2}
+    assert net2.config == {"hidden": 32, "layers": 3, "heads": 2, "conv": "transformer"}
     assert obj["progress"]["episodes"] == 7 and obj["optimizer"] is not None
     with torch.no_grad():
         a, b = net(data), net2(data)

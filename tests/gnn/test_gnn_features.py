@@ -32,7 +32,7 @@ def _state(gg, speed=1.0, bw=1.0, latency=1.0, training=None, which=1):
 
 
 def _arrays(data):
-    out = {"group": data["group"].x, "device": data["device"].x, "cand": data["cand"].x}
+    out = {"group": data["group"].x, "device": data["device"].x, "cand": data["cand"].x, "u": data.u}
     for et in list(EDGE_DIMS) + [USES]:
         out[et] = data[et].edge_attr
     return out

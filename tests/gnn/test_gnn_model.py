@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from torch_geometric.data import Batch
-from torch_geometric.nn import GATv2Conv
+from torch_geometric.nn import TransformerConv
 
 from gnn_helpers import FlopsCost, topology
 from tag.gnn.data import InstanceFeatures
@@ -74,19 +74,40 @@ def test_candidate_order_does_not_matter(setup):
 def test_architecture_and_gradients(setup):
     feats, space, base = setup
     net = TagGNN()
-    assert net.config["layers"] >= 3
-    convs = [m for m in net.modules() if isinstance(m, GATv2Conv)]
-    assert len(convs) == 3 * 5 and all(c.lin_edge is not None for c in convs)  # attention reads edge features
+    assert net.config["layers"] >= 3 and net.config["conv"] == "transformer"
+    convs = [m for m in net.modules() if isinstance(m, TransformerConv)]
+    assert len(convs) == 3 * 5 and all(c.lin_edge is not None for c in convs)  # edges enter keys and messages
     g = space.order[0]
     d = feats.state(base, g, space.candidates[g])
     logits, value = net(d)
     (logits.sum() + value.sum()).backward()
     no_grad = [n for n, p in net.named_parameters() if p.grad is None or float(p.grad.abs().sum()) == 0.0]
-    # a chain model: every group has one incoming flow edge, so attention over flow edges is a softmax of one
-    # score and the parameters that only feed that score (att, lin_r, lin_edge) get no gradient; all others must
-    assert all("flow" in n and (n.endswith(".att") or ".lin_r." in n or ".lin_edge." in n) for n in no_grad), no_grad
-    assert any("link" in n and n.endswith(".att") for n, p in net.named_parameters() if p.grad is not None
-               and float(p.grad.abs().sum()) > 0)
+    # a chain model: every group has one incoming flow (and rev_flow) edge, so attention over them is a softmax
+    # of one score and only the query/key maps of those relations get no gradient; the edge map still does
+    # (it feeds the message), and so does every other parameter but PyG's skip map, unused with root_weight=False
+    # (the encoder adds its own residual)
+    assert all(".lin_skip." in n or ("flow" in n and (".lin_query." in n or ".lin_key." in n)) for n in no_grad), no_grad
+    assert any(".lin_key." in n and "link" in n for n, p in net.named_parameters()
+               if p.grad is not None and float(p.grad.abs().sum()) > 0)
+    assert all(p.grad is not None and float(p.grad.abs().sum()) > 0
+               for n, p in net.named_parameters() if "flow" in n and ".lin_edge." in n)
+
+
+@pytest.mark.parametrize("conv, moves", [("transformer", True), ("gatv2", False)])
+def test_flow_edge_features_reach_the_messages(setup, conv, moves):
+    """On a chain every group has one incoming flow and rev_flow edge: attention over a single edge is 1 whatever
+    the edge features, so they change the group embeddings only if they enter the messages (TransformerConv),
+    not if they only weight the attention (GATv2)."""
+    feats, space, base = setup
+    torch.manual_seed(0)
+    net = TagGNN(hidden=32, conv=conv).eval()
+    d = feats.state(base)
+    d2 = feats.state(base)
+    for et in (("group", "flow", "group"), ("group", "rev_flow", "group")):
+        d2[et].edge_attr = d2[et].edge_attr + 1.0
+    with torch.no_grad():
+        h1, h2 = net.embed(d)["group"], net.embed(d2)["group"]
+    assert (not torch.allclose(h1, h2, atol=1e-6)) == moves
 
 
 def test_training_steps_fit_a_visit_distribution(setup):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tag.cli import main
-from tag.gnn.selfplay import value_target
+from tag.gnn.lookahead import policy_target, speed_target
 from tag.sim import SimResult
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
@@ -22,12 +22,21 @@ def _res(ms, oom=False):
                      peak_memory_gb={}, busy_ms={}, link_bytes={})
 
 
-def test_value_target_is_the_clipped_log_speedup():
-    assert value_target(_res(50.0), 100.0) == pytest.approx(math.log(2.0))
-    assert value_target(_res(200.0), 100.0) == pytest.approx(-math.log(2.0))
-    assert value_target(_res(1e6), 100.0) == -3.0
-    assert value_target(_res(1e-6), 100.0) == 3.0
-    assert value_target(_res(10.0, oom=True), 100.0) == -3.0
+def test_speed_target_is_the_clipped_log_of_scale_over_iteration():
+    assert speed_target(_res(50.0), 100.0) == pytest.approx(math.log(2.0))
+    assert speed_target(_res(200.0), 100.0) == pytest.approx(-math.log(2.0))
+    assert speed_target(_res(1e6), 100.0) == -6.0
+    assert speed_target(_res(1e-6), 100.0) == 1.0
+    assert speed_target(_res(10.0, oom=True), 100.0) == -6.0
+
+
+def test_policy_target_is_a_tempered_softmax():
+    p = policy_target([0.0, 0.1, -1.5], 0.1)
+    z = [math.exp(-1.0), 1.0, math.exp(-16.0)]
+    assert p.tolist() == pytest.approx([x / sum(z) for x in z])
+    assert policy_target([3.0, 3.0, 3.0, 3.0], 0.02).tolist() == pytest.approx([0.25] * 4)
+    with pytest.raises(ValueError):
+        policy_target([0.0], 0.0)
 
 
 def test_resume_continues_the_run(tmp_path, capsys):
