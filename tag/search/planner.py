@@ -79,6 +79,7 @@ class PlanResult:
     records: list[VisitRecord] = field(default_factory=list)
     search_space_size: int = 0
     no_sfb_result: object = None  # SimResult of the searched plan before SFB selection
+    start: str = ""  # what the tree search started from: a baseline name or a `tag.search.starts` name
 
 
 def best_baseline(baselines: dict[str, tuple[Strategy, object]]) -> str | None:
@@ -158,7 +159,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,
                       method=method, playouts=res.playouts, seconds=time.monotonic() - t0, seed=seed,
                       simulations=ev.simulations, sfb=sfb_report, records=res.records,
-                      search_space_size=space.size(), no_sfb_result=no_sfb_result)
+                      search_space_size=space.size(), no_sfb_result=no_sfb_result, start=start_name)
 
 
 def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, extra_starts: int = 2,

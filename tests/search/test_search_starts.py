@@ -97,5 +97,6 @@ def test_pipeline_start_fits_when_every_baseline_is_oom():
     res = plan(gg, cluster, cost, training, playouts=30, budget_s=120, seed=0, sfb=False)
     assert all(br.oom for _, br in res.baselines.values())
     assert res.best_baseline is None
+    assert res.start.startswith("pipeline-")  # the search started from a fitting pipeline, not an OOM baseline
     assert not res.result.oom
     assert max(res.result.peak_memory_gb.values()) * 1e9 <= V100_USABLE
