@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from tag.deploy.job import Job, save_job
 
-GRACE_S = 5.0  # after a first failure: time torchrun gets to stop the other ranks
+GRACE_S = 30.0  # after a first failure: time torchrun gets to stop the other ranks and report the root cause (slow under load)
 POLL_S = 0.1
 SETUP_S = 180.0  # least time ranks get to import torch, build the model and finish step 0
 
