@@ -1,11 +1,12 @@
 """Local refinement: coordinate descent over neighbouring decisions, one group at a time.
 
-For each group (in the search order) it tries every candidate of the space, the decisions of the groups
-next to it in topological order (so runs of groups can share a row map and skip re-partition transfers),
-and row shifts of the current row map (move one row, or about 5% of the rows, between devices adjacent in
-topology order), keeping a change only if the simulated value improves. It sweeps until a sweep changes
-less than 0.1% (`MIN_SWEEP_GAIN`), the simulation budget is spent, or the deadline passes. Deterministic: fixed order, strict
-improvement.
+Each sweep first tries moving rows for every group on the most common row map at once
+(`shared_shift_neighbours`); then, for each group (in the search order), every candidate of the space,
+the decisions of the groups next to it in topological order (so runs of groups can share a row map and
+skip re-partition transfers), and row shifts of the current row map (move one row, or about 5% of the
+rows, between devices adjacent in topology order), keeping a change only if the simulated value improves.
+It sweeps until a sweep gains less than 0.1% (`MIN_SWEEP_GAIN`), the simulation budget is spent, or the
+deadline passes. Deterministic: fixed order, strict improvement.
 """
 
 from __future__ import annotations
@@ -98,6 +99,12 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
     while improved and not out_of_budget():
         improved = False
         sweep_start_v = cur_v
+        for cand in shared_shift_neighbours(current, space.device_class):
+            if out_of_budget():
+                return current
+            v = ev.value(cand)
+            if v > cur_v + 1e-12:
+                current, cur_v, improved = cand, v, True
         for gid in space.order:
             mine = current.decisions[gid]
             tries = list(space.candidates[gid])
@@ -117,6 +124,26 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
         if cur_v - sweep_start_v < min_sweep_gain:
             break
     return current
+
+
+def shared_shift_neighbours(strategy: Strategy, device_class: Sequence | None = None) -> list[Strategy]:
+    """Strategies that apply one `row_shift_neighbours` move to every group on the most common replicated
+    row map at once (ties: the first in group order), so a run of groups rebalances without re-partition
+    transfers between its members."""
+    counts: dict = {}
+    for d in strategy.decisions:
+        if d.replicated:
+            counts[d.rows] = counts.get(d.rows, 0) + 1
+    if not counts:
+        return []
+    shared = max(counts, key=lambda r: counts[r])  # dicts keep insertion order: ties to the first
+    if counts[shared] < 2:
+        return []
+    out = []
+    for nb in dict.fromkeys(n.rows for n in row_shift_neighbours(Decision(shared), device_class)):
+        out.append(Strategy(tuple(Decision(nb, d.sync, d.server, d.sfb) if d.rows == shared else d
+                                  for d in strategy.decisions)))
+    return out
 
 
 def with_rows_of(other: Decision, has_params: bool) -> Decision:

@@ -92,3 +92,16 @@ def test_row_shifts_on_a_big_replica_set_cross_only_boundaries():
     # a device left with one row gives none away
     # (device 0 keeps its single row; the "b" row goes to the first "a" in topology order)
     assert [n.rows for n in class_shift_neighbours(Decision((1, 3, 2)), ["a", "a", "b"])] == [(1, 2, 3), (2, 3, 1)]
+
+
+def test_shared_shift_moves_every_group_on_the_common_row_map():
+    from tag.search.refine import shared_shift_neighbours
+    from tag.strategy import Strategy
+
+    common, other = Decision((2, 2, 0), "allreduce"), Decision((0, 0, 4))
+    s = Strategy((common, other, common))
+    got = [tuple(d.rows for d in n.decisions) for n in shared_shift_neighbours(s)]
+    # the only adjacent pair of (2, 2, 0)'s replicas is (0, 1): one row either way, on groups 0 and 2 together
+    assert got == [((1, 3, 0), (0, 0, 4), (1, 3, 0)), ((3, 1, 0), (0, 0, 4), (3, 1, 0))]
+    assert all(n.decisions[0].sync == "allreduce" for n in shared_shift_neighbours(s))
+    assert shared_shift_neighbours(Strategy((common, other))) == []  # a row map used once is not shared
