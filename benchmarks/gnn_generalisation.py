@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from tag.gnn.checkpoint import default_checkpoint, load_checkpoint  # noqa: E402
 from tag.gnn.metrics import kendall_tau  # noqa: E402
-from tag.gnn.priors import make_priors_fn  # noqa: E402
+from tag.gnn.priors import DEFAULT_MODE, PRIOR_MODES, UNIFORM_MIX, make_priors_fn  # noqa: E402
 from tag.gnn.selfplay import load_instance, start_search  # noqa: E402
 from tag.strategy import TrainingConfig  # noqa: E402
 
@@ -97,9 +97,13 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="*", default=HELD_OUT_MODELS)
     ap.add_argument("--topologies", nargs="*", default=HELD_OUT_TOPOLOGIES)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--mix", type=float, default=UNIFORM_MIX,
+                    help=f"share of uniform in the GNN priors (default {UNIFORM_MIX}, as `tag plan`)")
     ap.add_argument("--groups", type=int, default=12, help="op groups per model (default 12)")
     ap.add_argument("--md", default=None, help="write the table here (default: benchmarks/gnn_generalisation.md "
                                                "for a full run)")
+    ap.add_argument("--mode", choices=PRIOR_MODES, default=DEFAULT_MODE,
+                    help=f"priors from the value head over children, the policy head, or both (default {DEFAULT_MODE})")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     ckpt = args.ckpt or default_checkpoint()
@@ -126,7 +130,17 @@ def main(argv=None) -> int:
         target = 0.99 * cu[-1]
         target_gain = math.exp(0.99 * math.log(cu[-1]))  # 99% of the log-speedup gain
         t1 = time.monotonic()
-        gnn = start_search(inst, make_priors_fn(net, inst.features), args.seed)
+        timed = {"calls": 0, "s": 0.0}
+        inner = make_priors_fn(net, inst.features, uniform_mix=args.mix, mode=args.mode)
+
+        def priors(*a):
+            t = time.perf_counter()
+            out = inner(*a)
+            timed["calls"] += 1
+            timed["s"] += time.perf_counter() - t
+            return out
+
+        gnn = start_search(inst, priors, args.seed)
         cg = curve(gnn, max_p, stop_at=max(target, target_gain), min_playouts=max(CHECKPOINTS))
         t_gnn = time.monotonic() - t1
         nu, ng = needed(cu, target), needed(cg, target)
@@ -143,16 +157,17 @@ def main(argv=None) -> int:
                      *[f"{at(cu, p):.3f}/{at(cg, p):.3f}" for p in CHECKPOINTS], f"{cu[-1]:.3f}",
                      nu, ng if ng is not None else f">{len(cg) - 1}", f"{ratio:.3f}",
                      nug, ngg if ngg is not None else f">{len(cg) - 1}", f"{ratio_gain:.3f}", f"{tau:.3f}",
-                     f"{t_uni:.0f}/{t_gnn:.0f}"])
+                     f"{t_uni:.0f}/{t_gnn:.0f}", f"{1e3 * timed['s'] / max(1, timed['calls']):.1f}"])
         print(" | ".join(str(c) for c in rows[-1]), file=sys.stderr, flush=True)
     headers = ["instance", "devices", "groups", *[f"speedup@{p} uni/gnn" for p in CHECKPOINTS], f"uni@{max_p}",
                "uni needs", "gnn needs", "ratio", "uni needs (gain)", "gnn needs (gain)", "ratio (gain)", "value tau",
-               "seconds uni/gnn"]
+               "seconds uni/gnn", "ms per GNN call"]
     geo = lambda xs: float(np.exp(np.mean(np.log(xs)))) if xs else float("nan")
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     summary = (f"\ncheckpoint: {os.path.relpath(ckpt, ROOT) if ckpt.startswith(os.path.abspath(ROOT)) else ckpt}; "
-               f"max playouts {max_p}; seed {args.seed}; K = {args.groups} groups\n\n"
+               f"max playouts {max_p}; seed {args.seed}; K = {args.groups} groups; priors = "
+               f"{1 - args.mix:g} GNN ({args.mode} head) + {args.mix:g} uniform\n\n"
                f"Geomeans over the {len(ratios)} instances where uniform@{max_p} beats the best baseline by >= 1% "
                f"(elsewhere both need 1 playout and the ratio is 1 by construction).\n\n"
                f"- geomean playouts ratio GNN / uniform to reach 99% of uniform@{max_p} speedup: **{geo(ratios):.3f}** "

@@ -71,3 +71,27 @@ def test_lookahead_policy_target_is_softmax_of_directly_simulated_children(inst)
     assert target == pytest.approx(policy_target(values, 0.05), abs=1e-6)
     root_ms = simulate(inst.gg, inst.cluster, inst.cost, root, inst.training).iteration_ms
     assert float(samples.policy[0].value) == pytest.approx(math.log(inst.features.time_scale_ms / root_ms), rel=1e-5)
+
+
+def test_value_prior_is_the_softmax_of_each_child_scored_alone(inst):
+    import torch
+
+    from tag.gnn.model import TagGNN
+    from tag.gnn.priors import make_priors_fn, value_prior
+
+    torch.manual_seed(1)
+    net = TagGNN(hidden=16, layers=1, heads=2).eval()
+    base = build_baseline("dp-even", inst.gg, inst.cluster, inst.cost, inst.training, inst.batch)
+    space = build_space(inst.gg, inst.cluster, inst.cost, inst.batch, base)
+    g = space.order[0]
+    cands = space.candidates[g]
+    with torch.no_grad():
+        alone = [float(net(inst.features.state(base.replace(g, c)), with_policy=False)[1][0]) for c in cands]
+    p, vmax = value_prior(net, inst.features, base, g, cands, temperature=0.1)
+    assert p == pytest.approx(policy_target(alone, 0.1), abs=1e-5) and vmax == pytest.approx(max(alone), abs=1e-5)
+    fn = make_priors_fn(net, inst.features, uniform_mix=0.25, mode="value", temperature=0.1)
+    q, v0 = fn(base, g, cands)
+    assert q == pytest.approx(0.75 * policy_target(alone, 0.1) + 0.25 / len(cands), abs=1e-5)
+    assert q.sum() == pytest.approx(1.0) and v0 == 0.0  # the first state scored is the reference
+    with pytest.raises(ValueError):
+        make_priors_fn(net, inst.features, mode="nope")
