@@ -204,7 +204,7 @@ def _descendants(root: int) -> list[int]:
 
 def _first_error(run_dir: str, nproc: int, log_path: str, returncode: int | None) -> str:
     """The root failure: a rank killed by a signal (torchrun's report), else the earliest rank error file."""
-    killed = _signalled_rank(log_path)
+    killed = _signalled_rank(log_path, run_dir)
     if killed is not None:
         return f"rank {killed[0]} died: {killed[1]}; the other ranks were stopped"
     errors = []
@@ -228,25 +228,26 @@ def _first_error(run_dir: str, nproc: int, log_path: str, returncode: int | None
     return f"torchrun exited with code {returncode}" + (f": {tail}" if tail else "")
 
 
-def _signalled_rank(log_path: str) -> tuple[int, str] | None:
-    """(rank, 'signal SIGKILL' or 'exit code N') of the root cause torchrun reports for a rank that died without an error file."""
+def _signalled_rank(log_path: str, run_dir: str) -> tuple[int, str] | None:
+    """(rank, 'signal SIGKILL') of a rank torchrun reports killed by a signal without an error file, or None.
+
+    A rank that dies by a signal writes no error file, and the ranks talking to it then fail with "connection
+    reset" errors of their own (torchrun may then kill them too); torchrun's "Root Cause" is whichever failure it
+    observed first, which under load can be one of those. So every failure torchrun lists is read, and the root
+    cause is a rank that was signalled before it could write an error file."""
     try:
         with open(log_path) as f:
             text = f.read()
     except OSError:
         return None
-    root = text.split("Root Cause", 1)
-    if len(root) < 2:
-        return None
-    m_rank = re.search(r"rank\s*:\s*(\d+)", root[1])
-    m_code = re.search(r"exitcode\s*:\s*(-?\d+)", root[1])
-    if not (m_rank and m_code):
-        return None
-    code = int(m_code.group(1))
-    if code >= 0:
-        return None  # an ordinary exit: its error file says more
-    try:
-        name = signal.Signals(-code).name
-    except ValueError:
-        name = str(-code)
-    return int(m_rank.group(1)), f"signal {name}"
+    report = text.split("Failures:", 1)[-1]  # torchrun's failure report: "[i]:" blocks of "key : value" lines
+    for m in re.finditer(r"^\s*rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", report, flags=re.M):
+        rank, code = int(m.group(1)), int(m.group(2))
+        if code >= 0 or os.path.exists(os.path.join(run_dir, f"rank{rank}.error")):
+            continue  # an ordinary exit, or a rank that reported its own error: its error file says more
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = str(-code)
+        return rank, f"signal {name}"
+    return None

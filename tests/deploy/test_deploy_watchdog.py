@@ -40,6 +40,10 @@ def test_first_error_is_the_earliest_rank_error(tmp_path):
     log = tmp_path / "t.log"
     log.write_text("Root Cause (first observed failure):\n[0]:\n  time : x\n  host : h\n  rank      : 0 (local_rank: 0)\n"
                    "  exitcode  : -9 (pid: 12)\n")
+    # rank 0 reported an error of its own before it was killed: that error is the root cause
+    assert _first_error(str(tmp_path), 2, str(log), 1) == "rank 1 failed: RuntimeError: boom"
+    (tmp_path / "rank0.error").unlink()
+    (tmp_path / "rank1.error").unlink()
     assert _first_error(str(tmp_path), 2, str(log), 1) == "rank 0 died: signal SIGKILL; the other ranks were stopped"
 
 
@@ -71,3 +75,26 @@ def test_kill_reaches_ranks_in_sessions_of_their_own():
     else:
         os.kill(grandchild, 9)
         raise AssertionError("the rank in its own session survived _kill")
+
+
+def test_signalled_rank_is_the_root_cause_even_when_torchrun_names_another(tmp_path):
+    """torchrun 2.13's report when rank 1 is SIGKILLed and rank 0 then fails on the closed connection: the
+    'Root Cause' block names rank 0, but the rank that died by a signal (and wrote no error file) is rank 1."""
+    from tag.deploy.launcher import _signalled_rank
+
+    log = tmp_path / "torchrun.log"
+    log.write_text(
+        "rank 0: RuntimeError: Connection closed by peer\n"
+        "E1121 api.py:1002] failed (exitcode: 1) local_rank: 0 (pid: 16964) of binary\n"
+        "============================================================\n"
+        "tag.deploy.worker FAILED\n"
+        "------------------------------------------------------------\n"
+        "Failures:\n[1]:\n  time      : 2026-11-21_22:48:31\n  host      : localhost\n"
+        "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 16965)  (SIGKILL)\n  error_file: <N/A>\n"
+        "------------------------------------------------------------\n"
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-21_22:48:31\n"
+        "  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 16964)\n  error_file: <N/A>\n")
+    (tmp_path / "rank0.error").write_text("1.0\nRuntimeError: Connection closed by peer\n")
+    assert _signalled_rank(str(log), str(tmp_path)) == (1, "signal SIGKILL")
+    (tmp_path / "rank1.error").write_text("0.5\nValueError: x\n")  # a rank that reported its own error first
+    assert _signalled_rank(str(log), str(tmp_path)) is None
