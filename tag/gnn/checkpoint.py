@@ -2,7 +2,7 @@
 
 A checkpoint is one dict of plain values and tensors:
 
-    {"format": "tag-gnn", "feature_version": 1, "config": {"hidden": 64, "layers": 3, "heads": 4},
+    {"format": "tag-gnn", "feature_version": 2, "config": {"hidden": 64, "layers": 3, "heads": 4, "conv": "transformer"},
      "model": state_dict, "optimizer": state_dict | None,
      "progress": {"episodes": 12, "steps": 96, "seed": 0},
      "card": {"data": {...}, "metrics": {...}, "created": "...", "command": "tag train ..."}}
