@@ -67,3 +67,15 @@ def test_bad_flags_exit_2_with_one_line(argv, where, tmp_path, capsys):
     rc = main(["train", "--models", MLP, "-o", str(tmp_path / "x.pt")] + argv)
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and where in err
+
+
+def test_visit_count_targets_still_train(tmp_path, capsys):
+    topo = tmp_path / "two.json"
+    topo.write_text(json.dumps({"version": 1, "machines": [{"name": "m0", "devices": [{"type": "T4-16GB", "count": 2}]}]}))
+    out = str(tmp_path / "v.pt")
+    assert main(["train", "--models", MLP, "--topologies", str(topo), "--targets", "visits", "--playouts", "12",
+                 "--groups", "3", "--episodes", "1", "-o", out, "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    card = json.load(open(out + ".card.json"))
+    assert metrics["episodes"] == 1 and metrics["steps"] > 0
+    assert card["data"]["targets"] == "visits" and card["data"]["playouts_per_episode"] == 12
