@@ -28,7 +28,7 @@ def search_order(gg, cluster, cost, training, batch: int | None = None) -> list[
 
 UNIFORM_MIX = 0.2  # share of the uniform distribution in the priors `tag plan` uses
 PRIOR_MODES = ("value", "policy", "both")
-DEFAULT_MODE = "value"
+DEFAULT_MODE = "policy"
 VALUE_TEMPERATURE = 0.02  # softmax temperature over predicted child log speeds (0.02 = 2% faster is e times likelier)
 
 
