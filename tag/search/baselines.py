@@ -21,16 +21,16 @@ from __future__ import annotations
 from tag.search.baselines_baechi import m_etf, m_topo
 from tag.strategy import Decision, Strategy
 from tag.graph.groups import group_has_params
+from tag.search.space import even_rows as space_even_rows
 
 
 def even_rows(batch: int, n: int) -> tuple[int, ...]:
-    """`batch` rows over n devices as evenly as possible, remainder rows to the first devices.
+    """`batch` rows over all n devices as evenly as possible, remainder rows to the first devices.
 
     >>> even_rows(10, 4)
     (3, 3, 2, 2)
     """
-    q, r = divmod(batch, n)
-    return tuple(q + (1 if d < r else 0) for d in range(n))
+    return space_even_rows(range(n), batch, n)
 
 
 def largest_remainder(batch: int, weights: list[float]) -> tuple[int, ...]:
