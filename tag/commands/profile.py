@@ -51,7 +51,7 @@ def _common(p) -> None:
 
 def _positive(flag: str, value: int) -> int:
     if value is None or value < 1:
-        raise InputError(flag, flag, "a positive integer", str(value))
+        raise InputError(flag, "N", "a positive integer", str(value))
     return value
 
 
@@ -88,7 +88,7 @@ def _device_type(args, is_gpu: bool) -> str:
     if args.device_type:
         return args.device_type
     if is_gpu:
-        raise InputError("--device-type", "--device-type", "a device type name for a GPU (e.g. A100-40GB)", "nothing")
+        raise InputError("--device-type", "NAME", "a device type name for a GPU (e.g. A100-40GB)", "nothing")
     return "cpu"
 
 
@@ -97,7 +97,7 @@ def run(args) -> int:
         if flag != "warmup":
             _positive(f"--{flag}", getattr(args, flag))
         elif args.warmup < 0:
-            raise InputError("--warmup", "--warmup", "a non-negative integer", str(args.warmup))
+            raise InputError("--warmup", "N", "a non-negative integer", str(args.warmup))
     if args.what == "ops":
         return _run_ops(args, _device_type(args, args.device.startswith("cuda")), parse_rows(args.rows))
     _positive("--nproc", args.nproc)
