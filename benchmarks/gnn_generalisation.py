@@ -2,6 +2,7 @@
 
     python benchmarks/gnn_generalisation.py            # full run, writes benchmarks/gnn_generalisation.md
     python benchmarks/gnn_generalisation.py --quick    # 2 instances, 400 playouts (a smoke run)
+    python benchmarks/gnn_generalisation.py --tau-only # only the value head's tau (uniform searches; no GNN search)
 
 Held out of the shipped weights' training entirely (see pretrained/README.md): the models resnet_tiny and
 dlrm_tiny, the topologies heterog8, modern8, tag16 and random seeds 3 and 7 (4 machines x 4 devices at most;
@@ -104,6 +105,8 @@ def main(argv=None) -> int:
                                                "for a full run)")
     ap.add_argument("--mode", choices=PRIOR_MODES, default=DEFAULT_MODE,
                     help=f"priors from the value head over children, the policy head, or both (default {DEFAULT_MODE})")
+    ap.add_argument("--tau-only", action="store_true",
+                    help="only the value head's Kendall tau per instance (same uniform searches and strategies)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     ckpt = args.ckpt or default_checkpoint()
@@ -127,6 +130,10 @@ def main(argv=None) -> int:
             continue
         cu = curve(uni, max_p)
         t_uni = time.monotonic() - t0
+        if args.tau_only:
+            taus.append(value_tau(net, inst, uni))
+            print(f"{m}@{t}: value tau {taus[-1]:.3f} over the strategies uniform@{max_p} simulated", flush=True)
+            continue
         target = 0.99 * cu[-1]
         target_gain = math.exp(0.99 * math.log(cu[-1]))  # 99% of the log-speedup gain
         t1 = time.monotonic()
@@ -159,6 +166,10 @@ def main(argv=None) -> int:
                      nug, ngg if ngg is not None else f">{len(cg) - 1}", f"{ratio_gain:.3f}", f"{tau:.3f}",
                      f"{t_uni:.0f}/{t_gnn:.0f}", f"{1e3 * timed['s'] / max(1, timed['calls']):.1f}"])
         print(" | ".join(str(c) for c in rows[-1]), file=sys.stderr, flush=True)
+    if args.tau_only:
+        print(f"value head Kendall tau (mean over {len(taus)} instances): {np.nanmean(taus):.3f} "
+              f"(range {np.nanmin(taus):.3f}..{np.nanmax(taus):.3f}); checkpoint {ckpt}")
+        return 0
     headers = ["instance", "devices", "groups", *[f"speedup@{p} uni/gnn" for p in CHECKPOINTS], f"uni@{max_p}",
                "uni needs", "gnn needs", "ratio", "uni needs (gain)", "gnn needs (gain)", "ratio (gain)", "value tau",
                "seconds uni/gnn", "ms per GNN call"]

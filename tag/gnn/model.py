@@ -38,37 +38,46 @@ def _batch_vec(store, n: int) -> torch.Tensor:
 class TagGNN(nn.Module):
     """Joint embedding of op groups and devices; `forward(data)` -> (candidate logits [C], values [B])."""
 
-    def __init__(self, hidden: int = 64, layers: int = 3, heads: int = 4, conv: str = "transformer"):
+    def __init__(self, hidden: int = 64, layers: int = 3, heads: int = 4, conv: str = "transformer",
+                 value_trunk: bool = False):
         super().__init__()
         if layers < 1 or hidden % heads:
             raise ValueError("need layers >= 1 and hidden divisible by heads")
         if conv not in ("transformer", "gatv2"):
             raise ValueError(f"conv must be 'transformer' or 'gatv2', got {conv!r}")
         self.config = {"hidden": hidden, "layers": layers, "heads": heads, "conv": conv}
+        if value_trunk:  # only then, so older checkpoints' configs stay as they were
+            self.config["value_trunk"] = True
 
         def make(dim: int):
             if conv == "gatv2":
                 return GATv2Conv(hidden, hidden // heads, heads=heads, edge_dim=dim, add_self_loops=False)
             return TransformerConv(hidden, hidden // heads, heads=heads, edge_dim=dim, root_weight=False)
 
-        self.enc = nn.ModuleDict({"group": nn.Linear(GROUP_DIM, hidden), "device": nn.Linear(DEVICE_DIM, hidden)})
-        self.convs = nn.ModuleList()
-        self.norms = nn.ModuleList()
-        for _ in range(layers):
-            self.convs.append(HeteroConv({
-                et: make(dim) for et, dim in EDGE_DIMS.items()}, aggr="sum"))
-            self.norms.append(nn.ModuleDict({"group": nn.LayerNorm(hidden), "device": nn.LayerNorm(hidden)}))
+        def trunk():
+            enc = nn.ModuleDict({"group": nn.Linear(GROUP_DIM, hidden), "device": nn.Linear(DEVICE_DIM, hidden)})
+            convs, norms = nn.ModuleList(), nn.ModuleList()
+            for _ in range(layers):
+                convs.append(HeteroConv({et: make(dim) for et, dim in EDGE_DIMS.items()}, aggr="sum"))
+                norms.append(nn.ModuleDict({"group": nn.LayerNorm(hidden), "device": nn.LayerNorm(hidden)}))
+            return enc, convs, norms
+
+        self.enc, self.convs, self.norms = trunk()
+        # value_trunk: a second encoder of the same shape that only the value head reads (the policy's is untouched)
+        self.vtrunk = nn.ModuleList(trunk()) if value_trunk else None
         self.cand = nn.Sequential(nn.Linear(2 * hidden + CAND_DIM, hidden), nn.ReLU(),
                                   nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
         self.value = nn.Sequential(nn.Linear(4 * hidden + GLOBAL_DIM, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                                    nn.Linear(hidden, 1))
 
-    def embed(self, data) -> dict[str, torch.Tensor]:
-        """Node embeddings {"group": [G, hidden], "device": [D, hidden]}."""
-        h = {t: self.enc[t](data[t].x) for t in ("group", "device")}
+    def embed(self, data, trunk=None) -> dict[str, torch.Tensor]:
+        """Node embeddings {"group": [G, hidden], "device": [D, hidden]} (of `trunk` = (enc, convs, norms),
+        default the shared one)."""
+        enc, convs, norms = trunk if trunk is not None else (self.enc, self.convs, self.norms)
+        h = {t: enc[t](data[t].x) for t in ("group", "device")}
         eidx = {et: data[et].edge_index for et in EDGE_DIMS}
         eattr = {et: data[et].edge_attr for et in EDGE_DIMS}
-        for conv, norm in zip(self.convs, self.norms):
+        for conv, norm in zip(convs, norms):
             out = conv(h, eidx, edge_attr_dict=eattr)
             h = {t: norm[t](h[t] + torch.relu(out[t])) if t in out else h[t] for t in h}
         return h
@@ -97,9 +106,15 @@ class TagGNN(nn.Module):
         cb = _batch_vec(data["cand"], C)
         return self.cand(torch.cat([cur[cb], pooled, cx], dim=1)).squeeze(-1)
 
+    def value_parameters(self) -> list:
+        """The parameters only the value output depends on (the policy logits never read them)."""
+        mods = [self.value] + ([self.vtrunk] if self.vtrunk is not None else [])
+        return [p for m in mods for p in m.parameters()]
+
     def forward(self, data, with_policy: bool = True):
-        h = self.embed(data)
-        value = self.value_head(data, h)
+        h = self.embed(data) if with_policy or self.vtrunk is None else None
+        hv = self.embed(data, tuple(self.vtrunk)) if self.vtrunk is not None else h
+        value = self.value_head(data, hv)
         logits = self.policy_logits(data, h) if with_policy else None
         return logits, value
 

@@ -1,0 +1,200 @@
+"""Supervised value training on many simulated strategies, with the policy frozen.
+
+Data: per training instance (a training model on a random training cluster, K op groups), a uniform tree
+search from the best baseline (`selfplay.start_search`, no network) runs `playouts` playouts; every strategy it
+simulated that fits in memory (the Evaluator cache: baselines, partial changes of them, random placements,
+replications and sync methods the search tried) becomes a value sample with target `lookahead.speed_target`
+= ln(time_scale_ms / iteration_ms). These are the strategies a search meets, which the value head must rank.
+
+Loss: Huber on the target plus a pairwise logistic ranking loss between strategies of the same instance
+(what Kendall tau measures is the order within one instance). Only `TagGNN.value_parameters()` train, so the
+policy logits are bit-identical to the initial checkpoint's.
+
+    python -m tag.gnn.value_fit --init tag/gnn/pretrained/tag-gnn-v2.pt --minutes 12 -o value.pt
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import pickle
+import sys
+import time
+
+import numpy as np
+import torch
+from torch_geometric.data import Batch
+
+from tag.gnn.checkpoint import load_checkpoint, save_checkpoint
+from tag.gnn.lookahead import speed_target
+from tag.gnn.model import TagGNN
+
+TRAIN_MODELS = ("mlp", "small_cnn", "gpt2_tiny", "transformer_tiny", "inception_tiny", "bert_tiny")
+GROUP_CHOICES = (8, 12, 16)
+
+
+def collect_states(inst, playouts: int, seed: int, max_states: int, rng: np.random.Generator) -> list:
+    """Value samples (HeteroData with `.value` [1] and `.inst` [1]) from a uniform search of `playouts` playouts:
+    up to `max_states` simulated strategies that fit in memory, drawn without replacement. [] if every
+    baseline runs out of memory."""
+    from tag.gnn.selfplay import start_search
+
+    run = start_search(inst, None, seed)
+    if run is None:
+        return []
+    for _ in range(playouts):
+        run.tree.playout()
+    items = [(s, r) for s, r in run.evaluator.cache.items() if not r.oom and math.isfinite(r.iteration_ms)]
+    pick = rng.choice(len(items), size=min(max_states, len(items)), replace=False)
+    out = []
+    for i in sorted(int(i) for i in pick):
+        s, r = items[i]
+        d = inst.features.state(s)
+        d.value = torch.tensor([speed_target(r, inst.features.time_scale_ms)], dtype=torch.float32)
+        out.append(d)
+    return out
+
+
+def pair_rank_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor, margin: float = 1e-3) -> torch.Tensor:
+    """Mean logistic loss log(1 + exp(-(p_i - p_j) sign(t_i - t_j))) over pairs of one group whose targets differ
+    by more than `margin` (0 if there are none)."""
+    same = group[:, None] == group[None, :]
+    dt = target[:, None] - target[None, :]
+    mask = same & (dt > margin)
+    if not bool(mask.any()):
+        return pred.sum() * 0.0
+    dp = pred[:, None] - pred[None, :]
+    return torch.nn.functional.softplus(-dp[mask]).mean()
+
+
+def value_loss(net: TagGNN, samples: list, rank_weight: float = 1.0) -> torch.Tensor:
+    """Huber(value, target) + rank_weight x `pair_rank_loss` within instances, on a list of samples."""
+    b = Batch.from_data_list(samples)
+    _, v = net(b, with_policy=False)
+    return (torch.nn.functional.smooth_l1_loss(v, b.value, beta=0.5)
+            + rank_weight * pair_rank_loss(v, b.value, b.inst))
+
+
+def fit_value(net: TagGNN, by_instance: list[list], *, minutes: float, seed: int = 0, lr: float = 1e-3,
+              instances_per_batch: int = 4, states_per_instance: int = 24, max_steps: int | None = None,
+              progress=None) -> dict:
+    """Adam on `net.value_parameters()` only: each step takes `states_per_instance` states from each of
+    `instances_per_batch` instances. Stops after `minutes` or `max_steps`. Returns {"steps", "loss"}."""
+    rng = np.random.default_rng(seed)
+    params = net.value_parameters()
+    value_ids = {id(p) for p in params}
+    for p in net.parameters():
+        p.requires_grad_(id(p) in value_ids)
+    opt = torch.optim.Adam(params, lr=lr)
+    sched_total = max_steps or 10 ** 9
+    start, steps, losses = time.monotonic(), 0, []
+    net.train()
+    pool = [i for i, xs in enumerate(by_instance) if len(xs) >= 2]
+    while steps < sched_total and time.monotonic() - start < minutes * 60:
+        batch = []
+        for k, i in enumerate(rng.choice(pool, size=min(instances_per_batch, len(pool)), replace=False)):
+            xs = by_instance[int(i)]
+            for j in rng.choice(len(xs), size=min(states_per_instance, len(xs)), replace=False):
+                d = xs[int(j)]
+                d.inst = torch.tensor([k])
+                batch.append(d)
+        loss = value_loss(net, batch)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 5.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        steps += 1
+        if progress is not None and steps % 100 == 0:
+            progress({"steps": steps, "loss": float(np.mean(losses[-100:]))})
+    net.eval()
+    for p in net.parameters():
+        p.requires_grad_(True)
+    return {"steps": steps, "loss": float(np.mean(losses[-100:])) if losses else None}
+
+
+def with_value_trunk(net: TagGNN) -> TagGNN:
+    """A copy of `net` with a separate value trunk initialised from its shared trunk (same outputs at first)."""
+    cfg = {k: v for k, v in net.config.items() if k != "value_trunk"}
+    out = TagGNN(**cfg, value_trunk=True)
+    out.load_state_dict(net.state_dict(), strict=False)
+    out.vtrunk[0].load_state_dict(net.enc.state_dict())
+    out.vtrunk[1].load_state_dict(net.convs.state_dict())
+    out.vtrunk[2].load_state_dict(net.norms.state_dict())
+    out.eval()
+    return out
+
+
+def collect(models: list[str], minutes: float, seed: int, playouts: int, max_states: int, progress=None) -> list[list]:
+    """States of training instances (model drawn from `models`, cluster from `train.topology_sources('random:1000',
+    seed)`, K from GROUP_CHOICES) until `minutes` have passed; one list per instance."""
+    from tag.gnn.selfplay import load_instance
+    from tag.gnn.train import load_cluster, topology_sources
+    from tag.strategy import TrainingConfig
+
+    topos = topology_sources("random:1000", seed)
+    training, cache, out = TrainingConfig(), {}, []
+    start, ep = time.monotonic(), 0
+    while time.monotonic() - start < minutes * 60:
+        rng = np.random.default_rng([seed, 7919, ep])
+        ep += 1
+        model = models[int(rng.integers(len(models)))]
+        topo = topos[int(rng.integers(len(topos)))]
+        try:
+            inst = load_instance(model, load_cluster(topo), training, groups=int(rng.choice(GROUP_CHOICES)),
+                                 graph_cache=cache)
+            xs = collect_states(inst, playouts, int(rng.integers(2**31)), max_states, rng)
+        except Exception as e:  # a failing instance must not end the run
+            if progress is not None:
+                progress({"episode": ep, "error": f"{type(e).__name__}: {str(e)[:100]}"})
+            continue
+        if len(xs) >= 2:
+            out.append(xs)
+        if progress is not None:
+            progress({"episode": ep, "instance": inst.name, "states": len(xs)})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--init", required=True, help="checkpoint whose policy is kept")
+    ap.add_argument("-o", "--out", required=True)
+    ap.add_argument("--collect-minutes", type=float, default=4.0)
+    ap.add_argument("--minutes", type=float, default=10.0, help="training time")
+    ap.add_argument("--playouts", type=int, default=600)
+    ap.add_argument("--max-states", type=int, default=400)
+    ap.add_argument("--value-trunk", action="store_true", help="train a separate value encoder too")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data", default=None, help="pickle of collected states: read it if it exists, else write it")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    models = [os.path.join(root, "datasets", "models", m + ".onnx") for m in TRAIN_MODELS]
+    net, obj = load_checkpoint(args.init)
+    if args.value_trunk and net.vtrunk is None:
+        net = with_value_trunk(net)
+    log = lambda r: print(r, file=sys.stderr, flush=True)  # noqa: E731
+    if args.data and os.path.exists(args.data):
+        with open(args.data, "rb") as f:
+            data = pickle.load(f)
+    else:
+        data = collect(models, args.collect_minutes, args.seed, args.playouts, args.max_states, progress=log)
+        if args.data:
+            with open(args.data, "wb") as f:
+                pickle.dump(data, f)
+    stats = fit_value(net, data, minutes=args.minutes, seed=args.seed, lr=args.lr, progress=log)
+    card = dict(obj.get("card") or {})
+    card["value_fit"] = {"command": "python -m tag.gnn.value_fit " + " ".join(argv or sys.argv[1:]),
+                         "instances": len(data), "states": sum(len(x) for x in data), **stats,
+                         "init": os.path.basename(args.init), "models": list(TRAIN_MODELS),
+                         "topologies": "random:1000 (seed %d)" % args.seed}
+    save_checkpoint(args.out, net, progress=obj.get("progress"), card=card)
+    log({"saved": args.out, **card["value_fit"]})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
