@@ -18,6 +18,8 @@ Value head. Mean and max pooling of group and device embeddings and the state's 
 ln(time_scale_ms / iteration_ms) of the state's strategy (the instance's ideal compute time over the simulated
 iteration time: comparable across instances; differences between two strategies of one instance are their
 log speedup).
+With `value_trunk=True` (checkpoint config key "value_trunk") the value head reads its own encoder of the same
+shape instead of the shared one, so the value can be retrained (`tag.gnn.value_fit`) with the policy untouched.
 """
 
 from __future__ import annotations
