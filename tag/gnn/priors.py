@@ -77,8 +77,11 @@ def make_priors_fn(net: TagGNN, features: InstanceFeatures, *, noise: float = 0.
         else:
             data = features.state(strategy, group_id, candidates)
             with torch.no_grad():
-                logits, value = net(data)
+                h = net.embed(data)
+                logits = net.policy_logits(data, h)
                 p = policy_log_probs(data, logits).exp().double().numpy()
+                # the separate value encoder costs a second forward; the search does not read the value
+                value = net.value_head(data, h) if net.vtrunk is None else None
             if mode == "both":
                 p = 0.5 * p / p.sum() + 0.5 * value_prior(net, features, strategy, group_id, candidates, temperature)[0]
         p = p / p.sum()
@@ -86,6 +89,8 @@ def make_priors_fn(net: TagGNN, features: InstanceFeatures, *, noise: float = 0.
             p = (1 - uniform_mix) * p + uniform_mix / len(p)
         if noise > 0 and len(p) > 1:
             p = (1 - noise) * p + noise * rng.dirichlet(np.full(len(p), 0.3))
+        if value is None:
+            return p, None
         if not root:
             root.append(float(value[0]))
         return p, float(value[0]) - root[0]
