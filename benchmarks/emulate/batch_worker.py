@@ -9,8 +9,9 @@ On a shared machine the load of other tenants drifts, so the jobs are run round-
 (default 3), each round a fresh runtime, one untimed warm-up step and `job.steps - 1` timed steps; a plan's
 figure is the median of all its timed steps. Rank 0 writes ``<job>.result.json`` next to each pickle:
 ``measured_step_ms`` (median wall), ``step_ms`` (all timed steps), ``cpu_ms`` (median over steps of the
-largest per-rank thread CPU time: the work itself, without waiting or preemption) and the losses of the
-last round. A failing job writes ``<job>.error`` and the batch goes on.
+largest per-rank thread CPU time: the work itself, without waiting or preemption), the losses of the
+last round and ``phases_by_rank`` (per rank, the median over timed steps of each phase's wall and thread
+CPU ms, `emulate.phases`). A failing job writes ``<job>.error`` and the batch goes on.
 """
 
 from __future__ import annotations
@@ -23,9 +24,13 @@ import sys
 import time
 import traceback
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from emulate.phases import PHASES, instrument  # noqa: E402
 
-def _run_job(job, rank: int, model_proto) -> tuple[list[float], list[float], list[float]]:
-    """(wall ms per timed step, max-over-ranks CPU ms per timed step, losses) of one fresh runtime."""
+
+def _run_job(job, rank: int, model_proto) -> tuple[list[float], list[float], list[float], list[dict]]:
+    """(wall ms per timed step, max-over-ranks CPU ms per timed step, losses, this rank's phase times per
+    timed step (`emulate.phases`)) of one fresh runtime."""
     import torch.distributed as dist
 
     from tag.deploy.comm import Comm
@@ -39,20 +44,28 @@ def _run_job(job, rank: int, model_proto) -> tuple[list[float], list[float], lis
     comm = Comm(rank, s.n_ranks, s.rank_machine, Comm.needed_sets(s.buckets, s.sfb, s.rank_machine), "cpu")
     data, targets = synthetic_batch(job.graph, s.batch_size, job.seed)
     rt = RankRuntime(s, job.graph, program, rank, comm, data, targets, make_optimizer(job.training.optimizer, job.training.lr))
-    walls, cpus, losses = [], [], []
+    timer = instrument(rt)
+    walls, cpus, losses, phases = [], [], [], []
     for step in range(max(job.steps, 2)):
         dist.barrier()
         t0, c0 = time.perf_counter(), time.thread_time()
         local = rt.step()
-        c1 = time.thread_time()
+        c1, t1 = time.thread_time(), time.perf_counter()
         dist.barrier()
         wall = (time.perf_counter() - t0) * 1e3
+        ph = timer.take((t1 - t0) * 1e3, (c1 - c0) * 1e3)
         losses.append(comm.sum_scalar(local))
         wall, cpu = comm.sum_scalar(wall, op="max"), comm.sum_scalar((c1 - c0) * 1e3, op="max")
         if step > 0:
             walls.append(wall)
             cpus.append(cpu)
-    return walls, cpus, losses
+            phases.append(ph)
+    return walls, cpus, losses, phases
+
+
+def _median_phases(steps: list[dict]) -> dict:
+    """{"wall"|"cpu": {phase: median ms over steps}} of one rank's per-step phase times."""
+    return {clock: {k: statistics.median(st[clock][k] for st in steps) for k in PHASES} for clock in ("wall", "cpu")}
 
 
 def main(jobs_file: str, rounds: int = 3) -> int:
@@ -70,6 +83,7 @@ def main(jobs_file: str, rounds: int = 3) -> int:
     walls: dict = {p: [] for p in paths}
     cpus: dict = {p: [] for p in paths}
     losses: dict = {}
+    phases: dict = {p: [] for p in paths}
     failed: set = set()
     protos: dict = {}
     for _ in range(rounds):
@@ -82,7 +96,8 @@ def main(jobs_file: str, rounds: int = 3) -> int:
                     raise RuntimeError(f"job of {job.nproc} ranks in a launch of {world}")
                 if job.model_path not in protos:
                     protos[job.model_path] = onnx.load(job.model_path)
-                w, c, l = _run_job(job, rank, protos[job.model_path])
+                w, c, l, ph = _run_job(job, rank, protos[job.model_path])
+                phases[path] += ph
                 walls[path] += w
                 cpus[path] += c
                 losses[path] = l
@@ -91,13 +106,17 @@ def main(jobs_file: str, rounds: int = 3) -> int:
                 with open(f"{path}.error", "w") as f:
                     f.write(f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
             dist.barrier()
+    mine = {p: _median_phases(v) for p, v in phases.items() if v and p not in failed}
+    by_rank = [None] * world
+    dist.all_gather_object(by_rank, mine)
     if rank == 0:
         for path in paths:
             if path in failed or not walls[path]:
                 continue
             with open(path + ".result.json", "w") as f:
                 json.dump({"measured_step_ms": statistics.median(walls[path]), "step_ms": walls[path],
-                           "cpu_ms": statistics.median(cpus[path]), "losses": losses[path]}, f)
+                           "cpu_ms": statistics.median(cpus[path]), "losses": losses[path],
+                           "phases_by_rank": [r.get(path) for r in by_rank]}, f)
     dist.destroy_process_group()
     return 0
 

@@ -16,7 +16,14 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
       "groups": [                         # optional: measured group-level runs
         {"ops": ["/conv1/Conv", "/relu/Relu"], "rows": [1, 2], "fwd_ms": [..], "bwd_ms": [..],
          "ops_fwd_ms": [..], "ops_bwd_ms": [..]}   # ops_*: the sum of the group's per-op figures
-      ]
+      ],
+      "step": {                           # optional: the deploy runtime's step on one rank (`tag.profile.step`)
+        "optimizer": "adam", "rows": [1, 2],
+        "groups": [{"ops": [..], "fwd_ms": [..], "bwd_ms": [..],   # per group, in the step, per row count
+                    "update_ms": 0.4, "param_bytes": 1048576}],   # the optimizer step over its parameters
+        "update_ms": [..], "other_ms": [..],   # per row count: the step's optimizer step; the rest of the step
+        "copy_bytes": [..], "copy_in_ms": [..], "copy_out_ms": [..]   # sync flatten / copy-back by bucket bytes
+      }
     }
 
 ``rows`` is strictly increasing and positive; ``fwd_ms`` and ``bwd_ms`` have one non-negative time per
@@ -24,9 +31,10 @@ row count (``bwd_ms`` may be omitted: the cost model then uses the roofline's ba
 A signature is ``op_type|input shapes per row|attribute hash`` (see `op_signature`): the batch axis of
 a batched input is written ``N``, so the same op at any batch has one signature.
 
-``groups[i].ops`` names the group's compute ops (`Op.name`, in graph order); the cost model uses a group's
-measured run for a group of exactly those ops, and the per-op figures otherwise. ``dispatch_ms``,
-``settings`` and ``groups`` are optional (files without them stay valid).
+``groups[i].ops`` names the group's compute ops (`Op.name`, in graph order). ``dispatch_ms``,
+``settings``, ``groups`` and ``step`` are optional (files without them stay valid). With ``step`` the cost
+model (`tag.cost.profiled`) scales every op of a step group by that group's in-step / per-op-sum ratio,
+takes optimizer updates and sync copies from it; ``copy_bytes`` may be empty (a model without parameters).
 
 Between measured row counts times are interpolated linearly; beyond the last they are extrapolated
 linearly from the last two (below the first, from the first two); with one measurement the time
@@ -67,6 +75,33 @@ class GroupProfile:
 
 
 @dataclass
+class StepGroup:
+    """One group measured inside the deploy runtime's step: fwd and bwd ms per row count of the step
+    profile, the optimizer step over its parameters alone (ms) and their bytes."""
+
+    ops: list[str]
+    fwd_ms: list[float]
+    bwd_ms: list[float]
+    update_ms: float = 0.0
+    param_bytes: int = 0
+
+
+@dataclass
+class StepProfile:
+    """The deploy runtime's step on one rank (`tag.profile.step`): per row count the in-step group times,
+    the optimizer step and the rest of the step; sync-bucket copy times by bucket bytes. ms throughout."""
+
+    optimizer: str
+    rows: list[int]
+    groups: list[StepGroup]
+    update_ms: list[float]
+    other_ms: list[float]
+    copy_bytes: list[int] = field(default_factory=list)
+    copy_in_ms: list[float] = field(default_factory=list)
+    copy_out_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
 class ProfileDB:
     """A loaded profile file (see the module docstring for the JSON format)."""
 
@@ -78,6 +113,7 @@ class ProfileDB:
     groups: list[GroupProfile] = field(default_factory=list)
     dispatch_ms: float | None = None  # per-op launch/dispatch overhead estimate
     settings: dict = field(default_factory=dict)  # how the figures were measured (free-form)
+    step: StepProfile | None = None  # the deploy runtime's step (`tag.profile.step`), when measured
 
     @property
     def name(self) -> str:
@@ -173,8 +209,55 @@ def from_json(obj: dict, path: str = "<profile>") -> ProfileDB:
     if dispatch is not None and (isinstance(dispatch, bool) or not isinstance(dispatch, (int, float)) or dispatch < 0):
         raise InputError(path, "dispatch_ms", "a non-negative number", short_repr(dispatch))
     settings = obj.get("settings", {})
+    step = None if obj.get("step") is None else _step_from_json(path, "step", obj["step"])
     return ProfileDB(dt, threads, machine if isinstance(machine, dict) else {}, ops, path, groups,
-                     None if dispatch is None else float(dispatch), settings if isinstance(settings, dict) else {})
+                     None if dispatch is None else float(dispatch), settings if isinstance(settings, dict) else {}, step)
+
+
+def _number(path: str, where: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise InputError(path, where, "a non-negative number", short_repr(v))
+    return float(v)
+
+
+def _step_from_json(path: str, where: str, st) -> StepProfile:
+    if not isinstance(st, dict):
+        raise InputError(path, where, "an object with optimizer, rows, groups, update_ms and other_ms", short_repr(st))
+    opt = st.get("optimizer")
+    if not isinstance(opt, str) or not opt:
+        raise InputError(path, f"{where}.optimizer", "an optimizer name", short_repr(opt))
+    rows = _check_series(path, f"{where}.rows", st.get("rows"), None, "rows")
+    n = len(rows)
+    groups = []
+    for i, g in enumerate(_list(path, f"{where}.groups", st.get("groups", []))):
+        w = f"{where}.groups[{i}]"
+        if not isinstance(g, dict):
+            raise InputError(path, w, "an object with ops, fwd_ms and bwd_ms", short_repr(g))
+        names = g.get("ops")
+        if not isinstance(names, list) or not names or not all(isinstance(x, str) for x in names):
+            raise InputError(path, f"{w}.ops", "a non-empty list of op names", short_repr(names))
+        fwd = [float(v) for v in _check_series(path, f"{w}.fwd_ms", g.get("fwd_ms"), n, "ms")]
+        bwd = [float(v) for v in _check_series(path, f"{w}.bwd_ms", g.get("bwd_ms"), n, "ms")]
+        groups.append(StepGroup(list(names), fwd, bwd, _number(path, f"{w}.update_ms", g.get("update_ms", 0.0)),
+                                int(_number(path, f"{w}.param_bytes", g.get("param_bytes", 0)))))
+    upd = [float(v) for v in _check_series(path, f"{where}.update_ms", st.get("update_ms"), n, "ms")]
+    other = [float(v) for v in _check_series(path, f"{where}.other_ms", st.get("other_ms"), n, "ms")]
+    sizes = st.get("copy_bytes", [])
+    if sizes:
+        sizes = _check_series(path, f"{where}.copy_bytes", sizes, None, "rows")
+        cin = [float(v) for v in _check_series(path, f"{where}.copy_in_ms", st.get("copy_in_ms"), len(sizes), "ms")]
+        cout = [float(v) for v in _check_series(path, f"{where}.copy_out_ms", st.get("copy_out_ms"), len(sizes), "ms")]
+    else:
+        sizes, cin, cout = [], [], []
+    return StepProfile(opt, rows, groups, upd, other, list(sizes), cin, cout)
+
+
+def _step_to_json(st: StepProfile) -> dict:
+    return {"optimizer": st.optimizer, "rows": list(st.rows),
+            "groups": [{"ops": list(g.ops), "fwd_ms": list(g.fwd_ms), "bwd_ms": list(g.bwd_ms),
+                        "update_ms": g.update_ms, "param_bytes": g.param_bytes} for g in st.groups],
+            "update_ms": list(st.update_ms), "other_ms": list(st.other_ms), "copy_bytes": list(st.copy_bytes),
+            "copy_in_ms": list(st.copy_in_ms), "copy_out_ms": list(st.copy_out_ms)}
 
 
 def _list(path: str, where: str, value) -> list:
@@ -222,6 +305,8 @@ def to_json(db: ProfileDB) -> dict:
             if g.ops_bwd_ms is not None:
                 e["ops_bwd_ms"] = list(g.ops_bwd_ms)
             out["groups"].append(e)
+    if db.step is not None:
+        out["step"] = _step_to_json(db.step)
     return out
 
 

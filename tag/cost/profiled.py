@@ -2,7 +2,20 @@
 
 For a device whose type is the profile's ``device_type``, each compute op of a group whose signature
 (`tag.cost.profile_db.op_signature`) is in the profile takes the interpolated measured time; every other
-op, every other device type, and the optimizer update use the roofline (`RooflineCostModel`).
+op and every other device type use the roofline (`RooflineCostModel`).
+
+When the profile has a ``step`` block (the deploy runtime's step, `tag.profile.step`), what the runtime does
+beyond the ops is charged too (`step_terms`, the one place of these formulas):
+
+* **compute in the step**: op o of step group G at r rows takes
+  ``step_G(r) x op_o(r) / sum_{o' in G} op_o'(r)`` (the group's in-step time shared by the ops' own
+  figures), and its backward also carries its share of the rest of the step (``other_ms``: freeing the
+  step's tensors, zeroing gradients), ``other(r) x bwd_o(r) / sum of every op's in-step bwd(r)``;
+* **optimizer update**: parameter p of step group G takes
+  ``U_step x (u_G / sum_G' u_G') x bytes_p / bytes_G`` (u_G: G's update timed alone; U_step: the update
+  timed in the step, median over row counts), the roofline for parameters the step did not see;
+* **sync copies** (`sync_copy_ms`): flattening a bucket's gradients and copying them back, interpolated
+  in the bucket's bytes.
 
 `compute_scale` (default 1) multiplies every compute and update time: the sustained slowdown of a
 device shared with other tenants (wall time / thread CPU time of compute between waits), which short
@@ -10,6 +23,10 @@ profiled calls do not see. `benchmarks/fidelity.py` measures it under the load i
 """
 
 from __future__ import annotations
+
+import statistics
+
+import numpy as np
 
 from tag.cost.profile_db import ProfileDB, interpolate, op_signature
 from tag.cost.roofline import RooflineCostModel
@@ -40,10 +57,14 @@ class ProfileCostModel:
             self._hits.append(hits)
         self.matched_ops = sum(len(h) for h in self._hits)
         self._cache: dict[tuple, float] = {}
+        self._step_ops, self._param_upd_ms = step_terms(gg.graph, db)
+        # Per group: positions (within the group's compute ops) with in-step series, and the series.
+        self._step_hits = [[(pos, self._step_ops[i]) for pos, i in enumerate(ids) if i in self._step_ops]
+                           for ids in self.roofline.compute_ops]
 
     def _phase_ms(self, gid: int, device: DeviceType, rows: int, phase: str) -> float:
         hits = self._hits[gid]
-        if device.name != self.db.device_type or not hits or rows <= 0:
+        if device.name != self.db.device_type or not (hits or self._step_hits[gid]) or rows <= 0:
             return self.compute_scale * self.roofline._phase_ms(gid, device, rows, phase)
         key = (phase, gid, device.name, rows)
         hit = self._cache.get(key)
@@ -54,6 +75,8 @@ class ProfileCostModel:
             series = prof.fwd_ms if phase == "fwd" else prof.bwd_ms
             if series is not None:
                 per_op[pos] = interpolate(prof.rows, series, rows)
+        for pos, (step_rows, fwd, bwd) in self._step_hits[gid]:
+            per_op[pos] = interpolate(step_rows, fwd if phase == "fwd" else bwd, rows)
         t = self.compute_scale * float(per_op.sum())
         self._cache[key] = t
         return t
@@ -67,8 +90,87 @@ class ProfileCostModel:
         return self._phase_ms(group_id, device, rows, "bwd")
 
     def update_ms(self, group_id: int, device: DeviceType) -> float:
-        """Optimizer update of the group's parameters on one replica (roofline), ms."""
-        return self.compute_scale * self.roofline.update_ms(group_id, device)
+        """Optimizer update of the group's parameters on one replica, ms: the step profile's per-parameter
+        figures where it has them (same device type and optimizer), the roofline otherwise."""
+        roof = self.roofline.update_ms(group_id, device)
+        params = self.gg.groups[group_id].params
+        if device.name != self.db.device_type or not self._param_upd_ms or not params:
+            return self.compute_scale * roof
+        if self.db.step.optimizer != self.training.optimizer:
+            return self.compute_scale * roof
+        known = [p for p in params if p in self._param_upd_ms]
+        t = sum(self._param_upd_ms[p] for p in known)
+        if len(known) < len(params):  # parameters the step profile did not see: their share of the roofline
+            g = self.gg.groups[group_id]
+            missing = sum(_param_bytes(self.gg.graph, p) for p in params if p not in self._param_upd_ms)
+            t += roof * missing / max(g.param_bytes, 1.0)
+        return self.compute_scale * t
+
+    def sync_copy_ms(self, device: DeviceType, nbytes: float) -> tuple[float, float]:
+        """(copy-in ms, copy-out ms) of a gradient sync of `nbytes` on one replica: the runtime flattening the
+        bucket's gradients before the collective and copying them back after (step profile; else (0, 0))."""
+        st = self.db.step
+        if device.name != self.db.device_type or st is None or not st.copy_bytes or nbytes <= 0:
+            return 0.0, 0.0
+        k = self.compute_scale
+        return (k * interpolate(st.copy_bytes, st.copy_in_ms, nbytes),
+                k * interpolate(st.copy_bytes, st.copy_out_ms, nbytes))
+
+
+def _param_bytes(graph, name: str) -> float:
+    t = graph.tensors.get(name)
+    return float(t.numel * t.itemsize) if t is not None and t.numel is not None else 0.0
+
+
+def step_terms(graph, db: ProfileDB) -> tuple[dict[int, tuple[list[int], list[float], list[float]]], dict[str, float]]:
+    """From a profile's ``step`` block: (op index -> (rows, in-step fwd ms, in-step bwd ms per row count),
+    parameter name -> optimizer update ms), by the formulas of the module docstring; ({}, {}) without one.
+
+    Op figures are the profile's per-op series read at the step's row counts (roofline-free: an op the
+    profile lacks counts 0 in its group's sum; a group whose ops sum to 0 shares its time evenly).
+    """
+    st = db.step
+    if st is None or not st.groups:
+        return {}, {}
+    by_name = {op.name: i for i, op in enumerate(graph.ops)}
+    rows = list(st.rows)
+    fwd: dict[int, np.ndarray] = {}
+    bwd: dict[int, np.ndarray] = {}
+    for g in st.groups:
+        ids = [by_name[n] for n in g.ops if n in by_name]
+        if len(ids) != len(g.ops):
+            continue  # the profile was taken on another model
+        for phase, step_ms, out in (("fwd", g.fwd_ms, fwd), ("bwd", g.bwd_ms, bwd)):
+            own = np.array([[_op_ms(db, graph, i, phase, r) for r in rows] for i in ids])  # ops x rows
+            total = own.sum(axis=0)
+            share = np.where(total > 0, own / np.where(total > 0, total, 1.0), 1.0 / len(ids))
+            for i, sh in zip(ids, share):
+                out[i] = sh * np.asarray(step_ms, dtype=float)
+    if bwd:
+        all_bwd = sum(bwd.values())
+        other = np.asarray(st.other_ms, dtype=float)
+        for i in bwd:
+            bwd[i] = bwd[i] + other * np.where(all_bwd > 0, bwd[i] / np.where(all_bwd > 0, all_bwd, 1.0), 0.0)
+    ops = {i: (rows, fwd[i].tolist(), bwd[i].tolist()) for i in fwd}
+    params: dict[str, float] = {}
+    alone = sum(g.update_ms for g in st.groups)
+    in_step = float(statistics.median(st.update_ms)) if st.update_ms else 0.0
+    if alone > 0:
+        for g in st.groups:
+            names = list(dict.fromkeys(p for n in g.ops if n in by_name for p in graph.ops[by_name[n]].params))
+            size = {p: _param_bytes(graph, p) for p in names}
+            total = sum(size.values())
+            for p in names:
+                if total > 0:
+                    params[p] = in_step * (g.update_ms / alone) * size[p] / total
+    return ops, params
+
+
+def _op_ms(db: ProfileDB, graph, i: int, phase: str, rows: int) -> float:
+    """The profile's own figure of op i at `rows`, ms (0 when the profile lacks the op or the phase)."""
+    prof = db.ops.get(op_signature(graph.ops[i], graph))
+    series = None if prof is None else (prof.fwd_ms if phase == "fwd" else prof.bwd_ms)
+    return 0.0 if series is None else interpolate(prof.rows, series, rows)
 
 
 class MultiProfileCostModel:
@@ -97,3 +199,8 @@ class MultiProfileCostModel:
     def update_ms(self, group_id: int, device: DeviceType) -> float:
         """Optimizer update of the group's parameters on one replica of `device`'s type, ms."""
         return self._model(device).update_ms(group_id, device)
+
+    def sync_copy_ms(self, device: DeviceType, nbytes: float) -> tuple[float, float]:
+        """(copy-in ms, copy-out ms) of a gradient sync of `nbytes` on `device` (its type's profile; else 0)."""
+        fn = getattr(self._model(device), "sync_copy_ms", None)
+        return fn(device, nbytes) if fn is not None else (0.0, 0.0)

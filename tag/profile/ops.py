@@ -12,6 +12,8 @@ those of the code deploy runs. For each row count r:
    parameters, after an untimed fresh forward. An op with no differentiable output has backward 0.
 3. every group is timed the same way as one run of its ops (its inputs: tensors it reads from outside;
    its outputs: tensors read outside it or graph outputs); the sum of its ops' figures is kept next to it.
+4. with groups, the deploy runtime's step itself (`tag.profile.step`): per group in the step, the optimizer
+   update, the rest of the step and the sync-bucket copies (the profile's ``step`` block).
 
 Each figure is the median of `repeats` calls after `warmup` untimed ones, ms, with the intra-op thread
 count a rank of the device runs with under deploy (one by default).
@@ -38,6 +40,9 @@ class OpsSettings:
     device: str = "cpu"
     device_type: str = "cpu"
     groups: bool = True  # also time each op group as one run
+    step: bool = True  # also measure the deploy runtime's step (`tag.profile.step`; needs groups)
+    optimizer: str = "adam"  # the optimizer the step profile runs (deploy's default)
+    lr: float = 1e-3
     quick_machine: bool = False  # smaller matmul / copy for the machine block (tests)
 
 
@@ -137,7 +142,8 @@ def profile_ops(model_path: str, graph, gg=None, settings: OpsSettings | None = 
     s = settings or OpsSettings()
     torch.set_num_threads(s.threads)
     device = torch.device(s.device)
-    prog = TorchProgram(onnx.load(model_path), graph, seed=s.seed, model_path=model_path).to(device)
+    proto = onnx.load(model_path)
+    prog = TorchProgram(proto, graph, seed=s.seed, model_path=model_path).to(device)
     runner = _Runner(prog, graph, s)
     sigs = measured_ops(graph)
     fwd = {sig: [] for sig in sigs}
@@ -179,12 +185,19 @@ def profile_ops(model_path: str, graph, gg=None, settings: OpsSettings | None = 
         names = [graph.ops[i].name for i in op_ids if not graph.ops[i].is_weight_generator]
         if names:
             groups.append(GroupProfile(names, list(rows_list), gf, gb, sf, sb))
+    step = None
+    if s.step and group_ids and str(device) == "cpu":
+        from tag.profile.step import profile_step
+
+        step = profile_step(proto, graph, gg,
+                            rows_list, warmup=s.warmup, repeats=s.repeats, seed=s.seed, optimizer=s.optimizer,
+                            lr=s.lr, progress=progress)
     machine = machine_block(device, s.threads, quick=s.quick_machine)
     settings_block = {"rows": list(rows_list), "warmup": s.warmup, "repeats": s.repeats, "seed": s.seed,
                       "device": str(device), "model": str(model_path), "ops": sum(len(v) for v in sigs.values()),
                       "signatures": len(sigs), "groups": len(groups)}
     return ProfileDB(device_type=s.device_type, threads=s.threads, machine=machine, ops=ops, groups=groups,
-                     dispatch_ms=machine["dispatch_ms"], settings=settings_block)
+                     dispatch_ms=machine["dispatch_ms"], settings=settings_block, step=step)
 
 
 def _warm_up(prog, graph, rows: int, seed: int, device) -> None:
@@ -204,4 +217,5 @@ def _warm_up(prog, graph, rows: int, seed: int, device) -> None:
 def work_items(graph, gg, settings: OpsSettings) -> int:
     """Number of progress steps `profile_ops` will report (signatures and groups, per row count)."""
     n_groups = len(gg.groups) if (gg is not None and settings.groups) else 0
-    return (len(measured_ops(graph)) + n_groups) * len(set(settings.rows))
+    n_step = len(set(settings.rows)) + n_groups if (n_groups and settings.step and settings.device == "cpu") else 0
+    return (len(measured_ops(graph)) + n_groups) * len(set(settings.rows)) + n_step

@@ -31,7 +31,10 @@ one place of the per-op sufficient-factor (SFB) path (`tag.sim.sfb`, as `tag.dep
 op in Decision.sfb of a replicated group takes its weight out of the group's sync and adds two ring
 all-gathers (X and dY over the group's rows) on the same communicator, before the group's remaining
 sync; its backward skips the local dW product and each replica's optimizer step first forms dW over all
-rows (a roofline matmul).
+rows (a roofline matmul). A cost model may offer ``sync_copy_ms(device_type, nbytes) -> (in, out)``: a
+sync (not an SFB all-gather) then starts its flows ``in`` ms after it begins (the ranks flatten the bucket)
+and releases its optimizer steps and communicator ``out`` ms after its last phase (they copy it back),
+the slowest of its devices each time; cost models without it (the roofline) charge 0.
 
 Network. Communication never uses a compute stream. Every flow follows the cluster's routes over
 directed links (full duplex: opposite directions never interact). Flows that share a directed link share

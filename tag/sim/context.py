@@ -79,6 +79,20 @@ class SimContext:
         self._edge[key] = hit
         return hit
 
+    def sync_copy_ms(self, method: str, devices: tuple, nbytes: float) -> tuple[float, float]:
+        """(copy-in ms, copy-out ms) around a gradient sync: the slowest of `devices` flattening the bucket
+        before the collective and copying it back after (`cost.sync_copy_ms`, a cost model's optional term;
+        0 for cost models without it and for sufficient-factor all-gathers)."""
+        fn = getattr(self.cost, "sync_copy_ms", None)
+        if fn is None or method == "allgather" or nbytes <= 0:
+            return 0.0, 0.0
+        key = ("copy", method, devices, nbytes)
+        hit = self._phases.get(key)
+        if hit is None:
+            both = [fn(self.dtypes[d], nbytes) for d in devices]
+            hit = self._phases[key] = (max(b[0] for b in both), max(b[1] for b in both))
+        return hit
+
     def phases(self, method: str, devices: tuple, nbytes: float, server) -> list:
         """The cached `sync_phases` of one sync."""
         key = (method, devices, nbytes, server)

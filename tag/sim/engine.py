@@ -25,7 +25,7 @@ class _Unit:
     """One gradient sync: `nbytes` over `devices` by `method`, after the backward of `groups`."""
 
     __slots__ = ("groups", "devices", "nbytes", "method", "server", "label", "waiting", "ready_ms",
-                 "phases", "phase", "outstanding", "upd_tasks", "start_ms")
+                 "phases", "phase", "outstanding", "upd_tasks", "start_ms", "copy_out_ms", "copied")
 
     def __init__(self, groups, devices, nbytes, method, server, label):
         self.groups, self.devices, self.nbytes = groups, devices, nbytes
@@ -34,6 +34,7 @@ class _Unit:
         self.phases: list = []
         self.upd_tasks: list[int] = []
         self.start_ms = 0.0
+        self.copy_out_ms, self.copied = 0.0, False
 
 
 def group_syncs(gg, gid: int, decision, nbytes: float) -> list[tuple[str, float, str]]:
@@ -290,6 +291,10 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
         while u.phase < len(u.phases) and not u.phases[u.phase]:
             u.phase += 1
         if u.phase >= len(u.phases):
+            if u.copy_out_ms > 0 and not u.copied:  # the ranks copy the summed bucket back into .grad
+                u.copied = True
+                push(t + u.copy_out_ms, 3, j)
+                return
             for k in u.upd_tasks:
                 resolve(k, t)
             key = u.devices
@@ -308,12 +313,18 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
         u = units[j]
         u.phases = ctx.phases(u.method, u.devices, u.nbytes, u.server)
         u.phase, u.start_ms = 0, t
-        start_phase(j, t)
+        copy_in, u.copy_out_ms = ctx.sync_copy_ms(u.method, u.devices, u.nbytes)
+        if copy_in > 0:  # the ranks flatten the bucket's gradients before the collective
+            push(t + copy_in, 3, j)
+        else:
+            start_phase(j, t)
 
     def handle(t, kind, payload):
         if kind == 0:
             spec, deliver, label = payload
             start_flow(spec, deliver, label, t)
+        elif kind == 3:
+            start_phase(payload, t)
         elif kind == 1:
             deliver = payload[0]
             if deliver[0] == "t":

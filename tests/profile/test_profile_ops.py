@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tag.cli import main
 from tag.cost import make_cost_model
-from tag.cost.profile_db import interpolate, load, op_signature
+from tag.cost.profile_db import interpolate, load, op_signature, save
 from tag.graph import load_model
 from tag.graph.coarsen import coarsen
 from tag.strategy import TrainingConfig
@@ -89,16 +89,52 @@ def test_machine_block_is_consistent(profiled):
     assert cat["peak_ratio"] == pytest.approx(m["peak_tflops"] / CATALOG["cpu"].peak_tflops)
 
 
-def test_profile_drives_the_cost_model_for_every_op(model_path, profiled):
+def test_profile_drives_the_cost_model_for_every_op(model_path, profiled, tmp_path):
     db = load(profiled[0])
+    db.step = None  # per-op figures only: a group is the sum of its ops
+    save(db, str(tmp_path / "ops_only.json"))
     graph = load_model(model_path, batch_size=4)
     gg = coarsen(graph, k=2, n_devices=1)
-    cm = make_cost_model(gg, TrainingConfig(), profiled[0])
+    cm = make_cost_model(gg, TrainingConfig(), str(tmp_path / "ops_only.json"))
     assert cm.matched_ops == 5
     cpu = CATALOG["cpu"]
     for g in gg.groups:
         want = sum(interpolate(ROWS, db.ops[op_signature(graph.ops[i], graph)].fwd_ms, 2) for i in g.op_ids)
         assert cm.group_fwd_ms(g.id, cpu, 2) == pytest.approx(want)  # 2 rows: halfway between 1 and 3
+
+
+def test_step_block_measured_and_shared_over_ops(model_path, profiled):
+    """The step block: every group in the step, the update and the copies; the cost model shares each step
+    group's time over its ops by their own figures (worked out here op by op)."""
+    db = load(profiled[0])
+    graph = load_model(model_path, batch_size=4)
+    st = db.step
+    assert st is not None and st.rows == ROWS and st.optimizer == "adam"
+    assert sorted(n for g in st.groups for n in g.ops) == sorted(op.name for op in graph.ops)
+    assert all(t > 0 for g in st.groups for t in g.fwd_ms + g.bwd_ms) and all(t > 0 for t in st.update_ms)
+    with_params = [g for g in st.groups if g.param_bytes > 0]
+    assert with_params and all(g.update_ms > 0 for g in with_params)
+    assert sum(g.param_bytes for g in st.groups) == 4 * (16 * 16 * 2 + 16)
+    assert st.copy_bytes == sorted({g.param_bytes for g in with_params}) and all(t > 0 for t in st.copy_in_ms)
+    by_name = {op.name: i for i, op in enumerate(graph.ops)}
+    own = {n: db.ops[op_signature(graph.ops[i], graph)] for n, i in by_name.items()}
+    gg = coarsen(graph, k=2, n_devices=1)
+    cm = make_cost_model(gg, TrainingConfig(), profiled[0])
+    cpu = CATALOG["cpu"]
+    fwd_at = {}  # op name -> in-step forward series
+    for g in st.groups:
+        for k in range(len(ROWS)):
+            total = sum(own[n].fwd_ms[k] for n in g.ops)
+            for n in g.ops:
+                fwd_at.setdefault(n, []).append(g.fwd_ms[k] * own[n].fwd_ms[k] / total)
+    for g in gg.groups:
+        want = sum(interpolate(ROWS, fwd_at[graph.ops[i].name], 2) for i in g.op_ids)
+        assert cm.group_fwd_ms(g.id, cpu, 2) == pytest.approx(want)
+    # the update: the in-step optimizer time shared by the groups' alone figures, then by bytes
+    alone = sum(g.update_ms for g in st.groups)
+    want_total = float(np.median(st.update_ms))
+    got_total = sum(cm.update_ms(g.id, cpu) for g in gg.groups)
+    assert got_total == pytest.approx(want_total) and alone > 0
 
 
 def test_bad_flags_exit_2_with_one_line(model_path, tmp_path, capsys):
