@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from emulate.phase_table import phase_line, phase_report, predict_phases  # noqa: E402
 MODELS = os.path.join(HERE, "..", "datasets", "models")
 BASELINES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
 
@@ -326,7 +328,7 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
         sh = json.load(f)
     contention = probe_mean(sh["probes"])
     load_before, load_after = sh["load_before"], sh["load_after"]
-    rows = []
+    rows, phase_lines = [], []
     for (key, plan, model, prof), path in zip(entries, paths):
         try:
             with open(path + ".result.json") as f:
@@ -338,8 +340,10 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
         pred_ov = predict_ms(model, topo, plan, prof, overlap_sync=True)
         pred_c = predict_ms(model, topo, plan, prof, contention=contention)
         rows.append(Row(*key.split("/"), pred, pred_ov, pred_c, res["measured_step_ms"], res["cpu_ms"]))
+        if res.get("phases_by_rank"):
+            phase_lines.append(phase_line(*key.split("/"), predict_phases(model, topo, plan, prof), res["phases_by_rank"]))
         print(f"  {key:34s} predicted {pred:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms", file=sys.stderr)
-    return report(rows, a, load_before, load_after, contention, time.time() - t0)
+    return report(rows, a, load_before, load_after, contention, time.time() - t0) + phase_report(phase_lines)
 
 
 @dataclass

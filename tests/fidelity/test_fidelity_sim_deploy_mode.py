@@ -42,3 +42,29 @@ def test_without_params_replicated_nothing_changes():
     a = simulate(gg, make_cluster([2]), cost, st, TC, overlap_sync=False)
     b = simulate(gg, make_cluster([2]), cost, st, TC)
     assert a.iteration_ms == pytest.approx(b.iteration_ms)
+
+
+class _CopyCost(FixedCost):
+    """FixedCost plus the optional sync-copy term: (in, out) ms = (a, b) x MB of the bucket, device 1 twice as slow."""
+
+    def __init__(self, *args, a: float, b: float):
+        super().__init__(*args)
+        self.a, self.b = a, b
+
+    def sync_copy_ms(self, device, nbytes):
+        return self.a * nbytes / 1e6, self.b * nbytes / 1e6
+
+
+def test_sync_copies_delay_the_collective_and_the_update():
+    gg, st = _two_groups()
+    base = FixedCost([1.0, 1.0], [0.1, 0.1])
+    cost = _CopyCost([1.0, 1.0], [0.1, 0.1], a=0.01, b=0.02)
+    plain = simulate(gg, make_cluster([2]), base, st, TC, overlap_sync=False)
+    r = simulate(gg, make_cluster([2]), cost, st, TC, overlap_sync=False)
+    # the two syncs run one after another on one communicator, each with its flatten before and copy-back after:
+    # 1e8 + 4e6 bytes -> (0.01 + 0.02) ms/MB x 104 MB = 3.12 ms more
+    assert r.iteration_ms == pytest.approx(plain.iteration_ms + 0.03 * 104)
+    # a group on one device has no sync and pays no copy
+    single = Strategy((Decision((8, 0)), Decision((8, 0))))
+    assert simulate(gg, make_cluster([2]), cost, single, TC).iteration_ms == pytest.approx(
+        simulate(gg, make_cluster([2]), base, single, TC).iteration_ms)
