@@ -102,7 +102,8 @@ def random_plan(base: dict, n_dev: int, rng: random.Random) -> dict:
 
 def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = False,
                contention: dict | None = None) -> float:
-    """Simulated iteration time of a plan on the profiled cost model, ms (sync overlap as deploy: none).
+    """Simulated iteration time of a plan on the profiled cost model, ms (as deploy runs it: no sync overlap,
+    blocking exchanges; `overlap_sync=True`: the planner's DDP-style overlap and asynchronous sends).
 
     `profile` is a path, or a list of paths (one per device type, as `emulate.cluster_run` measures them).
     `contention` (the handoff probe's figures) adds the contention term: compute and updates stretched by
@@ -127,7 +128,8 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
             db = load(path)
             models[db.device_type] = ProfileCostModel(inp.gg, inp.training, db, compute_scale=k)
         cost = MultiProfileCostModel(inp.gg, inp.training, models)
-        return simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=overlap_sync)
+        return simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=overlap_sync,
+                        blocking_sends=not overlap_sync)
 
     res = run([1.0] * len(profiles))
     if contention:

@@ -15,7 +15,7 @@ def predict_phases(model: str, topo: str, plan: str, profile: str) -> dict[int, 
     args = build_parser().parse_args(["simulate", model, topo, "--plan", plan])
     inp = load_inputs(model, topo, args, plan_path=plan)
     cost = ProfileCostModel(inp.gg, inp.training, load(profile))
-    res = simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=False, trace=True)
+    res = simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=False, blocking_sends=True, trace=True)
     out: dict[int, dict[str, float]] = {}
     for e in res.trace_events:
         if e.get("ph") == "X" and e["pid"] == 0:

@@ -12,6 +12,7 @@ from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
 from tag.sim.context import _context
 from tag.sim.memory import peak_memory_bytes
 from tag.sim.network import INF, Flow, Network
+from tag.sim.rendezvous import exchange_gates
 from tag.sim.result import SimResult
 from tag.sim.sfb import dw_ms, group_sfb_factors
 from tag.sim.trace import COMPUTE_PID, NETWORK_PID, lane_metadata, x_event
@@ -89,11 +90,13 @@ def _tensor_bytes(gg, name: str) -> float:
 
 
 def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *, trace: bool = False,
-             overlap_sync: bool = True) -> SimResult:
+             overlap_sync: bool = True, blocking_sends: bool = False) -> SimResult:
     """Simulate one training iteration of `strategy`; times in ms, memory in 1e9-byte units (`SimResult`).
 
     `overlap_sync=False` models the `tag deploy` runtime: a device's gradient syncs start only after its
     whole backward (no DDP-style overlap of sync with the remaining backward).
+    `blocking_sends=True` models its exchanges too: every transfer is a rendezvous of its two ranks at the
+    consumer group's place in the group order, and blocks both (`tag.sim.rendezvous`).
     """
     n_dev, n_grp = cluster.n_devices, gg.n_groups
     decs = strategy.decisions
@@ -142,11 +145,16 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
 
     # ---- activation and gradient transfers between groups --------------------------------------------
     recv: list[tuple] = []  # (consumer group, consumer device, producer group, producer device, bytes)
+    blocking: list[tuple] = []  # blocking_sends: (phase, group, sender, receiver, FlowSpec, label, target task)
     for ei, e in enumerate(gg.edges):
         for s, d, b, fspec, bspec in ctx.edge_transfers(ei, decs[e.src], decs[e.dst]):
             kf, kb = fwd_id[e.dst][d], bwd_id[e.src][s]
-            add_act(fwd_id[e.src][s], (0, fspec, kf, f"act g{e.src}->g{e.dst}"))
-            add_act(bwd_id[e.dst][d], (0, bspec, kb, f"grad g{e.dst}->g{e.src}"))
+            if blocking_sends:  # gated once the programs are known (below)
+                blocking.append((0, e.dst, s, d, fspec, f"act g{e.src}->g{e.dst}", kf))
+                blocking.append((1, e.dst, d, s, bspec, f"grad g{e.dst}->g{e.src}", kb))
+            else:
+                add_act(fwd_id[e.src][s], (0, fspec, kf, f"act g{e.src}->g{e.dst}"))
+                add_act(bwd_id[e.dst][d], (0, bspec, kb, f"grad g{e.dst}->g{e.src}"))
             pend[kf] += 1
             pend[kb] += 1
             recv.append((e.dst, d, e.src, s, b))
@@ -254,6 +262,12 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
                 for act in a:
                     if act[0] == 0:
                         push(t, 0, (act[1], ("t", act[2]), act[3]))
+                    elif act[0] == 2:  # a blocking exchange waits for both of its ranks
+                        gi = act[1]
+                        gate_wait[gi] -= 1
+                        gate_t[gi] = max(gate_t[gi], t)
+                        if gate_wait[gi] == 0:
+                            push(gate_t[gi], 0, (gates[gi].spec, ("m", gates[gi].deliver), gates[gi].label))
                     else:
                         u = units[act[1]]
                         u.waiting -= 1
@@ -329,6 +343,9 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
             deliver = payload[0]
             if deliver[0] == "t":
                 resolve(deliver[1], t)
+            elif deliver[0] == "m":
+                for k in deliver[1]:
+                    resolve(k, t)
             else:
                 u = units[deliver[1]]
                 u.outstanding -= 1
@@ -344,6 +361,16 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
                 comm_busy[key] = True
                 begin_unit(payload, t)
 
+    gates = exchange_gates(programs, tgrp, [k == _FWD for k in tkind], blocking) if blocking else []
+    gate_wait = [len(gt.wait) for gt in gates]
+    gate_t = [0.0] * len(gates)
+    for gi, gt in enumerate(gates):
+        for k in gt.deliver[1:]:  # deliver[0] is the target task, already waiting for this transfer
+            pend[k] += 1
+        if not gt.wait:
+            push(0.0, 0, (gt.spec, ("m", gt.deliver), gt.label))
+        for k in gt.wait:
+            add_act(k, (2, gi))
     for d in range(n_dev):
         advance(d)
     while True:
