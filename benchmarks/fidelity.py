@@ -7,10 +7,12 @@ For each model it measures the topology of `--nproc` local ranks (`tag profile l
 ops (`tag profile ops`, one thread, as deploy runs them), then builds at least 10 strategies: every baseline
 (`tag plan --baseline`), two searched plans (`tag plan`, seeds 0 and 1) and `--random` random valid strategies
 (seeded: random device subsets, uneven row splits, allreduce/ps sync). Each plan is predicted in-process
-with the simulator on the profiled cost model (`overlap_sync=False`: syncs after the whole backward, as
-the deploy runtime runs them) and measured by the `tag deploy` runtime: the same jobs `tag deploy` prepares,
+with the simulator on the profiled cost model as the deploy runtime runs a step (`overlap_sync=False`: syncs
+after the whole backward; `blocking_sends=True`: every exchange a rendezvous of its two ranks; the profile's
+``step`` block: compute inside the step, optimizer update, sync copies) and measured by the `tag deploy` runtime: the same jobs `tag deploy` prepares,
 run one after another in one torchrun launch (`emulate/batch_worker.py`; median step after a warm-up step),
-so torch start-up is paid once rather than per plan. It prints and writes a markdown table: per plan predicted and measured ms; per model and
+so torch start-up is paid once rather than per plan; the worker also times every phase of the step per rank
+(`emulate/phases.py`), printed next to the simulator's tasks in a per-phase table. It prints and writes a markdown table: per plan predicted and measured ms; per model and
 overall MAPE (mean |pred - meas| / meas) and Kendall's tau-b of predicted vs measured. The machine load
 (/proc/loadavg) before and after is recorded in the table.
 """
