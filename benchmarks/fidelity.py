@@ -241,7 +241,8 @@ def prepare_jobs(entries: list[tuple[str, str, str]], steps: int, work: str) -> 
     return paths
 
 
-def measure_batch(paths: list[str], nproc: int, work: str, prefix: list[str] | None = None, rounds: int = 3) -> None:
+def measure_batch(paths: list[str], nproc: int, work: str, prefix: list[str] | None = None, rounds: int = 3,
+                  log_name: str = "batch.log") -> None:
     """Run the job pickles in one torchrun launch of `nproc` local ranks (`emulate/batch_worker.py`)."""
     jobs_file = os.path.join(work, "jobs.json")
     with open(jobs_file, "w") as f:
@@ -249,7 +250,7 @@ def measure_batch(paths: list[str], nproc: int, work: str, prefix: list[str] | N
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     cmd = (prefix or []) + [sys.executable, "-m", "torch.distributed.run", "--standalone",
                             f"--nproc-per-node={nproc}", os.path.join(HERE, "emulate", "batch_worker.py"), jobs_file, str(rounds)]
-    with open(os.path.join(work, "batch.log"), "w") as log:
+    with open(os.path.join(work, log_name), "w") as log:
         subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=3600)
 
 
@@ -302,8 +303,11 @@ def main() -> None:
 
 def local_table(a, work: str, topo: str, t0: float) -> str:
     """The loopback fidelity table (profiles, plans, batch measurement, predictions) as markdown."""
-    entries = []
-    for name in a.models.split(","):
+    entries, paths = [], []
+    contention_path = os.path.join(work, "contention.json")
+    load_before = loadavg()
+    probes = [] if a.no_measure else [handoff_probe(a.nproc, work)]
+    for name in a.models.split(","):  # each model profiled and measured back to back: the machine's speed drifts
         model = os.path.join(MODELS, f"{name}.onnx")
         prof = os.path.join(work, f"{name}-profile.json")
         if not (a.reuse and os.path.exists(prof)):
@@ -316,15 +320,16 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             plans = build_plans(model, topo, prof, a.batch_size, work, a.random, a.seed)
             with open(plans_path, "w") as f:
                 json.dump(plans, f)
-        entries += [(f"{name}/{label}", plan, model, prof) for label, plan in plans.items()]
+        mine = [(f"{name}/{label}", plan, model, prof) for label, plan in plans.items()]
+        entries += mine
         print(f"  planned {name}: {len(plans)} plans", file=sys.stderr)
-    paths = [os.path.join(work, k.replace("/", "--") + ".job.pkl") for k, _, _, _ in entries]
-    load_before = loadavg()
-    contention_path = os.path.join(work, "contention.json")
+        if a.no_measure:
+            paths += [os.path.join(work, k.replace("/", "--") + ".job.pkl") for k, _, _, _ in mine]
+        else:
+            got = prepare_jobs([(k, p, m) for k, p, m, _ in mine], a.steps, work)
+            measure_batch(got, a.nproc, work, rounds=a.rounds, log_name=f"batch-{name}.log")
+            paths += got
     if not a.no_measure:
-        paths = prepare_jobs([(k, p, m) for k, p, m, _ in entries], a.steps, work)
-        probes = [handoff_probe(a.nproc, work)]
-        measure_batch(paths, a.nproc, work, rounds=a.rounds)
         probes.append(handoff_probe(a.nproc, work))
         with open(contention_path, "w") as f:
             json.dump({"probes": probes, "load_before": load_before, "load_after": loadavg()}, f)

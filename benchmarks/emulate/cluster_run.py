@@ -67,7 +67,8 @@ def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[
             plans = fid.build_plans(model, topo, profs[0], a.batch_size, work, a.random, a.seed, stem=f"emu-{name}")
             entries += [(f"{name}/{label}", plan, model) for label, plan in plans.items()]
             log(f"  emulated: planned {name}: {len(plans)} plans")
-        paths = fid.prepare_jobs(entries, a.steps, work)
+        # job files named emu-<model>--<plan> so they never overwrite the loopback table's results in `work`
+        paths = fid.prepare_jobs([("emu-" + k, p, m) for k, p, m in entries], a.steps, work)
         jobs_file = os.path.join(work, "emu-jobs.json")
         with open(jobs_file, "w") as f:
             json.dump([p for p in paths if not os.path.exists(p + ".error")], f)
