@@ -103,7 +103,7 @@ def random_plan(base: dict, n_dev: int, rng: random.Random) -> dict:
 
 
 def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = False,
-               contention: dict | None = None) -> float:
+               contention: dict | None = None, speed: float = 1.0) -> float:
     """Simulated iteration time of a plan on the profiled cost model, ms (as deploy runs it: no sync overlap,
     blocking exchanges; `overlap_sync=True`: the planner's DDP-style overlap and asynchronous sends).
 
@@ -111,6 +111,7 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
     `contention` (the handoff probe's figures) adds the contention term: compute and updates stretched by
     `contention_stretch` (alone / together figures per rank) and ``handoff_ms`` added to the latency of
     every device pair (a rank that waited for a message resumes only when the scheduler gives it a core back).
+    `speed` multiplies every compute time (`speed_scale`: the machine's speed at measurement time vs the profile's).
     """
     import numpy as np
 
@@ -128,7 +129,7 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
         models = {}
         for path, k in zip(profiles, stretch):
             db = load(path)
-            models[db.device_type] = ProfileCostModel(inp.gg, inp.training, db, compute_scale=k)
+            models[db.device_type] = ProfileCostModel(inp.gg, inp.training, db, compute_scale=k * speed)
         cost = MultiProfileCostModel(inp.gg, inp.training, models)
         return simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=overlap_sync,
                         blocking_sends=not overlap_sync)
@@ -193,6 +194,25 @@ def handoff_probe(nproc: int, work: str) -> dict:
                    check=True, timeout=600)
     with open(out) as f:
         return json.load(f)
+
+
+def speed_scale(model: str, profile: str, rows: int, work: str) -> float:
+    """This machine's speed now relative to when `profile` was taken: the single-rank step's thread CPU ms now
+    (`emulate/speed_probe.py`) / the same figure in the profile's ``step`` block at `rows` (1.0 without one)."""
+    from tag.cost.profile_db import load
+
+    st = load(profile).step
+    if st is None or rows not in st.rows:
+        return 1.0
+    i = st.rows.index(rows)
+    then = sum(g.fwd_ms[i] + g.bwd_ms[i] for g in st.groups) + st.update_ms[i] + st.other_ms[i]
+    out = os.path.join(work, "speed.json")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    subprocess.run([sys.executable, os.path.join(HERE, "emulate", "speed_probe.py"), model, str(rows), out], env=env,
+                   check=True, capture_output=True, timeout=600)
+    with open(out) as f:
+        now = json.load(f)["step_cpu_ms"]
+    return now / then if then > 0 else 1.0
 
 
 def probe_mean(probes: list[dict]) -> dict:
@@ -307,6 +327,7 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
     contention_path = os.path.join(work, "contention.json")
     load_before = loadavg()
     probes = [] if a.no_measure else [handoff_probe(a.nproc, work)]
+    speeds: dict[str, float] = {}
     for name in a.models.split(","):  # each model profiled and measured back to back: the machine's speed drifts
         model = os.path.join(MODELS, f"{name}.onnx")
         prof = os.path.join(work, f"{name}-profile.json")
@@ -327,14 +348,17 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             paths += [os.path.join(work, k.replace("/", "--") + ".job.pkl") for k, _, _, _ in mine]
         else:
             got = prepare_jobs([(k, p, m) for k, p, m, _ in mine], a.steps, work)
+            before = speed_scale(model, prof, a.batch_size, work)
             measure_batch(got, a.nproc, work, rounds=a.rounds, log_name=f"batch-{name}.log")
+            speeds[name] = (before + speed_scale(model, prof, a.batch_size, work)) / 2
             paths += got
     if not a.no_measure:
         probes.append(handoff_probe(a.nproc, work))
         with open(contention_path, "w") as f:
-            json.dump({"probes": probes, "load_before": load_before, "load_after": loadavg()}, f)
+            json.dump({"probes": probes, "load_before": load_before, "load_after": loadavg(), "speed": speeds}, f)
     with open(contention_path) as f:
         sh = json.load(f)
+    speeds = sh.get("speed", {})
     contention = probe_mean(sh["probes"])
     load_before, load_after = sh["load_before"], sh["load_after"]
     rows, phase_lines = [], []
@@ -347,12 +371,17 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             continue
         pred = predict_ms(model, topo, plan, prof)
         pred_ov = predict_ms(model, topo, plan, prof, overlap_sync=True)
-        pred_c = predict_ms(model, topo, plan, prof, contention=contention)
+        pred_c = predict_ms(model, topo, plan, prof, contention=contention, speed=speeds.get(key.split("/")[0], 1.0))
         rows.append(Row(*key.split("/"), pred, pred_ov, pred_c, res["measured_step_ms"], res["cpu_ms"]))
         if res.get("phases_by_rank"):
             phase_lines.append(phase_line(*key.split("/"), predict_phases(model, topo, plan, prof), res["phases_by_rank"]))
         print(f"  {key:34s} predicted {pred:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms", file=sys.stderr)
-    return report(rows, a, load_before, load_after, contention, time.time() - t0) + phase_report(phase_lines)
+    text = report(rows, a, load_before, load_after, contention, time.time() - t0) + phase_report(phase_lines)
+    if speeds:
+        text += ("\nSpeed probe (`speed_scale`, single-rank step CPU now / in the profile, mean of before and after "
+                 "each model's measurement; multiplies compute in the contention column): "
+                 + ", ".join(f"{m} x{v:.2f}" for m, v in speeds.items()) + "\n")
+    return text
 
 
 @dataclass
