@@ -29,6 +29,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from emulate.contention import concurrency, concurrent_speed, contention_stretch, probe_mean  # noqa: E402,F401
 from emulate.phase_table import phase_line, phase_report, predict_phases  # noqa: E402
 from emulate.report import Row, emulated_report, kendall_tau_b, mape, report  # noqa: E402,F401  (re-exported for
 #   `emulate.cluster_run` (fid.Row) and the tests)
@@ -74,7 +75,7 @@ def random_plan(base: dict, n_dev: int, rng: random.Random) -> dict:
 
 
 def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = False,
-               contention: dict | None = None, speed: float = 1.0) -> float:
+               contention: dict | None = None, speed: float = 1.0, speed_together: float | None = None) -> float:
     """Simulated iteration time of a plan on the profiled cost model, ms (as deploy runs it: no sync overlap,
     blocking exchanges; `overlap_sync=True`: the planner's DDP-style overlap and asynchronous sends).
 
@@ -82,7 +83,10 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
     `contention` (the handoff probe's figures) adds the contention term: compute and updates stretched by
     `contention_stretch` (alone / together figures per rank) and ``handoff_ms`` added to the latency of
     every device pair (a rank that waited for a message resumes only when the scheduler gives it a core back).
-    `speed` multiplies every compute time (`speed_scale`: the machine's speed at measurement time vs the profile's).
+    `speed` multiplies every compute time (`speed_scale`: the machine's speed at measurement time vs the profile's);
+    with `speed_together` (the same with every rank stepping at once) the contention column uses
+    `concurrent_speed` instead: between the two by the plan's simulated concurrency.
+    The ring collectives run at the measured all-reduce rate of the topology (`collective_hop_gbps`).
     """
     import numpy as np
 
@@ -92,15 +96,20 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
     from tag.modelio import load_inputs
     from tag.sim import simulate
 
+    from tag.profile.links import collective_hop_gbps
+
     profiles = [profile] if isinstance(profile, str) else list(profile)
     args = build_parser().parse_args(["simulate", model, topo, "--plan", plan])
     inp = load_inputs(model, topo, args, plan_path=plan)
+    with open(topo) as f:
+        ring_gbps = collective_hop_gbps(json.load(f))  # the measured ring rate (None: the links' rate)
 
     def run(stretch: list[float]):
         models = {}
         for path, k in zip(profiles, stretch):
             db = load(path)
-            models[db.device_type] = ProfileCostModel(inp.gg, inp.training, db, compute_scale=k * speed)
+            models[db.device_type] = ProfileCostModel(inp.gg, inp.training, db, compute_scale=k * speed,
+                                                      collective_gbps=ring_gbps)
         cost = MultiProfileCostModel(inp.gg, inp.training, models)
         return simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=overlap_sync,
                         blocking_sends=not overlap_sync)
@@ -109,25 +118,9 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
     if contention:
         off_diag = ~np.eye(inp.cluster.n_devices, dtype=bool)
         inp.cluster.latency_us[off_diag] += 1e3 * contention["handoff_ms"]
-        res = run(contention_stretch(res, contention, len(profiles)))
+        k = concurrent_speed(res, speed, speed_together) / speed
+        res = run([k * x for x in contention_stretch(res, contention, len(profiles))])
     return float(res.iteration_ms)
-
-
-def contention_stretch(res, contention: dict, n_types: int) -> list[float]:
-    """Compute stretch per profile (device type) under contention: a mean field between the probe's figures.
-
-    With c = (sum of the devices' busy time) / iteration time, the mean number of this job's ranks computing
-    at once (1..n), every task is stretched by ``alone + (c - 1) / (n - 1) x (together - alone)``: `alone`
-    when one rank computes while the others wait, `together` when all compute at once (processor sharing
-    with each other and with other tenants; one figure per rank of the probe).
-    """
-    busy = list(res.busy_ms.values()) if isinstance(res.busy_ms, dict) else list(res.busy_ms)
-    n = max(len(busy), 2)
-    c = min(max(sum(busy) / res.iteration_ms, 1.0), float(n)) if res.iteration_ms > 0 else 1.0
-    alone, together = contention["alone_stretch"], contention["together_stretch"]
-    if len(alone) != n_types:  # one device type for all ranks: the ranks' mean figures
-        alone, together = [sum(alone) / len(alone)] * n_types, [sum(together) / len(together)] * n_types
-    return [a + (c - 1) / (n - 1) * (t - a) for a, t in zip(alone, together)]
 
 
 def build_plans(model: str, topo: str, profile: str, batch: int, work: str, n_random: int, seed: int,
@@ -167,9 +160,12 @@ def handoff_probe(nproc: int, work: str) -> dict:
         return json.load(f)
 
 
-def speed_scale(model: str, profile: str, rows: int, work: str) -> float:
+def speed_scale(model: str, profile: str, rows: int, work: str, together: int = 0) -> float:
     """This machine's speed now relative to when `profile` was taken: the single-rank step's thread CPU ms now
-    (`emulate/speed_probe.py`) / the same figure in the profile's ``step`` block at `rows` (1.0 without one)."""
+    (`emulate/speed_probe.py`) / the same figure in the profile's ``step`` block at `rows` (1.0 without one).
+
+    `together` = n >= 2: the same with n copies of the step running at once (mean over the copies): what
+    every rank computing at the same time costs in CPU time (memory bandwidth, caches)."""
     from tag.cost.profile_db import load
 
     st = load(profile).step
@@ -177,22 +173,21 @@ def speed_scale(model: str, profile: str, rows: int, work: str) -> float:
         return 1.0
     i = st.rows.index(rows)
     then = sum(g.fwd_ms[i] + g.bwd_ms[i] for g in st.groups) + st.update_ms[i] + st.other_ms[i]
-    out = os.path.join(work, "speed.json")
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    subprocess.run([sys.executable, os.path.join(HERE, "emulate", "speed_probe.py"), model, str(rows), out], env=env,
-                   check=True, capture_output=True, timeout=600)
-    with open(out) as f:
-        now = json.load(f)["step_cpu_ms"]
-    return now / then if then > 0 else 1.0
-
-
-def probe_mean(probes: list[dict]) -> dict:
-    """Mean of several contention probes: handoff ms, and per rank the alone and together stretches."""
-    n = len(probes)
-    ranks = range(len(probes[0]["alone_stretch_by_rank"]))
-    return {"handoff_ms": sum(p["handoff_ms"] for p in probes) / n,
-            "alone_stretch": [sum(p["alone_stretch_by_rank"][i] for p in probes) / n for i in ranks],
-            "together_stretch": [sum(p["sustained_stretch_by_rank"][i] for p in probes) / n for i in ranks]}
+    probe = [sys.executable, os.path.join(HERE, "emulate", "speed_probe.py"), model, str(rows)]
+    n = together if together >= 2 else 1
+    outs = [os.path.join(work, f"speed{k}.json") for k in range(n)]
+    ready = os.path.join(work, f"speed-ready-{time.time_ns()}")
+    procs = [subprocess.Popen(probe + [o] + ([ready, str(n)] if n > 1 else []), env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for o in outs]
+    for pr in procs:
+        if pr.wait(timeout=600) != 0:
+            raise RuntimeError(f"speed probe failed: {' '.join(pr.args)}")
+    now = []
+    for o in outs:
+        with open(o) as f:
+            now.append(json.load(f)["step_cpu_ms"])
+    return sum(now) / len(now) / then if then > 0 else 1.0
 
 
 def loadavg() -> str:
@@ -299,6 +294,7 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
     load_before = loadavg()
     probes = [] if a.no_measure else [handoff_probe(a.nproc, work)]
     speeds: dict[str, float] = {}
+    speeds_all: dict[str, float] = {}  # the same with every rank computing at once
     for name in a.models.split(","):  # each model profiled and measured back to back: the machine's speed drifts
         model = os.path.join(MODELS, f"{name}.onnx")
         prof = os.path.join(work, f"{name}-profile.json")
@@ -320,16 +316,20 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
         else:
             got = prepare_jobs([(k, p, m) for k, p, m, _ in mine], a.steps, work)
             before = speed_scale(model, prof, a.batch_size, work)
+            before_all = speed_scale(model, prof, a.batch_size, work, together=a.nproc)
             measure_batch(got, a.nproc, work, rounds=a.rounds, log_name=f"batch-{name}.log")
             speeds[name] = (before + speed_scale(model, prof, a.batch_size, work)) / 2
+            speeds_all[name] = (before_all + speed_scale(model, prof, a.batch_size, work, together=a.nproc)) / 2
             paths += got
     if not a.no_measure:
         probes.append(handoff_probe(a.nproc, work))
         with open(contention_path, "w") as f:
-            json.dump({"probes": probes, "load_before": load_before, "load_after": loadavg(), "speed": speeds}, f)
+            json.dump({"probes": probes, "load_before": load_before, "load_after": loadavg(), "speed": speeds,
+                       "speed_together": speeds_all}, f)
     with open(contention_path) as f:
         sh = json.load(f)
     speeds = sh.get("speed", {})
+    speeds_all = sh.get("speed_together", {})
     contention = probe_mean(sh["probes"])
     load_before, load_after = sh["load_before"], sh["load_after"]
     rows, phase_lines = [], []
@@ -342,7 +342,9 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             continue
         pred = predict_ms(model, topo, plan, prof)
         pred_ov = predict_ms(model, topo, plan, prof, overlap_sync=True)
-        pred_c = predict_ms(model, topo, plan, prof, contention=contention, speed=speeds.get(key.split("/")[0], 1.0))
+        m = key.split("/")[0]
+        pred_c = predict_ms(model, topo, plan, prof, contention=contention, speed=speeds.get(m, 1.0),
+                            speed_together=speeds_all.get(m))
         rows.append(Row(*key.split("/"), pred, pred_ov, pred_c, res["measured_step_ms"], res["cpu_ms"]))
         if res.get("phases_by_rank"):
             phase_lines.append(phase_line(*key.split("/"), predict_phases(model, topo, plan, prof), res["phases_by_rank"]))
@@ -350,8 +352,9 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
     text = report(rows, a, load_before, load_after, contention, time.time() - t0) + phase_report(phase_lines)
     if speeds:
         text += ("\nSpeed probe (`speed_scale`, single-rank step CPU now / in the profile, mean of before and after "
-                 "each model's measurement; multiplies compute in the contention column): "
-                 + ", ".join(f"{m} x{v:.2f}" for m, v in speeds.items()) + "\n")
+                 "each model's measurement, alone / with every rank stepping at once; multiplies compute in the "
+                 "contention column by the plan's concurrency): "
+                 + ", ".join(f"{m} x{v:.2f} / x{speeds_all.get(m, v):.2f}" for m, v in speeds.items()) + "\n")
     return text
 
 

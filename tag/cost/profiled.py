@@ -17,6 +17,10 @@ beyond the ops is charged too (`step_terms`, the one place of these formulas):
 * **sync copies** (`sync_copy_ms`): flattening a bucket's gradients and copying them back, interpolated
   in the bucket's bytes.
 
+`collective_gbps` (optional, default None): the measured per-hop rate of the collective library's ring
+(`tag.profile.links.collective_hop_gbps` of a measured topology); the simulator caps ring collectives at it
+(`collective_hop_gbps`; `tag.sim.collectives`). None keeps the links' own rate.
+
 `compute_scale` (default 1) multiplies every compute and update time: the sustained slowdown of a
 device shared with other tenants (wall time / thread CPU time of compute between waits), which short
 profiled calls do not see. `benchmarks/fidelity.py` measures it under the load it measures steps at.
@@ -38,8 +42,10 @@ from tag.topology.cluster import DeviceType
 class ProfileCostModel:
     """Measured op times where the profile has them, roofline elsewhere (implements `CostModel`)."""
 
-    def __init__(self, gg: GroupGraph, training: TrainingConfig, db: ProfileDB, compute_scale: float = 1.0):
+    def __init__(self, gg: GroupGraph, training: TrainingConfig, db: ProfileDB, compute_scale: float = 1.0,
+                 collective_gbps: float | None = None):
         self.gg = gg
+        self.collective_gbps = None if collective_gbps is None else float(collective_gbps)
         self.compute_scale = float(compute_scale)
         self.training = training
         self.db = db
@@ -105,6 +111,11 @@ class ProfileCostModel:
             missing = sum(_param_bytes(self.gg.graph, p) for p in params if p not in self._param_upd_ms)
             t += roof * missing / max(g.param_bytes, 1.0)
         return self.compute_scale * t
+
+    def collective_hop_gbps(self, device: DeviceType, n_ranks: int) -> float | None:
+        """Measured per-hop rate (10^9 bit/s) of a ring collective over `n_ranks` ranks of `device`'s type
+        (`collective_gbps` for the profile's device type; None otherwise: the links' rate applies)."""
+        return self.collective_gbps if device.name == self.db.device_type else None
 
     def sync_copy_ms(self, device: DeviceType, nbytes: float) -> tuple[float, float]:
         """(copy-in ms, copy-out ms) of a gradient sync of `nbytes` on one replica: the runtime flattening the
@@ -199,6 +210,11 @@ class MultiProfileCostModel:
     def update_ms(self, group_id: int, device: DeviceType) -> float:
         """Optimizer update of the group's parameters on one replica of `device`'s type, ms."""
         return self._model(device).update_ms(group_id, device)
+
+    def collective_hop_gbps(self, device: DeviceType, n_ranks: int) -> float | None:
+        """Measured ring per-hop rate on `device`'s type, 10^9 bit/s (its type's profile; else None)."""
+        fn = getattr(self._model(device), "collective_hop_gbps", None)
+        return fn(device, n_ranks) if fn is not None else None
 
     def sync_copy_ms(self, device: DeviceType, nbytes: float) -> tuple[float, float]:
         """(copy-in ms, copy-out ms) of a gradient sync of `nbytes` on `device` (its type's profile; else 0)."""

@@ -108,6 +108,25 @@ def fits(result: dict) -> dict:
     return out
 
 
+COLLECTIVE_FIT_MIN_BYTES = 1 << 20  # sizes at or above this fit the ring's per-hop bandwidth
+
+
+def collective_hop_gbps(topology: dict) -> float | None:
+    """The measured ring all-reduce's per-hop bandwidth (10^9 bit/s) of a topology written by `tag profile
+    links` (its ``x-measured`` block), fitted on the sizes of at least `COLLECTIVE_FIT_MIN_BYTES` (small
+    sizes are latency-bound and noisy); None when the topology has no all-reduce measurement."""
+    meas = topology.get("x-measured") or {}
+    ar = (meas.get("fits") or {}).get("allreduce")
+    sizes, times = meas.get("sizes_bytes") or [], meas.get("allreduce_ms") or []
+    if not ar or len(sizes) != len(times):
+        return None
+    big = [(s, t) for s, t in zip(sizes, times) if s >= COLLECTIVE_FIT_MIN_BYTES]
+    if len(big) < 2:
+        return float(ar["hop_bandwidth_gbps"])
+    f = fit_ring_allreduce([s for s, _ in big], [t for _, t in big], int(ar["ranks"]))
+    return f.bandwidth_gbps
+
+
 def measured_topology(result: dict, name: str = "measured") -> dict:
     """A complete topology.json object from a sweep result (see the module docstring)."""
     dtype = result["settings"]["device_type"]

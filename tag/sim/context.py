@@ -93,12 +93,22 @@ class SimContext:
             hit = self._phases[key] = (max(b[0] for b in both), max(b[1] for b in both))
         return hit
 
+    def ring_gbps(self, devices: tuple) -> float | None:
+        """The measured per-hop rate of a ring collective over `devices`, 10^9 bit/s (`cost.collective_hop_gbps`,
+        a cost model's optional term: the slowest of the ranks' device types), or None."""
+        fn = getattr(self.cost, "collective_hop_gbps", None)
+        if fn is None or len(devices) < 2:
+            return None
+        rates = [fn(self.dtypes[d], len(devices)) for d in devices]
+        rates = [r for r in rates if r is not None]
+        return min(rates) if rates else None
+
     def phases(self, method: str, devices: tuple, nbytes: float, server) -> list:
         """The cached `sync_phases` of one sync."""
         key = (method, devices, nbytes, server)
         hit = self._phases.get(key)
         if hit is None:
-            hit = sync_phases(method, self.cluster, devices, nbytes, server)
+            hit = sync_phases(method, self.cluster, devices, nbytes, server, self.ring_gbps(devices))
             if len(self._phases) > _MAX_ENTRIES:
                 self._phases.clear()
             self._phases[key] = hit
