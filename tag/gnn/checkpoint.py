@@ -26,7 +26,7 @@ from tag.gnn.data import FEATURE_VERSION
 from tag.gnn.model import TagGNN
 
 FORMAT = "tag-gnn"
-SHIPPED_NAME = "tag-gnn-v2.pt"
+SHIPPED_NAME = "tag-gnn-v3.pt"
 
 
 def default_checkpoint() -> str | None:

@@ -10,7 +10,11 @@ Node types ``group`` (op groups) and ``device``; edge types
   weighted by each device's share of the rows.
 
 A state also carries `u` [1, GLOBAL_DIM]: whole-strategy summaries (the busiest device's compute, total and
-largest gradient-sync and transfer times, memory pressure) that the value head reads next to its pooling.
+largest gradient-sync and transfer times, memory pressure, and the critical-path estimate `tag.gnn.estimate`:
+its iteration time, end of backward and link time held by syncs) that the value head reads next to its
+pooling, and `v_prior` [1]: ln(time_scale_ms / estimated iteration ms), which the value head corrects
+(`TagGNN` config "value_prior"). States built with `value_features=False` (the policy-only priors) skip the
+estimate and carry zeros there.
 
 Every time — compute, bytes over bandwidth, latency — is divided by one per-instance time scale,
 `time_scale_ms` = the iteration compute time if every device shared the whole model's forward and
@@ -29,11 +33,13 @@ import torch
 from torch_geometric.data import HeteroData
 
 from tag.cost import comm
+from tag.gnn.estimate import Estimate, estimate
 from tag.search.space import even_rows, group_has_params
 from tag.sim.memory import static_bytes
 from tag.strategy import Decision, Strategy, slices
 
-FEATURE_VERSION = 2  # 2: global state features `u`, candidate load-after features, value = ln(scale/iteration)
+FEATURE_VERSION = 3  # 2: global state features `u`, candidate load-after features, value = ln(scale/iteration)
+# 3: `u` gains the critical-path estimate (3 entries) and states carry `v_prior`; policy inputs as in 2
 SYNCS = (None, "allreduce", "hierarchical", "ps")
 GROUP_DIM = 16
 DEVICE_DIM = 8
@@ -41,7 +47,8 @@ LINK_DIM = 5
 FLOW_DIM = 5
 PLACE_DIM = 5
 CAND_DIM = 17
-GLOBAL_DIM = 7
+GLOBAL_DIM = 10
+SPEED_FLOOR, SPEED_CEIL = -6.0, 1.0  # range of value targets (`lookahead.speed_target`) and of `v_prior`
 EDGE_DIMS = {
     ("group", "flow", "group"): FLOW_DIM,
     ("group", "rev_flow", "group"): FLOW_DIM,
@@ -69,10 +76,13 @@ class InstanceFeatures:
     """
 
     def __init__(self, gg, cluster, cost, batch: int | None = None, optimizer: str = "adam",
-                 order: Sequence[int] | None = None):
+                 order: Sequence[int] | None = None, training=None):
+        from tag.strategy import TrainingConfig
+
         self.gg, self.cluster, self.cost = gg, cluster, cost
         self.batch = int(batch or gg.graph.batch_size)
         self.optimizer = optimizer
+        self.training = training if training is not None else TrainingConfig(optimizer=optimizer)
         self.K, self.n = gg.n_groups, cluster.n_devices
         self.order = list(order) if order is not None else list(range(self.K))
         self.rank = {g: i for i, g in enumerate(self.order)}
@@ -212,9 +222,10 @@ class InstanceFeatures:
         return rows, tm, mem
 
     def state(self, strategy: Strategy, current: int | None = None,
-              candidates: Sequence[Decision] | None = None) -> HeteroData:
+              candidates: Sequence[Decision] | None = None, value_features: bool = True) -> HeteroData:
         """The HeteroData of a search state: `strategy` (complete; undecided groups hold the base decision),
-        `current` the group being decided and its `candidates` (adds the ``cand`` nodes)."""
+        `current` the group being decided and its `candidates` (adds the ``cand`` nodes). `value_features=False`
+        skips the critical-path estimate (zeros in `u` and `v_prior`): for callers that read only the policy."""
         K, n, B = self.K, self.n, self.batch
         rows, tm, mem = self._state_arrays(strategy)
         share = rows / B
@@ -242,7 +253,9 @@ class InstanceFeatures:
                                          strategy.decisions[e.dst].rows)
             flow_dyn.append([float(self.ratio(ms)), moved])
         flow_dyn = np.array(flow_dyn, dtype=np.float64).reshape(-1, 2)
-        data.u = torch.tensor(self.global_features(tm, sync, flow_dyn, dev_mem), dtype=torch.float32).reshape(1, GLOBAL_DIM)
+        est = estimate(self.gg, self.cluster, self.cost, strategy, self.training) if value_features else None
+        data.u = torch.tensor(self.global_features(tm, sync, flow_dyn, dev_mem, est), dtype=torch.float32).reshape(1, GLOBAL_DIM)
+        data.v_prior = torch.tensor([self.prior_value(est)], dtype=torch.float32)
         flow = np.concatenate([self.flow_static, flow_dyn], axis=1)
         fwd = torch.tensor(np.concatenate([flow, np.ones((len(flow), 1))], axis=1), dtype=torch.float32)
         bwd = torch.tensor(np.concatenate([flow, np.zeros((len(flow), 1))], axis=1), dtype=torch.float32)
@@ -263,18 +276,29 @@ class InstanceFeatures:
             data[USES].edge_attr = cw
         return data
 
-    def global_features(self, tm: np.ndarray, sync_ms: np.ndarray, flow: np.ndarray, dev_mem: np.ndarray) -> np.ndarray:
+    def global_features(self, tm: np.ndarray, sync_ms: np.ndarray, flow: np.ndarray, dev_mem: np.ndarray,
+                        est: Estimate | None = None) -> np.ndarray:
         """[GLOBAL_DIM] summaries of a state: busiest device's compute, total and largest sync, total and largest
-        transfer (all log1p of time / time_scale_ms), worst memory ratio (log1p) and whether any device overflows.
+        transfer (all log1p of time / time_scale_ms), worst memory ratio (log1p), whether any device overflows,
+        and the critical-path estimate's iteration, end of backward and sync link time (log1p of time /
+        time_scale_ms; zeros without `est`).
 
         tm [K, n] compute ms at the assigned rows; sync_ms [K]; flow [E, 2] (log-scaled transfer, moved share);
         dev_mem [n] bytes held per device.
         """
         flow_ms = np.expm1(flow[:, 0]) * self.time_scale_ms if len(flow) else np.zeros(1)
         mem_r = dev_mem / self.usable
+        est_part = ([self.ratio(est.iteration_ms), self.ratio(est.backward_end_ms), self.ratio(est.sync_busy_ms)]
+                    if est is not None else [0.0, 0.0, 0.0])
         return np.array([self.ratio(tm.sum(axis=0).max()), self.ratio(sync_ms.sum()), self.ratio(sync_ms.max()),
                          self.ratio(flow_ms.sum()), self.ratio(flow_ms.max()), float(_l(mem_r.max())),
-                         float(mem_r.max() > 1.0)], dtype=np.float64)
+                         float(mem_r.max() > 1.0), *est_part], dtype=np.float64)
+
+    def prior_value(self, est: Estimate | None) -> float:
+        """ln(time_scale_ms / estimated iteration ms) clipped to [SPEED_FLOOR, SPEED_CEIL]; 0 without `est`."""
+        if est is None or not np.isfinite(est.iteration_ms) or est.iteration_ms <= 0:
+            return 0.0
+        return float(min(SPEED_CEIL, max(SPEED_FLOOR, np.log(self.time_scale_ms / est.iteration_ms))))
 
     def candidate_features(self, strategy: Strategy, g: int, candidates: Sequence[Decision], mem: np.ndarray,
                            tm: np.ndarray | None = None):

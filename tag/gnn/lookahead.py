@@ -24,10 +24,8 @@ import math
 import numpy as np
 import torch
 
+from tag.gnn.data import SPEED_CEIL, SPEED_FLOOR  # SPEED_FLOOR: target of plans that run out of memory
 from tag.gnn.selfplay import Samples
-
-SPEED_FLOOR = -6.0  # target of plans that run out of memory; floor of slow plans
-SPEED_CEIL = 1.0
 
 
 def speed_target(result, time_scale_ms: float) -> float:

@@ -18,6 +18,9 @@ Value head. Mean and max pooling of group and device embeddings and the state's 
 ln(time_scale_ms / iteration_ms) of the state's strategy (the instance's ideal compute time over the simulated
 iteration time: comparable across instances; differences between two strategies of one instance are their
 log speedup).
+With `value_prior=True` (config key "value_prior") the head's MLP output is added to the state's `v_prior`,
+ln(time_scale_ms / the critical-path estimate of the iteration, `tag.gnn.estimate`): the network learns a
+correction to that estimate; its last layer starts at zero, so an untrained head predicts the estimate.
 With `value_trunk=True` (checkpoint config key "value_trunk") the value head reads its own encoder of the same
 shape instead of the shared one, so the value can be retrained (`tag.gnn.value_fit`) with the policy untouched.
 """
@@ -41,7 +44,7 @@ class TagGNN(nn.Module):
     """Joint embedding of op groups and devices; `forward(data)` -> (candidate logits [C], values [B])."""
 
     def __init__(self, hidden: int = 64, layers: int = 3, heads: int = 4, conv: str = "transformer",
-                 value_trunk: bool = False):
+                 value_trunk: bool = False, value_prior: bool = False):
         super().__init__()
         if layers < 1 or hidden % heads:
             raise ValueError("need layers >= 1 and hidden divisible by heads")
@@ -50,6 +53,8 @@ class TagGNN(nn.Module):
         self.config = {"hidden": hidden, "layers": layers, "heads": heads, "conv": conv}
         if value_trunk:  # only then, so older checkpoints' configs stay as they were
             self.config["value_trunk"] = True
+        if value_prior:
+            self.config["value_prior"] = True
 
         def make(dim: int):
             if conv == "gatv2":
@@ -71,6 +76,9 @@ class TagGNN(nn.Module):
                                   nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
         self.value = nn.Sequential(nn.Linear(4 * hidden + GLOBAL_DIM, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
                                    nn.Linear(hidden, 1))
+        if value_prior:
+            nn.init.zeros_(self.value[-1].weight)
+            nn.init.zeros_(self.value[-1].bias)
 
     def embed(self, data, trunk=None) -> dict[str, torch.Tensor]:
         """Node embeddings {"group": [G, hidden], "device": [D, hidden]} (of `trunk` = (enc, convs, norms),
@@ -85,7 +93,8 @@ class TagGNN(nn.Module):
         return h
 
     def value_head(self, data, h) -> torch.Tensor:
-        """Predicted ln(time_scale_ms / iteration_ms) per graph in the batch, [B]."""
+        """Predicted ln(time_scale_ms / iteration_ms) per graph in the batch, [B] (with "value_prior": the
+        states' `v_prior` plus the MLP's correction)."""
         bg = _batch_vec(data["group"], h["group"].shape[0])
         bd = _batch_vec(data["device"], h["device"].shape[0])
         nb = int(bg.max()) + 1 if bg.numel() else 1
@@ -94,7 +103,10 @@ class TagGNN(nn.Module):
                             scatter(h["device"], bd, 0, dim_size=nb, reduce="mean"),
                             scatter(h["device"], bd, 0, dim_size=nb, reduce="max"),
                             data.u.reshape(nb, GLOBAL_DIM)], dim=1)
-        return self.value(pooled).squeeze(-1)
+        out = self.value(pooled).squeeze(-1)
+        if self.config.get("value_prior"):
+            out = out + data.v_prior.reshape(nb)
+        return out
 
     def policy_logits(self, data, h) -> torch.Tensor:
         """Scores of every candidate node [C] (softmax them per state with `policy_log_probs`)."""

@@ -75,7 +75,8 @@ def make_priors_fn(net: TagGNN, features: InstanceFeatures, *, noise: float = 0.
             with torch.no_grad():
                 value = net(features.state(strategy), with_policy=False)[1]
         else:
-            data = features.state(strategy, group_id, candidates)
+            # the separate value encoder is skipped below, so its critical-path features are not needed
+            data = features.state(strategy, group_id, candidates, value_features=net.vtrunk is None)
             with torch.no_grad():
                 h = net.embed(data)
                 logits = net.policy_logits(data, h)
@@ -110,5 +111,5 @@ def load_priors_fn(ckpt_path: str, gg, cluster, cost, training, batch: int | Non
     net, _ = load_checkpoint(ckpt_path)
     torch.set_num_threads(1)
     order = search_order(gg, cluster, cost, training, batch)
-    features = InstanceFeatures(gg, cluster, cost, batch, training.optimizer, order=order)
+    features = InstanceFeatures(gg, cluster, cost, batch, training.optimizer, order=order, training=training)
     return make_priors_fn(net, features, uniform_mix=uniform_mix, mode=mode)

@@ -48,7 +48,7 @@ def load_instance(model_path: str, cluster, training, *, profile: str | None = N
     cost = make_cost_model(gg, training, profile=profile)
     batch = gg.graph.batch_size
     order = search_order(gg, cluster, cost, training, batch)
-    feats = InstanceFeatures(gg, cluster, cost, batch, training.optimizer, order=order)
+    feats = InstanceFeatures(gg, cluster, cost, batch, training.optimizer, order=order, training=training)
     name = f"{os.path.splitext(os.path.basename(str(model_path)))[0]}@{cluster.name}"
     return Instance(name, gg, cluster, cost, training, batch, feats)
 

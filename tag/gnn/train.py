@@ -162,7 +162,7 @@ def train(cfg: TrainConfig, progress=None) -> dict:
     elif cfg.init:
         net, _ = load_checkpoint(cfg.init)
     else:
-        net = TagGNN(hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads)
+        net = TagGNN(hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads, value_prior=True)
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     if optimizer_state:
         opt.load_state_dict(optimizer_state)

@@ -8,9 +8,15 @@ replications and sync methods the search tried) becomes a value sample with targ
 
 Loss: Huber on the target plus a pairwise logistic ranking loss between strategies of the same instance
 (what Kendall tau measures is the order within one instance). Only `TagGNN.value_parameters()` train, so the
-policy logits are bit-identical to the initial checkpoint's.
+policy logits are bit-identical to the initial checkpoint's. Instances of the `--val-models` (training models,
+never the benchmark's held-out ones) are kept out of training: the value parameters end at the evaluated step,
+0 included, whose tau on them is best.
 
-    python -m tag.gnn.value_fit --init tag/gnn/pretrained/tag-gnn-v2.pt --minutes 12 -o value.pt
+`--upgrade` starts from a feature-version 2 checkpoint's policy with a new value trunk and a value head that
+corrects the critical-path estimate (`upgrade_policy`); the shipped weights were made so:
+
+    python -m tag.gnn.value_fit --upgrade --init tag-gnn-v2.pt -o tag/gnn/pretrained/tag-gnn-v3.pt \
+        --collect-minutes 3 --minutes 7 --playouts 2000 --max-states 400 --seed 0
 """
 
 from __future__ import annotations
@@ -76,13 +82,35 @@ def value_loss(net: TagGNN, samples: list, rank_weight: float = 1.0) -> torch.Te
             + rank_weight * pair_rank_loss(v, b.value, b.inst))
 
 
+def validation_tau(net: TagGNN, val: list) -> float:
+    """Mean over instances of the Kendall tau between the value head and the targets (`val`: one Batch of
+    value samples per instance)."""
+    from tag.gnn.metrics import kendall_tau
+
+    was = net.training
+    net.eval()
+    with torch.no_grad():
+        taus = [kendall_tau(net(b, with_policy=False)[1].tolist(), b.value.tolist()) for b in val]
+    net.train(was)
+    return float(np.nanmean(taus)) if taus else float("nan")
+
+
 def fit_value(net: TagGNN, by_instance: list[list], *, minutes: float, seed: int = 0, lr: float = 1e-3,
               instances_per_batch: int = 4, states_per_instance: int = 24, max_steps: int | None = None,
-              progress=None) -> dict:
+              progress=None, val: list | None = None, eval_every: int = 250) -> dict:
     """Adam on `net.value_parameters()` only: each step takes `states_per_instance` states from each of
-    `instances_per_batch` instances. Stops after `minutes` or `max_steps`. Returns {"steps", "loss"}."""
+    `instances_per_batch` instances. Stops after `minutes` or `max_steps`. Returns {"steps", "loss"}.
+
+    With `val` (one Batch per validation instance: states of models not trained on), the validation tau is
+    measured before training and every `eval_every` steps, and the value parameters end at the best of those
+    points (step 0 included: if no training helps, the network is returned as it came); the result then
+    also has "val_tau_start", "val_tau" and "best_step"."""
     rng = np.random.default_rng(seed)
     params = net.value_parameters()
+    best = None
+    if val:
+        best = (validation_tau(net, val), 0, [p.detach().clone() for p in params])
+        start_tau = best[0]
     value_ids = {id(p) for p in params}
     for p in net.parameters():
         p.requires_grad_(id(p) in value_ids)
@@ -108,10 +136,22 @@ def fit_value(net: TagGNN, by_instance: list[list], *, minutes: float, seed: int
         steps += 1
         if progress is not None and steps % 100 == 0:
             progress({"steps": steps, "loss": float(np.mean(losses[-100:]))})
+        if best is not None and steps % eval_every == 0:
+            tau = validation_tau(net, val)
+            if progress is not None:
+                progress({"steps": steps, "val_tau": tau})
+            if tau > best[0]:
+                best = (tau, steps, [p.detach().clone() for p in params])
     net.eval()
     for p in net.parameters():
         p.requires_grad_(True)
-    return {"steps": steps, "loss": float(np.mean(losses[-100:])) if losses else None}
+    out = {"steps": steps, "loss": float(np.mean(losses[-100:])) if losses else None}
+    if best is not None:
+        with torch.no_grad():
+            for p, b in zip(params, best[2]):
+                p.copy_(b)
+        out.update(val_tau_start=start_tau, val_tau=best[0], best_step=best[1])
+    return out
 
 
 def with_value_trunk(net: TagGNN) -> TagGNN:
@@ -126,9 +166,34 @@ def with_value_trunk(net: TagGNN) -> TagGNN:
     return out
 
 
-def collect(models: list[str], minutes: float, seed: int, playouts: int, max_states: int, progress=None) -> list[list]:
+def upgrade_policy(path: str) -> tuple[TagGNN, dict]:
+    """(network, raw checkpoint) with the policy of the checkpoint at `path` (feature version 2 or 3: their policy
+    inputs are the same) and a fresh value trunk (a copy of its shared encoder) and value head that correct the
+    critical-path estimate (config "value_trunk" and "value_prior"); the policy logits are unchanged."""
+    from tag.errors import InputError
+
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(obj, dict) or obj.get("feature_version") not in (2, 3):
+        raise InputError(path, "feature_version", "a tag GNN checkpoint of feature version 2 or 3",
+                         repr(obj.get("feature_version") if isinstance(obj, dict) else type(obj).__name__))
+    cfg = {k: v for k, v in (obj.get("config") or {}).items() if k not in ("value_trunk", "value_prior")}
+    out = TagGNN(**cfg, value_trunk=True, value_prior=True)
+    policy = {k: v for k, v in obj["model"].items() if not k.startswith(("value.", "vtrunk."))}
+    missing, unexpected = out.load_state_dict(policy, strict=False)
+    if unexpected or any(not k.startswith(("value.", "vtrunk.")) for k in missing):
+        raise InputError(path, "model", "policy weights of the network's configuration",
+                         f"missing {missing[:3]}, unexpected {unexpected[:3]}")
+    out.vtrunk[0].load_state_dict(out.enc.state_dict())
+    out.vtrunk[1].load_state_dict(out.convs.state_dict())
+    out.vtrunk[2].load_state_dict(out.norms.state_dict())
+    out.eval()
+    return out, obj
+
+
+def collect(models: list[str], minutes: float, seed: int, playouts: int, max_states: int,
+            progress=None) -> list[tuple[str, list]]:
     """States of training instances (model drawn from `models`, cluster from `train.topology_sources('random:1000',
-    seed)`, K from GROUP_CHOICES) until `minutes` have passed; one list per instance."""
+    seed)`, K from GROUP_CHOICES) until `minutes` have passed; one (model name, states) per instance."""
     from tag.gnn.selfplay import load_instance
     from tag.gnn.train import load_cluster, topology_sources
     from tag.strategy import TrainingConfig
@@ -150,7 +215,7 @@ def collect(models: list[str], minutes: float, seed: int, playouts: int, max_sta
                 progress({"episode": ep, "error": f"{type(e).__name__}: {str(e)[:100]}"})
             continue
         if len(xs) >= 2:
-            out.append(xs)
+            out.append((os.path.splitext(os.path.basename(model))[0], xs))
         if progress is not None:
             progress({"episode": ep, "instance": inst.name, "states": len(xs)})
     return out
@@ -165,7 +230,13 @@ def main(argv=None) -> int:
     ap.add_argument("--playouts", type=int, default=600)
     ap.add_argument("--max-states", type=int, default=400)
     ap.add_argument("--value-trunk", action="store_true", help="train a separate value encoder too")
+    ap.add_argument("--upgrade", action="store_true",
+                    help="--init is a feature-version 2 or 3 checkpoint: keep its policy, start a new value trunk and "
+                         "a value head that corrects the critical-path estimate (`upgrade_policy`)")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--val-models", default="gpt2_tiny,inception_tiny",
+                    help="comma-separated training models held out for validation: the value parameters end at the "
+                         "step (0 included) with the best validation tau ('' for none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", default=None, help="pickle of collected states: read it if it exists, else write it")
     args = ap.parse_args(argv)
@@ -173,7 +244,10 @@ def main(argv=None) -> int:
     torch.manual_seed(args.seed)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     models = [os.path.join(root, "datasets", "models", m + ".onnx") for m in TRAIN_MODELS]
-    net, obj = load_checkpoint(args.init)
+    if args.upgrade:
+        net, obj = upgrade_policy(args.init)
+    else:
+        net, obj = load_checkpoint(args.init)
     if args.value_trunk and net.vtrunk is None:
         net = with_value_trunk(net)
     log = lambda r: print(r, file=sys.stderr, flush=True)  # noqa: E731
@@ -185,10 +259,16 @@ def main(argv=None) -> int:
         if args.data:
             with open(args.data, "wb") as f:
                 pickle.dump(data, f)
-    stats = fit_value(net, data, minutes=args.minutes, seed=args.seed, lr=args.lr, progress=log)
+    val_models = set(args.val_models.split(",")) if args.val_models else set()
+    train = [xs for name, xs in data if name not in val_models]
+    val = [Batch.from_data_list(xs[:200]) for name, xs in data if name in val_models]
+    if val_models and not val:
+        log({"warning": f"no collected instance of the validation models {sorted(val_models)}"})
+    stats = fit_value(net, train, minutes=args.minutes, seed=args.seed, lr=args.lr, progress=log, val=val or None)
     card = dict(obj.get("card") or {})
     card["value_fit"] = {"command": "python -m tag.gnn.value_fit " + " ".join(argv or sys.argv[1:]),
-                         "instances": len(data), "states": sum(len(x) for x in data), **stats,
+                         "instances": len(train), "states": sum(len(x) for x in train),
+                         "validation_models": sorted(val_models), "validation_instances": len(val), **stats,
                          "init": os.path.basename(args.init), "models": list(TRAIN_MODELS),
                          "topologies": "random:1000 (seed %d)" % args.seed}
     save_checkpoint(args.out, net, progress=obj.get("progress"), card=card)

@@ -152,3 +152,27 @@ def test_kendall_tau_against_pair_counting():
         x = rng.integers(0, 5, 12).astype(float)
         y = rng.integers(0, 5, 12).astype(float)
         assert kendall_tau(x, y) == pytest.approx(_tau_brute(x, y))
+
+
+def test_untrained_value_prior_head_predicts_the_estimate(setup, training):
+    import math
+
+    from tag.gnn.estimate import estimate
+
+    feats, space, base = setup
+    torch.manual_seed(3)
+    net = TagGNN(hidden=32, layers=3, heads=4, value_prior=True, value_trunk=True).eval()
+    strategies = [base] + [base.replace(g, space.candidates[g][-1]) for g in space.order[:3]]
+    b = Batch.from_data_list([feats.state(s) for s in strategies])
+    with torch.no_grad():
+        v = net(b, with_policy=False)[1]
+    # the head's last layer starts at zero: the prediction is ln(time scale / estimated iteration), worked out here
+    for s, got in zip(strategies, v.tolist()):
+        est = estimate(feats.gg, feats.cluster, feats.cost, s, training).iteration_ms
+        assert got == pytest.approx(math.log(feats.time_scale_ms / est), abs=1e-5)
+    # policy-only states skip the estimate: zeros where it would be
+    d = feats.state(base, space.order[0], space.candidates[space.order[0]], value_features=False)
+    assert float(d.v_prior) == 0.0 and torch.all(d.u[0, -3:] == 0)
+    full = feats.state(base, space.order[0], space.candidates[space.order[0]])
+    assert torch.all(full.u[0, -3:] > 0)
+    assert torch.equal(d["cand"].x, full["cand"].x) and torch.equal(d["group"].x, full["group"].x)

@@ -109,3 +109,33 @@ def test_fit_learns_the_order_and_leaves_the_policy_untouched(setup, trunk):
     assert all(p.requires_grad for p in net.parameters())
     assert tau_after > tau_before
     assert tau_after >= 0.7
+
+
+def test_validation_keeps_the_best_step_including_none(setup):
+    samples, _ = setup
+    torch.manual_seed(4)
+    net = TagGNN(hidden=32, layers=2, heads=4).eval()
+    vb = Batch.from_data_list(samples)
+    before = [p.detach().clone() for p in net.value_parameters()]
+    # validation targets in the reverse order of the training targets: learning the training order can only
+    # lower the validation tau below its start, so the fit must hand the network back unchanged
+    flipped = vb.clone()
+    flipped.value = -vb.value
+    with torch.no_grad():
+        start = kendall_tau(net(vb, with_policy=False)[1].numpy(), flipped.value.numpy())
+    stats = fit_value(net, [samples], minutes=5.0, max_steps=150, seed=0, lr=3e-3, instances_per_batch=1,
+                      states_per_instance=len(samples), val=[flipped], eval_every=50)
+    assert stats["val_tau_start"] == pytest.approx(start)
+    if stats["best_step"] == 0:
+        for p, b in zip(net.value_parameters(), before):
+            assert torch.equal(p, b)
+    else:  # a step that happened to raise the reversed order's tau: then it was kept for that reason
+        assert stats["val_tau"] > start
+    # with the training order as validation, the fit keeps a later, better step
+    net2 = TagGNN(hidden=32, layers=2, heads=4).eval()
+    stats2 = fit_value(net2, [samples], minutes=5.0, max_steps=150, seed=0, lr=3e-3, instances_per_batch=1,
+                       states_per_instance=len(samples), val=[vb], eval_every=50)
+    assert stats2["best_step"] > 0 and stats2["val_tau"] > stats2["val_tau_start"]
+    with torch.no_grad():
+        got = kendall_tau(net2(vb, with_policy=False)[1].numpy(), vb.value.numpy())
+    assert got == pytest.approx(stats2["val_tau"])
