@@ -8,7 +8,8 @@ with the simulator's own costs (`SimContext.group_costs`, `edge_transfers`, `pha
 queue or max-min sharing: every transfer and sync phase is placed once, in program order, and holds each link it
 crosses from its start until its bytes have drained (a link serves one flow at a time). It is not the
 simulator: it ignores memory, SFB, shared parameters and the order in which contending flows really
-interleave, and it is one pass over the tasks (about 10x cheaper than a simulation).
+interleave, and it is one pass over the tasks (2-3x cheaper than a simulation: 1.5 against 4 ms on
+resnet_tiny@heterog8).
 
 All times in ms.
 """
