@@ -68,9 +68,11 @@ def report(rows: list[Row], a, load_before: str, load_after: str, contention: di
              f"stretch alone {[round(x, 2) for x in contention['alone_stretch']]}, all ranks at once "
              f"{[round(x, 2) for x in contention['together_stretch']]}; {seconds / 60:.1f} min.", "",
              "Columns: `pred` = simulator on the profiled cost model (with its step block) as the deploy runtime runs a "
-             "step: syncs after the whole backward, blocking exchanges; `pred overlap` = the planner's DDP-style overlap; `pred contention` = `pred` "
+             "step: syncs after the whole backward, blocking exchanges, ring collectives at the all-reduce rate "
+             "`tag profile links` measured; `pred overlap` = the planner's DDP-style overlap; `pred contention` = `pred` "
              "with the contention term (`contention_stretch`: compute x a stretch between the alone and all-at-once "
-             "figures by the plan's simulated concurrency and by the speed probe below, + the handoff latency on every message); `measured` = median wall step of the deploy runtime; "
+             "figures by the plan's simulated concurrency, x the speed probe below (alone or all ranks at once, by the "
+             "same concurrency), + the handoff latency on every message); `measured` = median wall step of the deploy runtime; "
              "`cpu` = largest per-rank thread CPU time per step.", "",
              "| model | strategy | pred ms | pred overlap ms | pred contention ms | measured ms | cpu ms | err (contention) % |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]

@@ -79,3 +79,16 @@ def test_step_formulas_by_hand():
     # another optimizer than the profile's: the roofline update
     sgd = ProfileCostModel(gg, TrainingConfig(optimizer="sgd"), _db(gg))
     assert sgd.update_ms(0, CPU) == pytest.approx(sgd.roofline.update_ms(0, CPU))
+
+
+def test_measured_collective_rate_only_for_the_profiles_device_type():
+    from tag.cost.profiled import MultiProfileCostModel
+
+    gg = _gg()
+    tc = TrainingConfig(optimizer="adam")
+    other = DeviceType("gpu", 10.0, 16.0, 900.0)
+    assert ProfileCostModel(gg, tc, _db(gg)).collective_hop_gbps(CPU, 2) is None  # default: the links' rate
+    cm = ProfileCostModel(gg, tc, _db(gg), collective_gbps=13.5)
+    assert cm.collective_hop_gbps(CPU, 2) == 13.5 and cm.collective_hop_gbps(other, 2) is None
+    multi = MultiProfileCostModel(gg, tc, {"cpu": cm})
+    assert multi.collective_hop_gbps(CPU, 4) == 13.5 and multi.collective_hop_gbps(other, 4) is None
