@@ -159,11 +159,16 @@ def with_value_trunk(net: TagGNN) -> TagGNN:
     cfg = {k: v for k, v in net.config.items() if k != "value_trunk"}
     out = TagGNN(**cfg, value_trunk=True)
     out.load_state_dict(net.state_dict(), strict=False)
-    out.vtrunk[0].load_state_dict(net.enc.state_dict())
-    out.vtrunk[1].load_state_dict(net.convs.state_dict())
-    out.vtrunk[2].load_state_dict(net.norms.state_dict())
-    out.eval()
+    _seed_value_trunk(out)
     return out
+
+
+def _seed_value_trunk(net: TagGNN) -> None:
+    """Copy `net`'s shared encoder into its value trunk and set eval mode."""
+    net.vtrunk[0].load_state_dict(net.enc.state_dict())
+    net.vtrunk[1].load_state_dict(net.convs.state_dict())
+    net.vtrunk[2].load_state_dict(net.norms.state_dict())
+    net.eval()
 
 
 def upgrade_policy(path: str) -> tuple[TagGNN, dict]:
@@ -183,10 +188,7 @@ def upgrade_policy(path: str) -> tuple[TagGNN, dict]:
     if unexpected or any(not k.startswith(("value.", "vtrunk.")) for k in missing):
         raise InputError(path, "model", "policy weights of the network's configuration",
                          f"missing {missing[:3]}, unexpected {unexpected[:3]}")
-    out.vtrunk[0].load_state_dict(out.enc.state_dict())
-    out.vtrunk[1].load_state_dict(out.convs.state_dict())
-    out.vtrunk[2].load_state_dict(out.norms.state_dict())
-    out.eval()
+    _seed_value_trunk(out)
     return out, obj
 
 
