@@ -34,6 +34,20 @@ def training_from_args(args) -> TrainingConfig:
     return TrainingConfig(optimizer=getattr(args, "optimizer", None) or "adam")
 
 
+def measured_ring_gbps(topology_path) -> float | None:
+    """The ring all-reduce rate `tag profile links` measured into this topology file (None if it has none)."""
+    import json
+
+    from tag.profile.links import collective_hop_gbps
+
+    with open(topology_path) as f:
+        raw = json.load(f)
+    try:
+        return collective_hop_gbps(raw) if isinstance(raw, dict) else None
+    except (AttributeError, KeyError, TypeError, ValueError):  # a malformed x-measured block: the links' rate applies
+        return None
+
+
 def load_inputs(model_path: str, topology_path: str, args, plan_path: str | None = None) -> Inputs:
     """Load topology, model, groups and cost model from the paths and the model flags on `args`.
 
@@ -94,7 +108,9 @@ def _load(model_path, topology_path, args, plan_path, bar, parse_input_shapes) -
         step("plan check")
         strategy, gg, meta = validate_plan(raw, graph, None, cluster, model_path, topology_path, plan_path=plan_path)
     step("cost model")
-    cost = make_cost_model(gg, training, profile=getattr(args, "profile", None))
+    profile = getattr(args, "profile", None)
+    cost = make_cost_model(gg, training, profile=profile,
+                           collective_gbps=measured_ring_gbps(topology_path) if profile else None)
     bar.update(1)
     return Inputs(model_path=str(model_path), topology_path=str(topology_path), graph=graph, gg=gg,
                   cluster=cluster, cost=cost, training=training, batch_size=graph.batch_size,

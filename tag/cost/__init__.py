@@ -12,11 +12,14 @@ from tag.cost.profiled import ProfileCostModel
 from tag.cost.roofline import RooflineCostModel
 
 
-def make_cost_model(gg, training, profile: str | None = None) -> CostModel:
-    """The cost model for a GroupGraph: profile-backed when `profile` (a path) is given, else roofline."""
+def make_cost_model(gg, training, profile: str | None = None, collective_gbps: float | None = None) -> CostModel:
+    """The cost model for a GroupGraph: profile-backed when `profile` (a path) is given, else roofline.
+
+    `collective_gbps`: the measured per-hop rate of ring collectives (`tag.profile.links.collective_hop_gbps`
+    of a topology written by `tag profile links`); only the profile-backed model uses it."""
     if profile:
         from tag.cost.profile_db import load
-        return ProfileCostModel(gg, training, load(profile))
+        return ProfileCostModel(gg, training, load(profile), collective_gbps=collective_gbps)
     return RooflineCostModel(gg, training)
 
 
