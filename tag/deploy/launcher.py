@@ -241,6 +241,7 @@ def _signalled_rank(log_path: str, run_dir: str) -> tuple[int, str] | None:
     except OSError:
         return None
     report = text.split("Failures:", 1)[-1]  # torchrun's failure report: "[i]:" blocks of "key : value" lines
+    signalled = []
     for m in re.finditer(r"^\s*rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)", report, flags=re.M):
         rank, code = int(m.group(1)), int(m.group(2))
         if code >= 0 or os.path.exists(os.path.join(run_dir, f"rank{rank}.error")):
@@ -249,5 +250,9 @@ def _signalled_rank(log_path: str, run_dir: str) -> tuple[int, str] | None:
             name = signal.Signals(-code).name
         except ValueError:
             name = str(-code)
-        return rank, f"signal {name}"
-    return None
+        signalled.append((rank, name))
+    if not signalled:
+        return None
+    # torchrun stops the surviving ranks with SIGTERM, so a rank killed by any other signal is the root cause
+    rank, name = next((c for c in signalled if c[1] != "SIGTERM"), signalled[0])
+    return rank, f"signal {name}"

@@ -98,3 +98,20 @@ def test_signalled_rank_is_the_root_cause_even_when_torchrun_names_another(tmp_p
     assert _signalled_rank(str(log), str(tmp_path)) == (1, "signal SIGKILL")
     (tmp_path / "rank1.error").write_text("0.5\nValueError: x\n")  # a rank that reported its own error first
     assert _signalled_rank(str(log), str(tmp_path)) is None
+
+
+def test_a_rank_torchrun_stopped_with_sigterm_is_not_the_root_cause(tmp_path):
+    """Rank 1 SIGKILLed; torchrun then stops rank 0 with SIGTERM before it writes an error file, and lists it first:
+    the root cause is still rank 1 (SIGTERM is how torchrun stops survivors)."""
+    from tag.deploy.launcher import _signalled_rank
+
+    block = ("[{i}]:\n  time      : 2026-11-22_02:20:00\n  host      : localhost\n"
+             "  rank      : {r} (local_rank: {r})\n  exitcode  : {c} (pid: 1{r})  ({n})\n  error_file: <N/A>\n")
+    log = tmp_path / "torchrun.log"
+    log.write_text("tag.deploy.worker FAILED\nFailures:\n" + block.format(i=1, r=0, c=-15, n="SIGTERM")
+                   + block.format(i=2, r=1, c=-9, n="SIGKILL")
+                   + "Root Cause (first observed failure):\n" + block.format(i=0, r=0, c=-15, n="SIGTERM"))
+    assert _signalled_rank(str(log), str(tmp_path)) == (1, "signal SIGKILL")
+    # only SIGTERMed ranks (the launcher's own stop, say): the first listed is reported
+    log.write_text("Failures:\n" + block.format(i=1, r=0, c=-15, n="SIGTERM"))
+    assert _signalled_rank(str(log), str(tmp_path)) == (0, "signal SIGTERM")
