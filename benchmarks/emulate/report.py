@@ -73,18 +73,8 @@ def report(rows: list[Row], a, load_before: str, load_after: str, contention: di
              "with the contention term (`contention_stretch`: compute x a stretch between the alone and all-at-once "
              "figures by the plan's simulated concurrency, x the speed probe below (alone or all ranks at once, by the "
              "same concurrency), + the handoff latency on every message); `measured` = median wall step of the deploy runtime; "
-             "`cpu` = largest per-rank thread CPU time per step.", "",
-             "| model | strategy | pred ms | pred overlap ms | pred contention ms | measured ms | cpu ms | err (contention) % |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for r in rows:
-        lines.append(f"| {r.model} | {r.strategy} | {r.pred_ms:.2f} | {r.pred_overlap_ms:.2f} | {r.pred_contention_ms:.2f} | "
-                     f"{r.measured_ms:.2f} | {r.cpu_ms:.2f} | {100 * (r.pred_contention_ms - r.measured_ms) / r.measured_ms:+.1f} |")
-    lines += ["", "| model | plans | MAPE % pred | tau pred | MAPE % overlap | tau overlap | MAPE % contention | tau contention |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for m in dict.fromkeys(r.model for r in rows):
-        lines.append(_summary([r for r in rows if r.model == m], m))
-    lines.append(_summary(rows, "**all**"))
-    return "\n".join(lines) + "\n"
+             "`cpu` = largest per-rank thread CPU time per step.", ""]
+    return "\n".join(lines + _tables(rows, "**all**", always=True)) + "\n"
 
 
 def emulated_report(rows: list[Row], info: dict, load_before: str, load_after: str) -> str:
@@ -95,8 +85,14 @@ def emulated_report(rows: list[Row], info: dict, load_before: str, load_after: s
              f"(cgroup {info['cgroup']}); link delay: {info['delay']}. Each device's ops profiled under its quota; "
              f"contention probe across the namespaces: handoff {info['handoff_ms']:.2f} ms, compute stretch per device "
              f"alone {[round(x, 2) for x in info['alone_stretch']]}, all at once "
-             f"{[round(x, 2) for x in info['together_stretch']]}. Load before {load_before}, after {load_after}.", "",
-             "| model | strategy | pred ms | pred overlap ms | pred contention ms | measured ms | cpu ms | err (contention) % |",
+             f"{[round(x, 2) for x in info['together_stretch']]}. Load before {load_before}, after {load_after}.", ""]
+    return "\n".join(lines + _tables(rows, "**all (emulated)**", always=False)) + "\n"
+
+
+def _tables(rows: list[Row], all_label: str, always: bool) -> list[str]:
+    """Markdown lines: the per-plan table, then MAPE and tau per model and over all rows (`all_label`; with no rows
+    only when `always`)."""
+    lines = ["| model | strategy | pred ms | pred overlap ms | pred contention ms | measured ms | cpu ms | err (contention) % |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r.model} | {r.strategy} | {r.pred_ms:.2f} | {r.pred_overlap_ms:.2f} | {r.pred_contention_ms:.2f} | "
@@ -105,6 +101,6 @@ def emulated_report(rows: list[Row], info: dict, load_before: str, load_after: s
               "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m in dict.fromkeys(r.model for r in rows):
         lines.append(_summary([r for r in rows if r.model == m], m))
-    if rows:
-        lines.append(_summary(rows, "**all (emulated)**"))
-    return "\n".join(lines) + "\n"
+    if rows or always:
+        lines.append(_summary(rows, all_label))
+    return lines
