@@ -36,7 +36,7 @@ from tag.cost import comm
 from tag.gnn.estimate import Estimate, estimate
 from tag.search.space import even_rows, group_has_params
 from tag.sim.memory import static_bytes
-from tag.strategy import Decision, Strategy, slices
+from tag.strategy import Decision, Strategy, TrainingConfig, slices
 
 FEATURE_VERSION = 3  # 2: global state features `u`, candidate load-after features, value = ln(scale/iteration)
 # 3: `u` gains the critical-path estimate (3 entries) and states carry `v_prior`; policy inputs as in 2
@@ -77,8 +77,6 @@ class InstanceFeatures:
 
     def __init__(self, gg, cluster, cost, batch: int | None = None, optimizer: str = "adam",
                  order: Sequence[int] | None = None, training=None):
-        from tag.strategy import TrainingConfig
-
         self.gg, self.cluster, self.cost = gg, cluster, cost
         self.batch = int(batch or gg.graph.batch_size)
         self.optimizer = optimizer
