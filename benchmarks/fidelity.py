@@ -33,6 +33,8 @@ from emulate.contention import concurrency, concurrent_speed, contention_stretch
 from emulate.phase_table import phase_line, phase_report, predict_phases  # noqa: E402
 from emulate.report import Row, emulated_report, kendall_tau_b, mape, report  # noqa: E402,F401  (re-exported for
 #   `emulate.cluster_run` (fid.Row) and the tests)
+from tag.memory import use_huge_pages  # noqa: E402
+
 MODELS = os.path.join(HERE, "..", "datasets", "models")
 BASELINES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
 
@@ -264,6 +266,7 @@ def main() -> None:
     ap.add_argument("--emulate-only", action="store_true", help="skip the loopback table")
     ap.add_argument("--out", default=os.path.join(HERE, "fidelity.md"))
     a = ap.parse_args()
+    use_huge_pages()  # the profiles, probes and deploy workers it starts run as tag's own processes do
     import tempfile
     work = a.work or tempfile.mkdtemp(prefix="tag-fidelity-")
     os.makedirs(work, exist_ok=True)

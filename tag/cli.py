@@ -15,6 +15,7 @@ import warnings
 
 from tag import __version__
 from tag.errors import InputError
+from tag.memory import use_huge_pages
 
 # verb name -> module in tag.commands; each module has add_parser(subparsers) and run(args) -> int
 VERBS = ["inspect", "topo", "simulate", "plan", "deploy", "profile", "train", "bench"]
@@ -49,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    use_huge_pages()  # before any verb imports torch (tag.memory)
     if not args.debug:
         warnings.filterwarnings("ignore")
         logging.disable(logging.WARNING)

@@ -6,7 +6,7 @@ and its thread CPU time to a per-phase total. Phases:
 
     fwd, bwd       group forwards / backwards, without the message waits inside them
     fwd_comm, bwd_comm   `Comm.exchange` inside forward / backward (posting and waiting)
-    sync           gradient flatten, copies back (`_sync` minus its collectives)
+    sync           `_sync` minus its collectives (flatten and copy-back of buckets without a flat buffer)
     sync_comm      the collectives of `_sync` (`Comm.sum_over`, SFB all-gathers)
     update         `optimizer.step()`
     other          the rest of `step()` (zeroing grads, the loss scalar, clearing buffers)

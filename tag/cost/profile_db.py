@@ -22,7 +22,7 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
         "groups": [{"ops": [..], "fwd_ms": [..], "bwd_ms": [..],   # per group, in the step, per row count
                     "update_ms": 0.4, "param_bytes": 1048576}],   # the optimizer step over its parameters
         "update_ms": [..], "other_ms": [..],   # per row count: the step's optimizer step; the rest of the step
-        "copy_bytes": [..], "copy_in_ms": [..], "copy_out_ms": [..]   # sync flatten / copy-back by bucket bytes
+        "copy_bytes": [..], "copy_in_ms": [..], "copy_out_ms": [..]   # sync bucket memory work before / after the collective, by bucket bytes
       }
     }
 

@@ -14,7 +14,8 @@ beyond the ops is charged too (`step_terms`, the one place of these formulas):
 * **optimizer update**: parameter p of step group G takes
   ``U_step x (u_G / sum_G' u_G') x bytes_p / bytes_G`` (u_G: G's update timed alone; U_step: the update
   timed in the step, median over row counts), the roofline for parameters the step did not see;
-* **sync copies** (`sync_copy_ms`): flattening a bucket's gradients and copying them back, interpolated
+* **sync copies** (`sync_copy_ms`): the runtime's memory work around a bucket's collective (zeroing its
+  flat buffer, adding the gradients into it; profiles older than that: flatten and copy-back), interpolated
   in the bucket's bytes.
 
 `collective_gbps` (optional, default None): the measured per-hop rate of the collective library's ring
@@ -118,8 +119,8 @@ class ProfileCostModel:
         return self.collective_gbps if device.name == self.db.device_type else None
 
     def sync_copy_ms(self, device: DeviceType, nbytes: float) -> tuple[float, float]:
-        """(copy-in ms, copy-out ms) of a gradient sync of `nbytes` on one replica: the runtime flattening the
-        bucket's gradients before the collective and copying them back after (step profile; else (0, 0))."""
+        """(copy-in ms, copy-out ms) of a gradient sync of `nbytes` on one replica: the runtime's memory work
+        on the bucket before the collective and after it (the step profile's figures; else (0, 0))."""
         st = self.db.step
         if device.name != self.db.device_type or st is None or not st.copy_bytes or nbytes <= 0:
             return 0.0, 0.0

@@ -11,6 +11,9 @@ in reverse order: the rank back-propagates g from its loss term and the output g
 returned, then sends each input leaf's gradient slice back to the rank it came from (the autograd-aware
 half of every transfer). Because all ranks walk the same group order, no exchange can deadlock.
 
+Gradients of parameters synced by a bucket accumulate straight into slices of one flat buffer per bucket,
+which the collective sums in place (`_bucket_views`).
+
 Loss = sum over float graph outputs of sum((y - target)^2) / numel(target over the global batch), so each
 rank's term is its rows' share and the replicas' gradients add up to the full-batch gradient: every sync
 method sums. SFB ops (`SFBOp`) keep X and dY, all-gather both over the group's replicas and form
@@ -38,6 +41,7 @@ class RankRuntime:
         self.my_params = [n for n, users in schedule.param_users.items() if rank in users]
         self.optimizer = optimizer_factory([program.param(n) for n in self.my_params]) if self.my_params else None
         self.sfb_by_op = {op.op_id: op for op in schedule.sfb}
+        self.grad_buckets = [(b, *self._bucket_views(b)) for b in schedule.buckets if rank in b.ranks]
 
     # ---- helpers -------------------------------------------------------------------------------
     def _rows(self, g: int, r: int | None = None) -> tuple[int, int]:
@@ -220,8 +224,9 @@ class RankRuntime:
                 continue
             self.p.param(op.param).grad = sfb_weight_grad(op, self.g.ops[op.op_id], self.sfb_store.get(op.op_id, []),
                                                           self.s, self.comm, self.p.param(op.param))
-        for b in self.s.buckets:
-            if self.rank not in b.ranks:
+        for b, flat, _ in self.grad_buckets:
+            if flat is not None:  # the parameters' gradients are slices of it already
+                self.comm.sum_over(flat, b.method, b.ranks, b.server)
                 continue
             params = [self.p.param(n) for n in b.params]
             flat = torch.cat([(q.grad if q.grad is not None else torch.zeros_like(q)).reshape(-1) for q in params])
@@ -232,6 +237,25 @@ class RankRuntime:
                     q.grad = flat[pos: pos + q.numel()].view_as(q).clone()
                 pos += q.numel()
 
+    def _bucket_views(self, b) -> tuple[torch.Tensor | None, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """(flat gradient buffer of bucket `b`, [(parameter, its slice)] for the parameters this rank uses).
+
+        Each step the buffer is zeroed and the slices become the parameters' ``.grad``: autograd adds every
+        gradient into them in place and the collective sums the buffer in place, so the sync needs no
+        flatten or copy-back and no fresh bucket-sized memory (as DDP's gradient-as-bucket-view). (None, [])
+        when the bucket's parameters differ in dtype or device: that bucket is flattened per step instead.
+        """
+        params = [self.p.param(n) for n in b.params]
+        if len({(q.dtype, q.device) for q in params}) != 1:
+            return None, []
+        flat = torch.zeros(sum(q.numel() for q in params), dtype=params[0].dtype, device=params[0].device)
+        views, pos = [], 0
+        for name, q in zip(b.params, params):
+            if self.rank in self.s.param_users[name]:
+                views.append((q, flat[pos: pos + q.numel()].view_as(q)))
+            pos += q.numel()
+        return flat, views
+
     @property
     def device(self) -> torch.device:
         return next(iter(self.data.values())).device if self.data else torch.device("cpu")
@@ -241,6 +265,11 @@ class RankRuntime:
         self.outs, self.leaves, self.losses, self.grad_buf, self.sfb_store = {}, {}, {}, {}, {}
         for n in self.my_params:
             self.p.param(n).grad = None
+        for _, flat, views in self.grad_buckets:
+            if flat is not None:
+                flat.zero_()
+                for q, view in views:
+                    q.grad = view
         for g in range(len(self.s.groups)):
             self._forward_group(g)
         local = float(sum(float(v.detach()) for v in self.losses.values()))

@@ -4,7 +4,7 @@ Ops timed one at a time (`tag.profile.ops`) miss what the deploy runtime (`tag.d
 does around them: detached leaves per group, output-gradient buffers it zero-fills and adds into, gradient
 accumulation into ``.grad``, activations that stay alive until the step ends (so big tensors land on fresh,
 page-faulting memory), freeing them at the end of the step, the optimizer update of every parameter, and
-the flatten and copy-back of each gradient sync bucket. This module measures them in the runtime itself:
+the gradient sync buckets' own memory work. This module measures them in the runtime itself:
 
 1. **step groups**: the real runtime on one rank with every group on it and all ``r`` rows, for each row
    count; per group its forward and backward time inside the step (`_forward_group` / `_backward_group`
@@ -12,9 +12,9 @@ the flatten and copy-back of each gradient sync bucket. This module measures the
    scalar, freeing the step's tensors). Median of `repeats` steps after `warmup` untimed ones.
 2. **update per group**: the optimizer (fresh, at the group's real parameter shapes, state initialised by
    `warmup` untimed steps) timed alone per group.
-3. **sync copies**: `RankRuntime._sync`'s own work around the collective, at each group's parameter bytes:
-   ``copy_in`` = flattening the gradients into one buffer (`torch.cat`), ``copy_out`` = copying each
-   parameter's slice back into its ``.grad`` (`clone`).
+3. **sync copies**: what a sync bucket costs the runtime beyond the collective, at each group's parameter
+   bytes: ``copy_in`` = zeroing the bucket's flat gradient buffer and adding every fresh gradient into its
+   slice (`RankRuntime._bucket_views`), ``copy_out`` = 0 (the collective works in place on the buffer).
 
 Times are ms on the clock `time.perf_counter_ns` (thread CPU time under `benchmarks/emulate/cpu_clock_profile.py`).
 """
@@ -113,28 +113,31 @@ def update_ms(shapes: list[tuple[int, ...]], optimizer: str, lr: float, *, warmu
 
 
 def sync_copy_ms(shapes: list[tuple[int, ...]], *, warmup: int, repeats: int, seed: int) -> tuple[float, float]:
-    """(copy-in ms, copy-out ms) of one sync bucket of parameters of `shapes`, as `RankRuntime._sync` runs them:
-    fresh gradients flattened by `torch.cat`, then each parameter's slice cloned back into its gradient."""
+    """(copy-in ms, copy-out ms) of one sync bucket of parameters of `shapes`, as `RankRuntime` runs it: the
+    bucket's flat gradient buffer zeroed at the step's start and every fresh gradient added into its slice
+    (what autograd does into a ``.grad`` that is a slice of the buffer, instead of keeping the fresh tensor);
+    copy-out is 0 (the collective sums the buffer in place and the slices are the gradients)."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
     grads_src = [torch.randn(s, generator=gen) for s in shapes]
-    t_in, t_out = [], []
+    flat = torch.zeros(sum(_numel(s) for s in shapes))
+    views, pos = [], 0
+    for g in grads_src:
+        views.append(flat[pos: pos + g.numel()].view_as(g))
+        pos += g.numel()
+    t_in = []
     for i in range(warmup + repeats):
         grads = [g.clone() for g in grads_src]  # fresh, as each backward makes them
         t0 = _now_ms()
-        flat = torch.cat([g.reshape(-1) for g in grads])
+        flat.zero_()
+        for view, g in zip(views, grads):
+            view.add_(g)
         t1 = _now_ms()
-        pos, back = 0, []
-        for g in grads:
-            back.append(flat[pos: pos + g.numel()].view_as(g).clone())
-            pos += g.numel()
-        t2 = _now_ms()
-        del grads, flat, back
+        del grads
         if i >= warmup:
             t_in.append(t1 - t0)
-            t_out.append(t2 - t1)
-    return _median(t_in), _median(t_out)
+    return _median(t_in), 0.0
 
 
 def profile_step(model_proto, graph, gg, rows_list: list[int], *, warmup: int, repeats: int, seed: int,

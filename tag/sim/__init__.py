@@ -32,8 +32,8 @@ op in Decision.sfb of a replicated group takes its weight out of the group's syn
 all-gathers (X and dY over the group's rows) on the same communicator, before the group's remaining
 sync; its backward skips the local dW product and each replica's optimizer step first forms dW over all
 rows (a roofline matmul). A cost model may offer ``sync_copy_ms(device_type, nbytes) -> (in, out)``: a
-sync (not an SFB all-gather) then starts its flows ``in`` ms after it begins (the ranks flatten the bucket)
-and releases its optimizer steps and communicator ``out`` ms after its last phase (they copy it back),
+sync (not an SFB all-gather) then starts its flows ``in`` ms after it begins (the ranks' memory work on the bucket)
+and releases its optimizer steps and communicator ``out`` ms after its last phase (copying it back, if any),
 the slowest of its devices each time; cost models without it (the roofline) charge 0.
 
 Network. Communication never uses a compute stream. Every flow follows the cluster's routes over

@@ -80,8 +80,8 @@ class SimContext:
         return hit
 
     def sync_copy_ms(self, method: str, devices: tuple, nbytes: float) -> tuple[float, float]:
-        """(copy-in ms, copy-out ms) around a gradient sync: the slowest of `devices` flattening the bucket
-        before the collective and copying it back after (`cost.sync_copy_ms`, a cost model's optional term;
+        """(copy-in ms, copy-out ms) around a gradient sync: the slowest of `devices` preparing the bucket
+        before the collective and copying it back after (if it does) (`cost.sync_copy_ms`, a cost model's optional term;
         0 for cost models without it and for sufficient-factor all-gathers)."""
         fn = getattr(self.cost, "sync_copy_ms", None)
         if fn is None or method == "allgather" or nbytes <= 0:

@@ -328,7 +328,7 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
         u.phases = ctx.phases(u.method, u.devices, u.nbytes, u.server)
         u.phase, u.start_ms = 0, t
         copy_in, u.copy_out_ms = ctx.sync_copy_ms(u.method, u.devices, u.nbytes)
-        if copy_in > 0:  # the ranks flatten the bucket's gradients before the collective
+        if copy_in > 0:  # the ranks' memory work on the bucket before the collective
             push(t + copy_in, 3, j)
         else:
             start_phase(j, t)
