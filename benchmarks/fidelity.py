@@ -85,7 +85,7 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
     `contention` (the handoff probe's figures) adds the contention term: compute and updates stretched by
     `contention_stretch` (alone / together figures per rank) and ``handoff_ms`` added to the latency of
     every device pair (a rank that waited for a message resumes only when the scheduler gives it a core back).
-    `speed` multiplies every compute time (`speed_scale`: the machine's speed at measurement time vs the profile's);
+    `speed` multiplies every compute time (`speed_from_reference`: the machine's speed at measurement time vs the profile's);
     with `speed_together` (the same with every rank stepping at once) the contention column uses
     `concurrent_speed` instead: between the two by the plan's simulated concurrency.
     The ring collectives run at the measured all-reduce rate of the topology (`collective_hop_gbps`).
@@ -162,34 +162,25 @@ def handoff_probe(nproc: int, work: str) -> dict:
         return json.load(f)
 
 
-def speed_scale(model: str, profile: str, rows: int, work: str, together: int = 0) -> float:
-    """This machine's speed now relative to when `profile` was taken: the single-rank step's thread CPU ms now
-    (`emulate/speed_probe.py`) / the same figure in the profile's ``step`` block at `rows` (1.0 without one).
+def speed_from_reference(profile: str, reference: dict) -> tuple[float, float]:
+    """(alone, together): this machine's speed while the plans were measured relative to when `profile` was
+    taken: the reference step's thread CPU ms (`emulate/speed_probe.py`, timed by the batch worker in every
+    round: rank 0 alone; every rank at once) / the same step in the profile's ``step`` block, medians over
+    the rounds ((1.0, 1.0) without a step block at the reference's rows). `together` is what every rank
+    computing at the same time costs in CPU time (shared caches, memory bandwidth, the host's SMT siblings)."""
+    import statistics
 
-    `together` = n >= 2: the same with n copies of the step running at once (mean over the copies): what
-    every rank computing at the same time costs in CPU time (memory bandwidth, caches)."""
     from tag.cost.profile_db import load
 
     st = load(profile).step
+    rows = reference["rows"]
     if st is None or rows not in st.rows:
-        return 1.0
+        return 1.0, 1.0
     i = st.rows.index(rows)
     then = sum(g.fwd_ms[i] + g.bwd_ms[i] for g in st.groups) + st.update_ms[i] + st.other_ms[i]
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    probe = [sys.executable, os.path.join(HERE, "emulate", "speed_probe.py"), model, str(rows)]
-    n = together if together >= 2 else 1
-    outs = [os.path.join(work, f"speed{k}.json") for k in range(n)]
-    ready = os.path.join(work, f"speed-ready-{time.time_ns()}")
-    procs = [subprocess.Popen(probe + [o] + ([ready, str(n)] if n > 1 else []), env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for o in outs]
-    for pr in procs:
-        if pr.wait(timeout=600) != 0:
-            raise RuntimeError(f"speed probe failed: {' '.join(pr.args)}")
-    now = []
-    for o in outs:
-        with open(o) as f:
-            now.append(json.load(f)["step_cpu_ms"])
-    return sum(now) / len(now) / then if then > 0 else 1.0
+    if then <= 0:
+        return 1.0, 1.0
+    return (statistics.median(reference["alone_cpu_ms"]) / then, statistics.median(reference["together_cpu_ms"]) / then)
 
 
 def loadavg() -> str:
@@ -318,11 +309,9 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             paths += [os.path.join(work, k.replace("/", "--") + ".job.pkl") for k, _, _, _ in mine]
         else:
             got = prepare_jobs([(k, p, m) for k, p, m, _ in mine], a.steps, work)
-            before = speed_scale(model, prof, a.batch_size, work)
-            before_all = speed_scale(model, prof, a.batch_size, work, together=a.nproc)
             measure_batch(got, a.nproc, work, rounds=a.rounds, log_name=f"batch-{name}.log")
-            speeds[name] = (before + speed_scale(model, prof, a.batch_size, work)) / 2
-            speeds_all[name] = (before_all + speed_scale(model, prof, a.batch_size, work, together=a.nproc)) / 2
+            with open(os.path.join(work, "jobs.json.reference.json")) as f:
+                speeds[name], speeds_all[name] = speed_from_reference(prof, json.load(f)[model])
             paths += got
     if not a.no_measure:
         probes.append(handoff_probe(a.nproc, work))
@@ -354,9 +343,9 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
         print(f"  {key:34s} predicted {pred:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms", file=sys.stderr)
     text = report(rows, a, load_before, load_after, contention, time.time() - t0) + phase_report(phase_lines)
     if speeds:
-        text += ("\nSpeed probe (`speed_scale`, single-rank step CPU now / in the profile, mean of before and after "
-                 "each model's measurement, alone / with every rank stepping at once; multiplies compute in the "
-                 "contention column by the plan's concurrency): "
+        text += ("\nSpeed probe (`speed_from_reference`, the single-rank reference step's CPU ms in the batch worker "
+                 "/ in the profile, median over the rounds, rank 0 alone / every rank at once; multiplies compute "
+                 "in the contention column by the plan's concurrency): "
                  + ", ".join(f"{m} x{v:.2f} / x{speeds_all.get(m, v):.2f}" for m, v in speeds.items()) + "\n")
     return text
 

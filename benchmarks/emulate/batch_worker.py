@@ -12,6 +12,11 @@ figure is the median of all its timed steps. Rank 0 writes ``<job>.result.json``
 largest per-rank thread CPU time: the work itself, without waiting or preemption), the losses of the
 last round and ``phases_by_rank`` (per rank, the median over timed steps of each phase's wall and thread
 CPU ms, `emulate.phases`). A failing job writes ``<job>.error`` and the batch goes on.
+
+Every round starts with each model's reference step (`emulate.speed_probe`: the single-rank step the
+profile's ``step`` block timed), on rank 0 alone and then on every rank at once; rank 0 writes the thread
+CPU ms per round to ``JOBS.json.reference.json`` ({model: {rows, alone_cpu_ms, together_cpu_ms}}), the
+machine's speed at measurement time for `fidelity.speed_from_reference`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from emulate.phases import PHASES, instrument  # noqa: E402
+from emulate.speed_probe import reference_runtime, step_cpu_ms  # noqa: E402
 
 
 def _run_job(job, rank: int, model_proto) -> tuple[list[float], list[float], list[float], list[dict]]:
@@ -63,6 +69,22 @@ def _run_job(job, rank: int, model_proto) -> tuple[list[float], list[float], lis
     return walls, cpus, losses, phases
 
 
+def _reference(model_path: str, rows: int, proto, rank: int, world: int) -> tuple[float, float]:
+    """(rank 0's single-rank reference step alone, the mean of every rank's running it at the same time):
+    thread CPU ms of the step the profile's ``step`` block timed (`emulate.speed_probe`), measured now."""
+    import torch.distributed as dist
+
+    rt = reference_runtime(model_path, rows, proto)
+    dist.barrier()
+    alone = step_cpu_ms(rt) if rank == 0 else 0.0
+    dist.barrier()
+    mine = step_cpu_ms(rt)
+    every = [None] * world
+    dist.all_gather_object(every, mine)
+    dist.barrier()
+    return alone, sum(every) / world
+
+
 def _median_phases(steps: list[dict]) -> dict:
     """{"wall"|"cpu": {phase: median ms over steps}} of one rank's per-step phase times."""
     return {clock: {k: statistics.median(st[clock][k] for st in steps) for k in PHASES} for clock in ("wall", "cpu")}
@@ -86,7 +108,18 @@ def main(jobs_file: str, rounds: int = 3) -> int:
     phases: dict = {p: [] for p in paths}
     failed: set = set()
     protos: dict = {}
+    models = {}  # model path -> global batch rows, from the first job of the model
+    for path in paths:
+        job = load_job(path)
+        models.setdefault(job.model_path, sum(job.strategy.decisions[0].rows))
+    reference = {m: {"rows": r, "alone_cpu_ms": [], "together_cpu_ms": []} for m, r in models.items()}
     for _ in range(rounds):
+        for m, r in models.items():
+            if m not in protos:
+                protos[m] = onnx.load(m)
+            alone, together = _reference(m, r, protos[m], rank, world)
+            reference[m]["alone_cpu_ms"].append(alone)
+            reference[m]["together_cpu_ms"].append(together)
         for path in paths:
             if path in failed:
                 continue
@@ -110,6 +143,8 @@ def main(jobs_file: str, rounds: int = 3) -> int:
     by_rank = [None] * world
     dist.all_gather_object(by_rank, mine)
     if rank == 0:
+        with open(jobs_file + ".reference.json", "w") as f:
+            json.dump(reference, f)
         for path in paths:
             if path in failed or not walls[path]:
                 continue
