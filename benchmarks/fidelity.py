@@ -88,7 +88,9 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
     `speed` multiplies every compute time (`speed_from_reference`: the machine's speed at measurement time vs the profile's);
     with `speed_together` (the same with every rank stepping at once) the contention column uses
     `concurrent_speed` instead: between the two by the plan's simulated concurrency.
-    The ring collectives run at the measured all-reduce rate of the topology (`collective_hop_gbps`).
+    The ring collectives run at the measured all-reduce rate of the topology (`collective_hop_gbps`), and the
+    barrier that ends every measured step (`tag.deploy.train`, `emulate/batch_worker.py`) is added at the
+    topology's measured cost (`barrier_ms`: its smallest all-reduce).
     """
     import numpy as np
 
@@ -98,13 +100,15 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
     from tag.modelio import load_inputs
     from tag.sim import simulate
 
-    from tag.profile.links import collective_hop_gbps
+    from tag.profile.links import barrier_ms, collective_hop_gbps
 
     profiles = [profile] if isinstance(profile, str) else list(profile)
     args = build_parser().parse_args(["simulate", model, topo, "--plan", plan])
     inp = load_inputs(model, topo, args, plan_path=plan)
     with open(topo) as f:
-        ring_gbps = collective_hop_gbps(json.load(f))  # the measured ring rate (None: the links' rate)
+        topo_obj = json.load(f)
+    ring_gbps = collective_hop_gbps(topo_obj)  # the measured ring rate (None: the links' rate)
+    fence_ms = barrier_ms(topo_obj) or 0.0  # each measured step ends at a barrier of all ranks
 
     def run(stretch: list[float]):
         models = {}
@@ -122,7 +126,7 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
         inp.cluster.latency_us[off_diag] += 1e3 * contention["handoff_ms"]
         k = concurrent_speed(res, speed, speed_together) / speed
         res = run([k * x for x in contention_stretch(res, contention, len(profiles))])
-    return float(res.iteration_ms)
+    return float(res.iteration_ms) + fence_ms
 
 
 def build_plans(model: str, topo: str, profile: str, batch: int, work: str, n_random: int, seed: int,

@@ -127,6 +127,16 @@ def collective_hop_gbps(topology: dict) -> float | None:
     return f.bandwidth_gbps
 
 
+def barrier_ms(topology: dict) -> float | None:
+    """What a barrier over the measured ranks costs, ms: the all-reduce of the smallest size the sweep of a
+    topology written by `tag profile links` timed, if it is at most 64 bytes; None otherwise."""
+    meas = topology.get("x-measured") or {}
+    sizes, times = meas.get("sizes_bytes") or [], meas.get("allreduce_ms") or []
+    if not sizes or len(sizes) != len(times) or min(sizes) > 64:
+        return None
+    return float(times[sizes.index(min(sizes))])
+
+
 def measured_topology(result: dict, name: str = "measured") -> dict:
     """A complete topology.json object from a sweep result (see the module docstring)."""
     dtype = result["settings"]["device_type"]

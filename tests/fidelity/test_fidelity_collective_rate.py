@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "sim"))
 from simkit_builders import FixedCost, make_cluster, make_gg  # noqa: E402
-from tag.profile.links import collective_hop_gbps  # noqa: E402
+from tag.profile.links import barrier_ms, collective_hop_gbps  # noqa: E402
 from tag.sim import simulate  # noqa: E402
 from tag.strategy import Decision, Strategy, TrainingConfig  # noqa: E402
 
@@ -66,6 +66,13 @@ def test_rate_read_from_a_measured_topology_ignores_small_noisy_sizes():
                            "fits": {"allreduce": {"ranks": 2, "hop_bandwidth_gbps": 3.0}}}}
     assert collective_hop_gbps(topo) == pytest.approx(16.0, rel=1e-6)
     assert collective_hop_gbps({"version": 1}) is None  # hand-written topology: no measurement
+
+
+def test_barrier_cost_is_the_smallest_measured_all_reduce():
+    topo = {"x-measured": {"sizes_bytes": [1024, 4, 1 << 20], "allreduce_ms": [0.9, 0.31, 2.0]}}
+    assert barrier_ms(topo) == pytest.approx(0.31)
+    assert barrier_ms({"x-measured": {"sizes_bytes": [1024, 1 << 20], "allreduce_ms": [0.9, 2.0]}}) is None
+    assert barrier_ms({"version": 1}) is None
 
 
 class _Res:
