@@ -6,7 +6,8 @@
 3. Point-to-point ping-pong, one pair at a time: inside each machine with two or more ranks its first two
    ranks, and between the first ranks of every pair of machines. For each message size the sender times
    `warmup` + `repeats` round trips (send then receive the same size back); one-way time = median / 2.
-4. Ring all-reduce of each size over all ranks (median over `repeats`, after a barrier each time).
+4. The all-reduce `tag deploy` runs (`Comm.sum_over`, "allreduce": a point-to-point ring on CPU, the backend's
+   all_reduce on GPU) of each size over all ranks (median over `repeats`, after a barrier each time).
 
 `run_rank` returns the gathered result on rank 0 (None elsewhere): a plain dict, JSON-ready, ms and bytes.
 """
@@ -111,6 +112,9 @@ def run_rank(settings: LinkSettings) -> dict | None:
     for k, e in enumerate(p2p):
         e["one_way_ms"] = gathered[e["ranks"][0]][k]
 
+    from tag.deploy.comm import Comm
+
+    comm = Comm(rank, world, [""] * world, [tuple(range(world))], device)  # the sum deploy runs (allreduce method)
     allreduce = []
     for size in settings.sizes_bytes:
         buf = torch.ones(max(size // 4, 1), device=device)
@@ -119,7 +123,7 @@ def run_rank(settings: LinkSettings) -> dict | None:
             dist.barrier()
             sync(device)
             t0 = time.perf_counter_ns()
-            dist.all_reduce(buf)
+            comm.sum_over(buf, "allreduce", tuple(range(world)), None)
             sync(device)
             if k >= settings.warmup:
                 times.append((time.perf_counter_ns() - t0) / 1e6)
