@@ -5,8 +5,8 @@ order) and offers: a point-to-point `exchange`, the three gradient sync methods 
 (`allreduce` = ring all-reduce over the replicas, `hierarchical` = reduce inside each machine, all-reduce
 across machine leaders, broadcast back, `ps` = reduce to the server, broadcast back) and an uneven
 `all_gather_rows` for sufficient factors. Every method is a sum: replicas' row-weighted contributions add
-up to the full-batch gradient. On CPU ranks `allreduce` and `ps` run as point-to-point messages
-(`tag.deploy.p2p_collectives`: gloo's own collectives pay thread wake-ups on a busy machine).
+up to the full-batch gradient. On CPU ranks `ps` runs as point-to-point messages
+(`tag.deploy.p2p_collectives`: gloo's reduce and broadcast pay thread wake-ups on a busy machine).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Iterable
 import torch
 import torch.distributed as dist
 
-from tag.deploy.p2p_collectives import ring_allreduce, server_sum
+from tag.deploy.p2p_collectives import server_sum
 
 
 class Comm:
@@ -60,11 +60,8 @@ class Comm:
         """Sum `flat` in place over `ranks` by `method`; every rank in `ranks` ends with the same total."""
         if len(ranks) < 2:
             return
-        if self.device.type == "cpu" and method in ("allreduce", "ps"):  # gloo: point-to-point (p2p_collectives)
-            if method == "allreduce":
-                ring_allreduce(flat, ranks, self.rank)
-            else:
-                server_sum(flat, ranks, server, self.rank)
+        if self.device.type == "cpu" and method == "ps":  # gloo: point-to-point (p2p_collectives)
+            server_sum(flat, ranks, server, self.rank)
             return
         if method == "allreduce":
             dist.all_reduce(flat, group=self.group(ranks))

@@ -7,11 +7,12 @@ busy ranks as cores those wake-ups wait for a core: measured on the 2-core VM th
 1.6-2.1 ms mean (slowest 9.6 ms), the same sum as one ``isend``/``irecv`` exchange 0.20 ms median and 0.52 ms
 mean; at 3 MiB 2.2 vs 1.6 ms median. Point-to-point calls run on the calling thread.
 
-`ring_allreduce`: reduce-scatter then all-gather around the ring of `ranks` in n - 1 steps each, the buffer in
-n chunks (each rank sends and receives 2 (n - 1) / n of it, as gloo's ring does). Every chunk's total is
-formed on one rank and then copied to the others, so all ranks end with bit-identical sums.
-`server_sum`: every other rank sends its buffer to the server, which adds them in rank order and sends the
-total back (the ``ps`` method).
+`server_sum` (the ``ps`` method): every other rank sends its buffer to the server, which adds them in rank
+order and sends the total back, so all ranks end with the same bits. The ``allreduce`` method stays gloo's
+ring: a ring of whole-chunk point-to-point exchanges was tried and ran mlp's replicated plans faster on
+loopback (dp-even 13.1-16.3 -> 11.8 ms) but took 615 ms instead of 295 on the emulated cluster's shaped
+100 Mbit/s link, where both directions of a 2-rank ring are busy at once (not diagnosed further; likely each
+direction's acknowledgements queue behind the other's data in the shaper's queue), so it was not kept.
 """
 
 from __future__ import annotations
@@ -25,30 +26,6 @@ TAG = 7_000_000  # message tag of the sums (the runtime's exchanges use small ta
 def _wait(works) -> None:
     for w in works:
         w.wait()
-
-
-def ring_allreduce(flat: torch.Tensor, ranks: tuple[int, ...], me: int) -> None:
-    """Sum the 1-D contiguous tensor `flat` in place over `ranks` (global ranks, `me` among them)."""
-    order = sorted(ranks)
-    n = len(order)
-    if n < 2:
-        return
-    i = order.index(me)
-    right, left = order[(i + 1) % n], order[(i - 1) % n]
-    chunks = list(flat.tensor_split(n))
-    scratch = torch.empty(max(c.numel() for c in chunks), dtype=flat.dtype, device=flat.device)
-    for s in range(n - 1):  # reduce-scatter: after it rank i holds the total of chunk (i + 1) mod n
-        out, inc = chunks[(i - s) % n], chunks[(i - s - 1) % n]
-        got = scratch[: inc.numel()]
-        works = [dist.isend(out, right, tag=TAG)] if out.numel() else []
-        works += [dist.irecv(got, left, tag=TAG)] if inc.numel() else []
-        _wait(works)
-        inc.add_(got)
-    for s in range(n - 1):  # all-gather: pass the finished chunks on
-        out, inc = chunks[(i - s + 1) % n], chunks[(i - s) % n]
-        works = [dist.isend(out, right, tag=TAG)] if out.numel() else []
-        works += [dist.irecv(inc, left, tag=TAG)] if inc.numel() else []
-        _wait(works)
 
 
 def server_sum(flat: torch.Tensor, ranks: tuple[int, ...], server: int, me: int) -> None:

@@ -6,8 +6,8 @@
 3. Point-to-point ping-pong, one pair at a time: inside each machine with two or more ranks its first two
    ranks, and between the first ranks of every pair of machines. For each message size the sender times
    `warmup` + `repeats` round trips (send then receive the same size back); one-way time = median / 2.
-4. The all-reduce `tag deploy` runs (`Comm.sum_over`, "allreduce": a point-to-point ring on CPU, the backend's
-   all_reduce on GPU) of each size over all ranks (median over `repeats`, after a barrier each time).
+4. The all-reduce `tag deploy` runs (`Comm.sum_over`, "allreduce": the backend's ring all_reduce) of each
+   size over all ranks (median over `repeats`, after a barrier each time).
 
 `run_rank` returns the gathered result on rank 0 (None elsewhere): a plain dict, JSON-ready, ms and bytes.
 """
