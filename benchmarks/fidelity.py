@@ -169,22 +169,25 @@ def handoff_probe(nproc: int, work: str) -> dict:
 def speed_from_reference(profile: str, reference: dict) -> tuple[float, float]:
     """(alone, together): this machine's speed while the plans were measured relative to when `profile` was
     taken: the reference step's thread CPU ms (`emulate/speed_probe.py`, timed by the batch worker in every
-    round: rank 0 alone; every rank at once) / the same step in the profile's ``step`` block, medians over
-    the rounds ((1.0, 1.0) without a step block at the reference's rows). `together` is what every rank
-    computing at the same time costs in CPU time (shared caches, memory bandwidth, the host's SMT siblings)."""
+    round: rank 0 alone at the batch's rows; every rank at once at rows / ranks) / the same step in the
+    profile's ``step`` block at those rows, medians over the rounds (1.0 where the step block lacks the
+    rows). `together` is what every rank computing at the same time costs in CPU time (shared caches, memory
+    bandwidth, the host's SMT siblings)."""
     import statistics
 
     from tag.cost.profile_db import load
 
     st = load(profile).step
-    rows = reference["rows"]
-    if st is None or rows not in st.rows:
-        return 1.0, 1.0
-    i = st.rows.index(rows)
-    then = sum(g.fwd_ms[i] + g.bwd_ms[i] for g in st.groups) + st.update_ms[i] + st.other_ms[i]
-    if then <= 0:
-        return 1.0, 1.0
-    return (statistics.median(reference["alone_cpu_ms"]) / then, statistics.median(reference["together_cpu_ms"]) / then)
+
+    def ratio(rows: int, now_ms: list[float]) -> float:
+        if st is None or rows not in st.rows:
+            return 1.0
+        i = st.rows.index(rows)
+        then = sum(g.fwd_ms[i] + g.bwd_ms[i] for g in st.groups) + st.update_ms[i] + st.other_ms[i]
+        return statistics.median(now_ms) / then if then > 0 else 1.0
+
+    return (ratio(reference["rows"], reference["alone_cpu_ms"]),
+            ratio(reference.get("together_rows", reference["rows"]), reference["together_cpu_ms"]))
 
 
 def loadavg() -> str:
@@ -348,7 +351,8 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
     text = report(rows, a, load_before, load_after, contention, time.time() - t0) + phase_report(phase_lines)
     if speeds:
         text += ("\nSpeed probe (`speed_from_reference`, the single-rank reference step's CPU ms in the batch worker "
-                 "/ in the profile, median over the rounds, rank 0 alone / every rank at once; multiplies compute "
+                 "/ in the profile, median over the rounds, rank 0 alone / every rank at once at rows / ranks; "
+                 "multiplies compute "
                  "in the contention column by the plan's concurrency): "
                  + ", ".join(f"{m} x{v:.2f} / x{speeds_all.get(m, v):.2f}" for m, v in speeds.items()) + "\n")
     return text

@@ -14,8 +14,9 @@ last round and ``phases_by_rank`` (per rank, the median over timed steps of each
 CPU ms, `emulate.phases`). A failing job writes ``<job>.error`` and the batch goes on.
 
 Every round starts with each model's reference step (`emulate.speed_probe`: the single-rank step the
-profile's ``step`` block timed), on rank 0 alone and then on every rank at once; rank 0 writes the thread
-CPU ms per round to ``JOBS.json.reference.json`` ({model: {rows, alone_cpu_ms, together_cpu_ms}}), the
+profile's ``step`` block timed), on rank 0 alone at the batch's rows and then on every rank at once at
+rows / ranks (as data-parallel ranks run); rank 0 writes the thread CPU ms per round to
+``JOBS.json.reference.json`` ({model: {rows, together_rows, alone_cpu_ms, together_cpu_ms}}), the
 machine's speed at measurement time for `fidelity.speed_from_reference`.
 """
 
@@ -70,13 +71,16 @@ def _run_job(job, rank: int, model_proto) -> tuple[list[float], list[float], lis
 
 
 def _reference(model_path: str, rows: int, proto, rank: int, world: int) -> tuple[float, float]:
-    """(rank 0's single-rank reference step alone, the mean of every rank's running it at the same time):
-    thread CPU ms of the step the profile's ``step`` block timed (`emulate.speed_probe`), measured now."""
+    """(rank 0's single-rank reference step at `rows` alone, the mean of every rank's running it at `rows` //
+    `world` rows at the same time, as data-parallel ranks do): thread CPU ms of the step the profile's
+    ``step`` block timed (`emulate.speed_probe`), measured now."""
     import torch.distributed as dist
 
     rt = reference_runtime(model_path, rows, proto)
     dist.barrier()
     alone = step_cpu_ms(rt) if rank == 0 else 0.0
+    dist.barrier()
+    rt = reference_runtime(model_path, max(rows // world, 1), proto)
     dist.barrier()
     mine = step_cpu_ms(rt)
     every = [None] * world
@@ -112,7 +116,8 @@ def main(jobs_file: str, rounds: int = 3) -> int:
     for path in paths:
         job = load_job(path)
         models.setdefault(job.model_path, sum(job.strategy.decisions[0].rows))
-    reference = {m: {"rows": r, "alone_cpu_ms": [], "together_cpu_ms": []} for m, r in models.items()}
+    reference = {m: {"rows": r, "together_rows": max(r // world, 1), "alone_cpu_ms": [], "together_cpu_ms": []}
+                 for m, r in models.items()}
     for _ in range(rounds):
         for m, r in models.items():
             if m not in protos:

@@ -5,7 +5,7 @@ of the same work, and by a different amount when both ranks compute at once (sha
 bandwidth, SMT siblings on the host). `tag profile ops` records this step in its ``step`` block
 (`tag.profile.step.step_times`, the same runtime, groups and rows); `reference_step_cpu_ms` times it again.
 `batch_worker.py` runs it in every round next to the plans it measures, once on rank 0 alone and once on every
-rank at the same time, and the fidelity benchmark scales the profile by reference / profile
+rank at the same time at rows / ranks, and the fidelity benchmark scales the profile by reference / profile
 (`fidelity.speed_from_reference`).
 
     python benchmarks/emulate/speed_probe.py MODEL.onnx ROWS      # prints the figure of this process, alone
