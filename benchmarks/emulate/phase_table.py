@@ -42,7 +42,8 @@ def phase_report(lines: list[str]) -> str:
         return ""
     return "\n".join(["", "### Per phase (busiest rank): predicted / measured thread CPU ms", "",
                       "`bwd` measured includes the rest of the step (freeing its tensors, zeroing grads), which the "
-                      "model charges to backward; `sync copy` = flatten and copy-back around the collectives "
-                      "(thread CPU); `msg wait` = wall time in every message call (exchange, collectives).", "",
+                      "model charges to backward; `sync copy` = the runtime's own work in the gradient sync besides "
+                      "the collectives (thread CPU; ~0 since buckets are flat gradient buffers); `msg wait` = wall "
+                      "time in every message call (exchange, collectives).", "",
                       "| model | strategy | rank | fwd | bwd | update | sync copy | msg wait |",
                       "|---|---|---:|---:|---:|---:|---:|---:|", *lines]) + "\n"
