@@ -352,8 +352,7 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
     if speeds:
         text += ("\nSpeed probe (`speed_from_reference`, the single-rank reference step's CPU ms in the batch worker "
                  "/ in the profile, median over the rounds, rank 0 alone / every rank at once at rows / ranks; "
-                 "multiplies compute "
-                 "in the contention column by the plan's concurrency): "
+                 "multiplies compute in the contention column by the plan's concurrency): "
                  + ", ".join(f"{m} x{v:.2f} / x{speeds_all.get(m, v):.2f}" for m, v in speeds.items()) + "\n")
     return text
 
