@@ -12,7 +12,7 @@ import argparse
 import os
 import time
 
-from tag.cliutil import table
+from tag.textfmt import table
 from tag.cost import make_cost_model
 from tag.graph import load_model
 from tag.graph.coarsen import coarsen

@@ -15,7 +15,7 @@ import time
 
 import onnx
 
-from tag.cliutil import table
+from tag.textfmt import table
 from tag.graph import load_model
 from tag.graph.coarsen import atom_weights, atoms_of, coarsen, default_group_count
 

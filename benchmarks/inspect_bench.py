@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per case; the best time is reported")
     args = ap.parse_args(argv)
     sys.path.insert(0, ROOT)
-    from tag.cliutil import table
+    from tag.textfmt import table
 
     cases = [("largest light zoo", largest_light()), ("gpt2_medium (weights as inputs)", gpt2_medium()),
              ("bert_large", os.path.join(ROOT, "datasets/models/bert_large.onnx"))]

@@ -56,7 +56,7 @@ def load_inputs(model_path: str, topology_path: str, args, plan_path: str | None
     loaded, then device ids, rows, op names, sync; see `tag.strategy.plancheck.validate_plan`), and a
     --batch-size or --input-shape that contradicts the plan is an InputError.
     """
-    from tag.cliutil import parse_input_shapes, progress
+    from tag.cli.util import parse_input_shapes, progress
 
     with progress(total=4, desc="loading", unit="step") as bar:
         return _load(model_path, topology_path, args, plan_path, bar, parse_input_shapes)

@@ -1,6 +1,6 @@
 """Group summaries for `tag inspect MODEL --groups K`: JSON-ready dicts and a table (plain data, no printing).
 
->>> # rows, headers = group_table(gg); print(tag.cliutil.table(rows, headers))
+>>> # rows, headers = group_table(gg); print(tag.textfmt.table(rows, headers))
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def ops_summary(db: ProfileDB, graph, path: str) -> dict:
 
 def ops_table(db: ProfileDB, graph, summary: dict) -> str:
     """Human report: the costliest signatures at the largest row count, model totals per row count, machine."""
-    from tag.cliutil import table
+    from tag.textfmt import table
 
     r = summary["rows"][-1]
     count: dict[str, int] = {}
@@ -84,7 +84,7 @@ def ops_table(db: ProfileDB, graph, summary: dict) -> str:
 
 
 def _machine_lines(device_type: str, m: dict, cat: dict) -> str:
-    from tag.cliutil import table
+    from tag.textfmt import table
 
     rows = [["peak_tflops (matmul)", m.get("peak_tflops"), cat.get("peak_tflops"), cat.get("peak_ratio")],
             ["memory_bandwidth_gbps (copy)", m.get("memory_bandwidth_gbps"), cat.get("memory_bandwidth_gbps"),
@@ -112,7 +112,7 @@ def links_summary(topo: dict, path: str, compare_rows: list[dict] | None) -> dic
 
 def links_table(summary: dict) -> str:
     """Human report of `tag profile links`."""
-    from tag.cliutil import table
+    from tag.textfmt import table
 
     lines = [f"wrote {summary['path']}: {summary['devices']} devices on {summary['machines']} machine(s), "
              f"{summary['backend']}", ""]

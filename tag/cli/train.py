@@ -6,7 +6,7 @@ import os
 import shlex
 import sys
 
-from tag.cliutil import add_output_flags, add_verb, emit, progress, table
+from tag.cli.util import add_output_flags, add_verb, emit, progress, table
 from tag.errors import InputError
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cliutil import add_model_flags, add_output_flags, add_verb
+from tag.cli.util import add_model_flags, add_output_flags, add_verb
 
 BASELINE_NAMES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
 
@@ -38,7 +38,7 @@ def _per_device(value, cluster) -> dict:
 
 
 def run(args) -> int:
-    from tag.cliutil import emit, table
+    from tag.cli.util import emit, table
     from tag.modelio import load_inputs
     from tag.search.baselines import build_baseline
     from tag.sim import simulate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cliutil import add_model_flags, add_output_flags, add_verb
+from tag.cli.util import add_model_flags, add_output_flags, add_verb
 
 
 def add_parser(sub):
@@ -40,7 +40,7 @@ def add_parser(sub):
 def run(args) -> int:
     import sys
 
-    from tag.cliutil import emit, progress, table
+    from tag.cli.util import emit, progress, table
     from tag.deploy.job import prepare_job
     from tag.deploy.launcher import DeployFailed, launch, launch_commands
     from tag.errors import InputError

@@ -1,4 +1,4 @@
-"""The `tag` console script: parses arguments, dispatches to a verb in `tag/commands/`, maps errors.
+"""The `tag` console script: parses arguments, dispatches to a verb module in `tag/cli/`, maps errors.
 
 Bad input (`InputError`) -> exit 2 and exactly one line on stderr. Any other exception -> exit 1 with
 a one-line summary, the traceback only under --debug.
@@ -17,7 +17,7 @@ from tag import __version__
 from tag.errors import InputError
 from tag.memory import use_huge_pages
 
-# verb name -> module in tag.commands; each module has add_parser(subparsers) and run(args) -> int
+# verb name -> module in tag.cli; each module has add_parser(subparsers) and run(args) -> int
 VERBS = ["inspect", "topo", "simulate", "plan", "deploy", "profile", "train", "bench"]
 
 
@@ -33,9 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb in VERBS:
         try:
-            mod = importlib.import_module(f"tag.commands.{verb}")
+            mod = importlib.import_module(f"tag.cli.{verb}")
         except ModuleNotFoundError as e:
-            if e.name == f"tag.commands.{verb}":
+            if e.name == f"tag.cli.{verb}":
                 continue  # verb not built yet
             raise
         p = mod.add_parser(sub)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cliutil import emit, table
+from tag.cli.util import emit, table
 
 
 def run_topology(args) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 def run_published(args) -> int:
     """Run benchmarks/published.py with the `tag bench` arguments (--json, --out); returns the exit code."""
-    from tag.commands.bench import _benchmarks_module
+    from tag.cli.bench import _benchmarks_module
 
     args.json = getattr(args, "json", False)
     if getattr(args, "profile", None):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cliutil import add_output_flags, add_verb
+from tag.cli.util import add_output_flags, add_verb
 
 
 def add_parser(sub):
@@ -41,7 +41,7 @@ def _benchmarks_module(name: str):
 
 def run(args) -> int:
     if args.published:
-        from tag.commands._bench_published import run_published
+        from tag.cli._bench_published import run_published
 
         return run_published(args)
     return int(_benchmarks_module("suite").run(args) or 0)

@@ -1,7 +1,7 @@
 """CLI conventions in one place: output (table or one JSON object), progress bars, shared flags.
 
-Every verb module in `tag/commands/` defines ``add_parser(subparsers)`` (flags and help with an example;
-no heavy imports at module level) and ``run(args) -> int``. `tag/cli.py` wires them and turns
+Every verb module in `tag/cli/` defines ``add_parser(subparsers)`` (flags and help with an example;
+no heavy imports at module level) and ``run(args) -> int``. `tag/cli/__init__.py` wires them and turns
 `InputError` into exit 2 with one stderr line.
 """
 
@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from tag.errors import InputError
+from tag.textfmt import table  # noqa: F401  (verbs import it from here)
 
 
 def add_verb(subparsers, name: str, help: str, example: str, description: str | None = None) -> argparse.ArgumentParser:
@@ -64,46 +65,6 @@ def emit(args: argparse.Namespace, obj: Any, human: str) -> None:
         sys.stdout.write(json.dumps(obj, sort_keys=False) + "\n")
     else:
         sys.stdout.write(human.rstrip("\n") + "\n")
-
-
-def table(rows: Iterable[Sequence[Any]], headers: Sequence[str]) -> str:
-    """A plain-text table with right-aligned numbers."""
-    rows = [[_cell(c) for c in r] for r in rows]
-    widths = [len(h) for h in headers]
-    for r in rows:
-        for i, c in enumerate(r):
-            widths[i] = max(widths[i], len(c))
-    def fmt(r, is_header=False):
-        cells = []
-        for i, c in enumerate(r):
-            numeric = not is_header and _is_number(c)
-            cells.append(c.rjust(widths[i]) if numeric else c.ljust(widths[i]))
-        return "  ".join(cells).rstrip()
-    lines = [fmt(headers, True), "  ".join("-" * w for w in widths)]
-    lines += [fmt(r) for r in rows]
-    return "\n".join(lines)
-
-
-def _cell(c: Any) -> str:
-    if isinstance(c, bool):
-        return "yes" if c else "no"
-    if isinstance(c, float):
-        if c != c:
-            return "-"
-        if abs(c) >= 100:
-            return f"{c:,.1f}"
-        return f"{c:.3g}" if abs(c) < 1 else f"{c:.2f}"
-    if c is None:
-        return "-"
-    return str(c)
-
-
-def _is_number(s: str) -> bool:
-    try:
-        float(s.replace(",", "").rstrip("x%"))
-        return True
-    except ValueError:
-        return False
 
 
 def progress(total: int | None = None, desc: str = "", unit: str = "it"):

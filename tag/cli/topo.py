@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tag.cliutil import add_output_flags, add_verb
+from tag.cli.util import add_output_flags, add_verb
 
 
 def add_parser(sub):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cliutil import add_model_flags, add_output_flags, add_verb
+from tag.cli.util import add_model_flags, add_output_flags, add_verb
 from tag.errors import InputError
 
 
@@ -121,7 +121,7 @@ def _check_device(device: str) -> str:
 
 
 def _run_ops(args, device_type: str, rows: list[int]) -> int:
-    from tag.cliutil import emit, parse_input_shapes, progress
+    from tag.cli.util import emit, parse_input_shapes, progress
     from tag.cost.profile_db import save
     from tag.graph import load_model
     from tag.graph.coarsen import coarsen
@@ -148,7 +148,7 @@ def _run_ops(args, device_type: str, rows: list[int]) -> int:
 def _run_links(args, device_type: str, sizes: list[int]) -> int:
     import os
 
-    from tag.cliutil import emit
+    from tag.cli.util import emit
     from tag.profile.links import LinksFailed, compare, launch_local, measured_topology, under_torchrun
     from tag.profile.links_sweep import LinkSettings
     from tag.profile.summary import links_summary, links_table
@@ -166,7 +166,7 @@ def _run_links(args, device_type: str, sizes: list[int]) -> int:
     else:
         if args.device == "cuda":
             _check_device(f"cuda:{args.nproc - 1}")
-        from tag.cliutil import progress
+        from tag.cli.util import progress
         bar = progress(total=None, desc=f"profile links ({args.nproc} ranks)", unit="s")
         try:
             result = launch_local(settings, args.nproc, args.timeout, tick=bar.update)

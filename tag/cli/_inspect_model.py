@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cliutil import emit, parse_input_shapes, table
+from tag.cli.util import emit, parse_input_shapes, table
 
 TOP_OPS = 10
 

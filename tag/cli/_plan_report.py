@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from tag.cliutil import table
+from tag.textfmt import table
 
 
 def describe_decision(dec, cluster) -> str:

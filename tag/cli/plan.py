@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cliutil import add_model_flags, add_output_flags, add_verb
+from tag.cli.util import add_model_flags, add_output_flags, add_verb
 
 BASELINE_NAMES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
 
@@ -37,12 +37,12 @@ def add_parser(sub):
 def run(args) -> int:
     import sys
 
-    from tag.cliutil import emit, progress
+    from tag.cli.util import emit, progress
     from tag.errors import InputError
     from tag.modelio import load_inputs
     from tag.search.planner import DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, plan
     from tag.strategy.planfile import baselines_summary, plan_to_json, predicted_from_result, write_plan
-    from tag.commands._plan_report import report_text
+    from tag.cli._plan_report import report_text
 
     if args.playouts is not None and args.playouts < 0:
         raise InputError("--playouts", "N", "a non-negative integer", str(args.playouts))

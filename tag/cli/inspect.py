@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cliutil import add_model_flags, add_output_flags, add_verb
+from tag.cli.util import add_model_flags, add_output_flags, add_verb
 
 
 def add_parser(sub):
@@ -19,7 +19,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     if str(args.path).lower().endswith(".json"):
-        from tag.commands._inspect_topology import run_topology
+        from tag.cli._inspect_topology import run_topology
         return run_topology(args)
-    from tag.commands._inspect_model import run_model
+    from tag.cli._inspect_model import run_model
     return run_model(args)

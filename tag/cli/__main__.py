@@ -1,0 +1,7 @@
+"""`python -m tag.cli` runs the `tag` console script."""
+
+import sys
+
+from tag.cli import main
+
+sys.exit(main())
