@@ -49,6 +49,7 @@ import json
 from dataclasses import dataclass, field
 
 from tag.errors import InputError, short_repr
+from tag.fileio import write_text_atomic
 
 VERSION = 1
 
@@ -324,6 +325,4 @@ def load(path: str) -> ProfileDB:
 
 def save(db: ProfileDB, path: str) -> None:
     """Write a profile file (sorted keys, 2-space indent)."""
-    with open(path, "w") as f:
-        json.dump(to_json(db), f, indent=2, sort_keys=True)
-        f.write("\n")
+    write_text_atomic(path, json.dumps(to_json(db), indent=2, sort_keys=True) + "\n")

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from importlib import resources
 
 import torch
 
 from tag.errors import InputError
+from tag.fileio import atomic_write, write_text_atomic
 from tag.gnn.data import FEATURE_VERSION
 from tag.gnn.model import TagGNN
 
@@ -46,17 +46,11 @@ def save_checkpoint(path: str, net: TagGNN, *, optimizer=None, progress: dict | 
     obj = {"format": FORMAT, "feature_version": FEATURE_VERSION, "config": dict(net.config),
            "model": net.state_dict(), "optimizer": optimizer.state_dict() if optimizer is not None else None,
            "progress": dict(progress or {}), "card": dict(card or {})}
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-    os.close(fd)
-    torch.save(obj, tmp)
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; a checkpoint is meant to be shared and shipped
-    os.replace(tmp, path)
-    with open(path + ".card.json", "w") as f:
-        json.dump({"feature_version": FEATURE_VERSION, "config": obj["config"], "progress": obj["progress"],
-                   **obj["card"]}, f, indent=2, sort_keys=True)
-        f.write("\n")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, lambda f: torch.save(obj, f), binary=True)
+    card_json = json.dumps({"feature_version": FEATURE_VERSION, "config": obj["config"], "progress": obj["progress"],
+                            **obj["card"]}, indent=2, sort_keys=True)
+    write_text_atomic(path + ".card.json", card_json + "\n")
 
 
 def read_checkpoint(path: str) -> dict:

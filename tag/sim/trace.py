@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from tag.fileio import atomic_write
+
 COMPUTE_PID = 0
 NETWORK_PID = 1
 
@@ -34,5 +36,4 @@ def lane_metadata(device_names: dict[int, str], link_names: dict[int, str]) -> l
 
 def write_chrome_trace(result, path: str) -> None:
     """Write a SimResult's trace events as Chrome-trace JSON ({"traceEvents": [...]})."""
-    with open(path, "w") as f:
-        json.dump({"traceEvents": result.trace_events, "displayTimeUnit": "ms"}, f)
+    atomic_write(path, lambda f: json.dump({"traceEvents": result.trace_events, "displayTimeUnit": "ms"}, f))

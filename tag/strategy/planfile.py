@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from tag.errors import InputError, short_repr
+from tag.fileio import write_text_atomic
 from tag.graph.reader import file_sha256
 from tag.strategy import OPTIMIZERS, SYNC_METHODS, Decision, Strategy, TrainingConfig
 
@@ -111,8 +112,7 @@ def write_plan(path: str, plan, *args, **kwargs) -> dict:
     """Write a plan object, or build one with `plan_to_json(plan, *args, **kwargs)`, to `path`; returns it."""
     if not isinstance(plan, dict):
         plan = plan_to_json(plan, *args, **kwargs)
-    with open(path, "w") as f:
-        f.write(dumps_plan(plan))
+    write_text_atomic(path, dumps_plan(plan))
     return plan
 
 
