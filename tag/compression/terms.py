@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tag.compression.eligibility import Candidate
-from tag.sim.context import _context
-from tag.sim.engine import _shared_params, _tensor_bytes, group_syncs
+from tag.sim.context import sim_context
+from tag.sim.gradsync import group_syncs, shared_params, tensor_bytes
 from tag.sim.sfb import dw_ms
 
 
@@ -92,7 +92,7 @@ def _timings(result, n_dev: int):
 
 def build_terms(gg, cluster, cost, training, strategy, cands: list[Candidate], traced) -> Terms:
     """The `Terms` of `strategy` (without SFB) and `cands`, from `traced` = its simulation with trace=True."""
-    ctx = _context(gg, cluster, cost, training)
+    ctx = sim_context(gg, cluster, cost, training)
     decs = strategy.decisions
     bwd_end, last_bwd, upd, end = _timings(traced, cluster.n_devices)
     units: list[SyncUnit] = []
@@ -107,8 +107,8 @@ def build_terms(gg, cluster, cost, training, strategy, cands: list[Candidate], t
                               {l: 2 * (busy[l] - busy2.get(l, 0.0)) / nbytes for l in busy}))
 
     shared_by_owner: dict[int, float] = {}
-    for pname, gids in _shared_params(gg).items():
-        nbytes = _tensor_bytes(gg, pname)
+    for pname, gids in shared_params(gg).items():
+        nbytes = tensor_bytes(gg, pname)
         shared_by_owner[gids[0]] = shared_by_owner.get(gids[0], 0.0) + nbytes
         union = tuple(sorted({d for g in gids for d in decs[g].devices}))
         if len(union) > 1 and nbytes > 0:

@@ -118,7 +118,7 @@ class SimContext:
 _CONTEXTS: "OrderedDict[tuple, SimContext]" = OrderedDict()
 
 
-def _context(gg, cluster, cost, training) -> SimContext:
+def sim_context(gg, cluster, cost, training) -> SimContext:
     """The cached SimContext of these objects (the few most recently used are kept)."""
     key = (id(gg), id(cluster), id(cost), training)
     ctx = _CONTEXTS.get(key)
@@ -129,3 +129,6 @@ def _context(gg, cluster, cost, training) -> SimContext:
             _CONTEXTS.popitem(last=False)
     _CONTEXTS.move_to_end(key)
     return ctx
+
+
+_context = sim_context  # the name before issue 19, kept for code in flight; use sim_context

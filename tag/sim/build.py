@@ -1,0 +1,238 @@
+"""The builder: (GroupGraph, Cluster, CostModel, Strategy, TrainingConfig, options) -> `TaskGraph`.
+
+Pure apart from the per-(gg, cluster, cost, training) caches of `tag.sim.context`. The model it builds is
+documented in `tag.sim` (tasks, transfers, gradient syncs, optimizer steps, program order); the task graph's
+fields in `tag.sim.taskgraph`. A new strategy kind (micro-batches, shards, collectives, buckets) adds code here
+and leaves the event loop (`tag.sim.events`) as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
+from tag.sim.context import SimContext
+from tag.sim.gradsync import group_syncs, sfb_compute_ms, shared_params, tensor_bytes
+from tag.sim.rendezvous import exchange_gates
+from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, SyncUnit, TaskGraph, TaskKind, Transfer
+
+_TRANSFER, _SYNC = DependentKind.TRANSFER, DependentKind.SYNC
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How the runtime being modelled runs an iteration.
+
+    overlap_sync=False: a sync also waits until each of its devices has finished its whole backward (the `tag
+    deploy` runtime); blocking_sends=True: every transfer is a rendezvous of its two ranks at the consumer group's
+    place in the group order and blocks both (`tag.sim.rendezvous`)."""
+
+    overlap_sync: bool = True
+    blocking_sends: bool = False
+
+
+def check_strategy(strategy, n_groups: int, n_devices: int) -> None:
+    """ValueError unless the strategy has one decision per group, each with one row count per device."""
+    decs = strategy.decisions
+    if len(decs) != n_groups:
+        raise ValueError(f"strategy has {len(decs)} decisions for {n_groups} groups")
+    for g, dc in enumerate(decs):
+        if len(dc.rows) != n_devices:
+            raise ValueError(f"group {g}: row map has {len(dc.rows)} entries for {n_devices} devices")
+
+
+@dataclass
+class _Draft:
+    """The graph under construction: tasks, per-task input counts, the first sync each backward task completes,
+    and the rest of each task's dependents in insertion order."""
+
+    tasks: ComputeTasks
+    inputs: list[int]
+    first_sync: list[int]
+    later: list[list | None]
+
+    def add_task(self, device: int, kind: TaskKind, group: int, ms: float) -> int:
+        self.inputs.append(0)
+        self.first_sync.append(-1)
+        self.later.append(None)
+        return self.tasks.add(device, kind, group, ms)
+
+    def depend(self, task: int, ref: tuple) -> None:
+        a = self.later[task]
+        if a is None:
+            self.later[task] = [ref]
+        else:
+            a.append(ref)
+
+
+def _compute_tasks(ctx: SimContext, decs, draft: _Draft) -> tuple[list[dict], list[dict], list[float], list]:
+    """Forward tasks in group order, then backward tasks in reverse group order (SFB: the local dW leaves the
+    backward). (forward task ids per group {device: task}, backward likewise, SFB dW ms per device, the cached
+    per-group costs)."""
+    n_grp = len(decs)
+    per_group = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
+    fwd_id: list[dict] = [None] * n_grp
+    bwd_id: list[dict] = [None] * n_grp
+    for g in range(n_grp):
+        devs, fwd, _, _ = per_group[g]
+        fwd_id[g] = {d: draft.add_task(d, TaskKind.FORWARD, g, ms) for d, ms in zip(devs, fwd)}
+    sfb_upd_ms = [0.0] * len(ctx.dtypes)  # SFB: dW over all replicas' rows, formed before the optimizer step
+    for g in range(n_grp - 1, -1, -1):
+        devs, _, bwd, _ = per_group[g]
+        if decs[g].sfb:
+            saved, added = sfb_compute_ms(ctx, g, decs[g])
+            bwd = [max(0.0, b - s) for b, s in zip(bwd, saved)]
+            for d, a in zip(devs, added):
+                sfb_upd_ms[d] += a
+        bwd_id[g] = {d: draft.add_task(d, TaskKind.BACKWARD, g, ms) for d, ms in zip(devs, bwd)}
+    return fwd_id, bwd_id, sfb_upd_ms, per_group
+
+
+def _transfers(ctx: SimContext, decs, fwd_id, bwd_id, draft: _Draft, asynchronous: bool):
+    """Per edge and device pair: the activation slice (producer forward -> consumer forward) and the gradient
+    back (consumer backward -> producer backward); ([Transfer], memory recv list)."""
+    out: list[Transfer] = []
+    recv: list[tuple] = []
+    for ei, e in enumerate(ctx.gg.edges):
+        for s, d, b, fspec, bspec in ctx.edge_transfers(ei, decs[e.src], decs[e.dst]):
+            pf, kf = fwd_id[e.src][s], fwd_id[e.dst][d]
+            pb, kb = bwd_id[e.dst][d], bwd_id[e.src][s]
+            if asynchronous:  # blocking exchanges get their wait and deliver once programs are known
+                draft.depend(pf, (_TRANSFER, len(out)))
+                draft.depend(pb, (_TRANSFER, len(out) + 1))
+            out.append(Transfer(fspec, pf, kf, (pf,), (kf,), f"act g{e.src}->g{e.dst}"))
+            out.append(Transfer(bspec, pb, kb, (pb,), (kb,), f"grad g{e.dst}->g{e.src}"))
+            draft.inputs[kf] += 1
+            draft.inputs[kb] += 1
+            recv.append((e.dst, d, e.src, s, b))
+    return out, recv
+
+
+def _sync_units(ctx: SimContext, decs, devs_of) -> tuple[list[SyncUnit], list[float]]:
+    """Shared parameters' syncs (over the union of their groups' devices), then every replicated group's own
+    syncs (`group_syncs`); and per device the persistent bytes of shared parameters held where their owner group
+    is absent."""
+    gg, training = ctx.gg, ctx.training
+    units: list[SyncUnit] = []
+    extra_static = [0.0] * len(ctx.dtypes)
+    shared_by_owner: dict[int, float] = {}
+    for pname, gids in shared_params(gg).items():
+        nbytes = tensor_bytes(gg, pname)
+        owner = gids[0]
+        shared_by_owner[owner] = shared_by_owner.get(owner, 0.0) + nbytes
+        union = tuple(sorted({d for g in gids for d in devs_of[g]}))
+        for d in union:
+            if d not in devs_of[owner]:  # weights, gradient and fp32 states where the owner group is absent
+                extra_static[d] += 2 * nbytes + nbytes / FP32_BYTES * state_bytes_per_param(training.optimizer)
+        if len(union) > 1 and nbytes > 0:
+            dc = decs[owner]
+            units.append(SyncUnit(gids, union, nbytes, dc.sync or "allreduce", dc.server, f"sync {pname}"))
+    groups = gg.groups
+    for g in range(len(decs)):
+        if groups[g].param_bytes > 0 and len(devs_of[g]) > 1:
+            own = groups[g].param_bytes - shared_by_owner.get(g, 0.0)
+            for method, nbytes, label in group_syncs(gg, g, decs[g], own):
+                units.append(SyncUnit((g,), tuple(devs_of[g]), nbytes, method, decs[g].server, label))
+    for u in units:
+        u.phases = ctx.phases(u.method, u.devices, u.nbytes, u.server)
+        u.copy_in_ms, u.copy_out_ms = ctx.sync_copy_ms(u.method, u.devices, u.nbytes)
+    return units, extra_static
+
+
+def _update_tasks(ctx: SimContext, units, per_group, sfb_upd_ms, draft: _Draft) -> list[int]:
+    """One optimizer step per device that holds parameters (as optimizer.step() after backward and sync), lasting
+    its SFB dW products plus the update of every group it computes that has parameters or syncs; task id per
+    device (-1: none)."""
+    n_dev = len(ctx.dtypes)
+    groups = ctx.gg.groups
+    in_unit = {g for u in units for g in u.groups}
+    upd_ms = list(sfb_upd_ms)
+    has_upd = [a > 0 for a in sfb_upd_ms]
+    for g in range(len(per_group)):
+        if groups[g].param_count > 0 or g in in_unit:
+            devs, _, _, upd = per_group[g]
+            for d, ms in zip(devs, upd):
+                upd_ms[d] += ms
+                has_upd[d] = True
+    return [draft.add_task(d, TaskKind.UPDATE, -1, upd_ms[d]) if has_upd[d] else -1 for d in range(n_dev)]
+
+
+def _wire_syncs(units, devs_of, bwd_id, upd_id, draft: _Draft, overlap_sync: bool) -> None:
+    """Each sync waits for its groups' backward tasks (without overlap also for the last backward task of each of
+    its devices) and releases the optimizer steps of the devices computing its groups."""
+    n_dev = len(upd_id)
+    last_bwd = [-1] * n_dev  # each device's last backward task in program order (backwards run g = K-1 .. 0)
+    for g in range(len(bwd_id) - 1, -1, -1):
+        for d, k in bwd_id[g].items():
+            last_bwd[d] = k
+    for j, u in enumerate(units):
+        covered = set()
+        for g in u.groups:
+            for d in devs_of[g]:
+                kb = bwd_id[g][d]
+                if draft.first_sync[kb] < 0:
+                    draft.first_sync[kb] = j
+                else:
+                    draft.depend(kb, (_SYNC, j))
+                u.wait.append(kb)
+                covered.add(d)
+        for d in sorted(covered):
+            u.release.append(upd_id[d])
+            draft.inputs[upd_id[d]] += 1
+        if not overlap_sync:
+            for d in u.devices:
+                draft.depend(last_bwd[d], (_SYNC, j))
+                u.wait.append(last_bwd[d])
+
+
+def _programs(devices: list[int], n_dev: int) -> list[list[int]]:
+    """Each device's task ids in creation order: forwards by group, backwards by group reversed, its step."""
+    programs: list[list[int]] = [[] for _ in range(n_dev)]
+    for k, d in enumerate(devices):
+        programs[d].append(k)
+    return programs
+
+
+def _blocking(transfers: list[Transfer], programs, tasks: ComputeTasks, draft: _Draft) -> list[Transfer]:
+    """The transfers as blocking exchanges (`tag.sim.rendezvous.exchange_gates`): each waits for both ranks to
+    reach the consumer group's exchange and delivers to the next task of each."""
+    fwd = TaskKind.FORWARD
+    req = []
+    for x in transfers:
+        forward = tasks.kind[x.producer] == fwd  # an activation (forward) or a gradient (backward) exchange
+        group = tasks.group[x.consumer] if forward else tasks.group[x.producer]  # where the exchange sits
+        req.append((0 if forward else 1, group, tasks.device[x.producer], tasks.device[x.consumer], x.spec,
+                    x.label, x.consumer))
+    gates = exchange_gates(programs, tasks.group, [k == fwd for k in tasks.kind], req)
+    out = []
+    for i, (x, gt) in enumerate(zip(transfers, gates)):
+        for k in gt.deliver[1:]:  # deliver[0] is the consumer, already counted
+            draft.inputs[k] += 1
+        for k in gt.wait:
+            draft.depend(k, (_TRANSFER, i))
+        out.append(Transfer(x.spec, x.producer, x.consumer, gt.wait, gt.deliver, x.label))
+    return out
+
+
+def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOptions()) -> TaskGraph:
+    """The task graph of one iteration of `strategy` on ctx's (gg, cluster, cost, training) (module docstring)."""
+    n_dev, decs = len(ctx.dtypes), strategy.decisions
+    check_strategy(strategy, ctx.gg.n_groups, n_dev)
+    draft = _Draft(ComputeTasks(), [], [], [])
+    fwd_id, bwd_id, sfb_upd_ms, per_group = _compute_tasks(ctx, decs, draft)
+    devs_of = [pg[0] for pg in per_group]
+    transfers, recv = _transfers(ctx, decs, fwd_id, bwd_id, draft, not options.blocking_sends)
+    units, extra_static = _sync_units(ctx, decs, devs_of)
+    upd_id = _update_tasks(ctx, units, per_group, sfb_upd_ms, draft)
+    _wire_syncs(units, devs_of, bwd_id, upd_id, draft, options.overlap_sync)
+    programs = _programs(draft.tasks.device, n_dev)
+    if options.blocking_sends:
+        transfers = _blocking(transfers, programs, draft.tasks, draft)
+    dependents: list = [None] * len(draft.tasks)
+    for k, (j, later) in enumerate(zip(draft.first_sync, draft.later)):
+        if j >= 0:
+            dependents[k] = [(_SYNC, j)] + later if later else [(_SYNC, j)]
+        elif later:
+            dependents[k] = later
+    return TaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, dependents,
+                     MemoryInputs(recv, extra_static), sum(decs[0].rows) if decs else 0)
