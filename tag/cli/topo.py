@@ -1,4 +1,5 @@
-"""`tag topo random --seed S [-o T.json]` and `tag topo import FILE [-o T.json]`: make topology files."""
+"""`tag topo random --seed S [-o T.json]`, `tag topo import FILE [-o T.json]`: make topology files;
+`tag topo catalog`: list the built-in device types."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import sys
 
 from tag.cli.util import add_output_flags, add_verb
+from tag.cli._topo_catalog import add_parser as add_catalog_parser, run as run_catalog
 
 
 def add_parser(sub):
@@ -23,10 +25,13 @@ def add_parser(sub):
     i.add_argument("file", help="the cluster file to convert")
     i.add_argument("-o", "--output", default=None, metavar="T.json", help="write the topology here (default: stdout)")
     add_output_flags(i)
+    add_catalog_parser(verbs)
     return p
 
 
 def run(args) -> int:
+    if args.topo_verb == "catalog":
+        return run_catalog(args)
     from tag.errors import InputError
     from tag.topology import import_metis, parse_topology, random_topology
 
@@ -45,7 +50,7 @@ def run(args) -> int:
     elif args.topo_verb == "import":
         topo = import_metis(args.file)
     else:
-        raise InputError("tag topo", "ACTION", "one of: random, import", "nothing")
+        raise InputError("tag topo", "ACTION", "one of: random, import, catalog", "nothing")
     cluster = parse_topology(topo, args.output or f"{topo['name']}.json")  # fails loudly if we made a bad file
     text = json.dumps(topo, indent=2) + "\n"
     if args.output:
