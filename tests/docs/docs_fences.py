@@ -1,0 +1,39 @@
+"""Read the fenced code blocks and tables of a docs/ page (helpers for the docs tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOCS = os.path.join(ROOT, "docs")
+
+_FENCE = re.compile(r"^```(\w*)\s*\n(.*?)^```\s*$", re.S | re.M)
+
+
+def fences(page: str, lang: str) -> list[tuple[int, str]]:
+    """(1-based line of the opening fence, body) of every ```lang block of docs/<page>."""
+    text = open(os.path.join(DOCS, page)).read()
+    return [(text.count("\n", 0, m.start()) + 1, m.group(2)) for m in _FENCE.finditer(text) if m.group(1) == lang]
+
+
+def json_fences(page: str) -> list[tuple[int, object]]:
+    """(line, parsed JSON) of every ```json block; a block that is not JSON fails the calling test."""
+    out = []
+    for line, body in fences(page, "json"):
+        try:
+            out.append((line, json.loads(body)))
+        except json.JSONDecodeError as e:
+            raise AssertionError(f"docs/{page}:{line}: the ```json block is not JSON: {e}") from None
+    return out
+
+
+def required_keys(page: str) -> list[str]:
+    """First-column keys of the page's table rows that mark a cell exactly `**required**` (unconditionally)."""
+    keys = []
+    for line in open(os.path.join(DOCS, page)):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if cells and any(c == "**required**" or c.startswith("**required**,") for c in cells[1:]):
+            keys.append(cells[0].strip("`"))
+    return keys
