@@ -14,6 +14,7 @@ import sys
 import warnings
 
 from tag import __version__
+from tag.cli.util import Parser
 from tag.errors import InputError
 from tag.memory import use_huge_pages
 
@@ -22,7 +23,7 @@ VERBS = ["inspect", "topo", "simulate", "plan", "deploy", "profile", "train", "b
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tag",
         description="Plan and run distributed DNN training on heterogeneous clusters.",
         epilog="example:\n  tag plan datasets/models/resnet50.onnx datasets/topologies/heterog8.json -o plan.json",
@@ -40,13 +41,25 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         p = mod.add_parser(sub)
         p.set_defaults(_run=mod.run)
+        _remember_parsers(p)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of internal failures")
     return parser
 
 
+def _remember_parsers(p: argparse.ArgumentParser) -> None:
+    """Set `_parser` on `p` and on its actions' parsers, so errors after parsing come from the innermost one."""
+    p.set_defaults(_parser=p)
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _remember_parsers(child)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the verb's parser: `tag plan: error: unrecognized arguments: ...`
+        getattr(args, "_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

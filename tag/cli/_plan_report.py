@@ -8,18 +8,86 @@ from tag.textfmt import table
 
 
 def describe_decision(dec, cluster) -> str:
-    """One line for a decision, e.g. '8 devices, rows 48/48/16/16/8/8/8/8, hierarchical'."""
+    """One line for a decision, e.g. '64 rows x 512 devices, hierarchical' or
+    'rows 48 x 2, 16 x 2, 8 x 4 on all 8 devices, ps on m0/0' (row counts in topology order, runs merged)."""
     devs = dec.devices
     if len(devs) == 1:
         return f"placed on {cluster.devices[devs[0]].id}"
-    rows = "/".join(str(dec.rows[d]) for d in devs)
-    who = f"all {len(devs)} devices" if len(devs) == cluster.n_devices else \
-        f"{len(devs)} devices ({_id_span(devs, cluster)})"
+    everyone = len(devs) == cluster.n_devices
+    counts = [dec.rows[d] for d in devs]
+    if len(set(counts)) == 1:
+        rows = f"{counts[0]} rows x {len(devs)} devices" + ("" if everyone else f" ({_id_span(devs, cluster)})")
+    else:
+        on = f"all {len(devs)} devices" if everyone else f"{len(devs)} devices ({_id_span(devs, cluster)})"
+        rows = f"rows {row_runs_text(counts)} on {on}"
     sync = dec.sync or "no sync"
     if dec.sync == "ps" and dec.server is not None:
         sync += f" on {cluster.devices[dec.server].id}"
     sfb = f", SFB on {len(dec.sfb)} op(s)" if dec.sfb else ""
-    return f"{who}, rows {rows}, {sync}{sfb}"
+    return f"{rows}, {sync}{sfb}"
+
+
+MAX_RUNS = 8  # more runs than this print as counts per row value
+
+
+def row_runs_text(counts: list[int]) -> str:
+    """Row counts in device order as runs of equal counts: [96, 96, 32, 32, 32] -> '96 x 2, 32 x 3'.
+
+    When there are more than MAX_RUNS runs, the counts are grouped by value instead (largest first), e.g.
+    '16 x 256, 8 x 256 (interleaved)'; with more than MAX_RUNS distinct values, the range and the total.
+    """
+    runs: list[list[int]] = []
+    for c in counts:
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    if len(runs) <= MAX_RUNS:
+        return ", ".join(f"{c} x {n}" for c, n in runs)
+    per_value: dict[int, int] = {}
+    for c in counts:
+        per_value[c] = per_value.get(c, 0) + 1
+    if len(per_value) <= MAX_RUNS:
+        return ", ".join(f"{c} x {n}" for c, n in sorted(per_value.items(), reverse=True)) + " (interleaved)"
+    return f"{min(counts)}-{max(counts)} each ({sum(counts)} in all)"
+
+
+def worst_overflow(result, cluster) -> tuple[str, float, float]:
+    """(device id, peak GB, usable GB) of the device with the largest peak / usable memory ratio
+    (the first such device in topology order on ties)."""
+    best = None
+    for d in cluster.devices:
+        usable_gb = d.type.usable_memory_bytes / 1e9
+        peak_gb = float(result.peak_memory_gb.get(d.id, 0.0))
+        ratio = peak_gb / usable_gb if usable_gb > 0 else math.inf
+        if best is None or ratio > best[0]:
+            best = (ratio, d.id, peak_gb, usable_gb)
+    return best[1], best[2], best[3]
+
+
+def overflow_ratio(result, cluster) -> float:
+    """max over devices of peak / usable memory: above 1 the strategy does not fit."""
+    _, peak_gb, usable_gb = worst_overflow(result, cluster)
+    return peak_gb / usable_gb if usable_gb > 0 else math.inf
+
+
+def least_overflowing(res, cluster) -> str | None:
+    """The baseline whose overflow ratio is strictly below the plan's and least of all baselines (ties: by name),
+    or None when the plan overflows least. For when nothing fits: the search ranks every strategy that
+    overflows by twice its memory or more as equal, so a baseline can overflow less than the plan it returns."""
+    if not res.baselines:
+        return None
+    name = min(res.baselines, key=lambda n: (overflow_ratio(res.baselines[n][1], cluster), n))
+    return name if overflow_ratio(res.baselines[name][1], cluster) < overflow_ratio(res.result, cluster) else None
+
+
+def oom_line(res, cluster, output_path: str | None, baseline: str | None = None) -> str:
+    """The one stderr line of `tag plan` when the plan does not fit in memory."""
+    dev, peak_gb, usable_gb = worst_overflow(res.result, cluster)
+    what = f"baseline {baseline} does not fit in memory" if baseline else "no strategy fits in memory"
+    fate = f"wrote it to {output_path}" if output_path else "give -o P.json to write it"
+    kind = "it" if baseline else "the least-overflowing plan"
+    return f"{what}: {kind} needs {peak_gb:.3g} GB on {dev}, which has {usable_gb:.3g} GB usable; {fate}"
 
 
 def _id_span(devs, cluster) -> str:

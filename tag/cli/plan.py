@@ -1,8 +1,14 @@
-"""`tag plan MODEL TOPOLOGY -o plan.json`: search a training strategy and compare it with every baseline."""
+"""`tag plan MODEL TOPOLOGY -o plan.json`: search a training strategy and compare it with every baseline.
+
+Exit codes: 0 a plan that fits in memory; 2 bad input; 3 no strategy fits in memory (the least-overflowing
+one is still written to -o); 1 an internal failure.
+"""
 
 from __future__ import annotations
 
 from tag.cli.util import add_model_flags, add_output_flags, add_verb
+
+EXIT_OOM = 3  # no strategy fits in memory (documented in --help)
 
 BASELINE_NAMES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
 
@@ -10,7 +16,11 @@ BASELINE_NAMES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", 
 def add_parser(sub):
     p = add_verb(sub, "plan", "search a training strategy (GNN-guided MCTS) and compare it with every baseline",
                  "tag plan datasets/models/resnet50.onnx datasets/topologies/heterog8.json -o plan.json\n"
-                 "  tag plan model.onnx topo.json --playouts 200 --seed 1 --no-gnn --json > plan.json")
+                 "  tag plan model.onnx topo.json --playouts 200 --seed 1 --no-gnn --json > plan.json",
+                 notes="exit codes:\n  0  the plan fits in memory\n  1  internal error\n"
+                       "  2  bad input (one line on stderr)\n"
+                       f"  {EXIT_OOM}  no strategy fits in memory: one line on stderr; the least-overflowing plan "
+                       "is still written to -o")
     p.add_argument("model", help="the model .onnx")
     p.add_argument("topology", help="the cluster topology .json")
     p.add_argument("-o", "--output", metavar="P.json", default=None, help="write plan.json here")
@@ -37,7 +47,7 @@ def add_parser(sub):
 def run(args) -> int:
     import sys
 
-    from tag.cli.util import emit, progress
+    from tag.cli.util import check_outputs, emit, progress
     from tag.errors import InputError
     from tag.modelio import load_inputs
     from tag.search.planner import DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, plan
@@ -48,6 +58,8 @@ def run(args) -> int:
         raise InputError("--playouts", "N", "a non-negative integer", str(args.playouts))
     if args.budget is not None and args.budget <= 0:
         raise InputError("--budget", "SECONDS", "a positive number", str(args.budget))
+    check_outputs(args, {"output": "-o/--output", "trace": "--trace"},
+                  [args.model, args.topology, args.profile, args.gnn])
     inp = load_inputs(args.model, args.topology, args)
     priors_fn, gnn_name = None, None
     if args.baseline is None and not args.no_gnn:
@@ -76,6 +88,8 @@ def run(args) -> int:
         finally:
             bar.close()
 
+    if res.result.oom and args.baseline is None:
+        res = _least_overflowing(res, inp.cluster)
     search = {"method": res.method, "playouts": res.playouts, "seconds": round(res.seconds, 3), "seed": args.seed,
               "gnn": gnn_name}
     obj = plan_to_json(res.strategy, inp.gg, inp.cluster, inp.training, args.model, args.topology,
@@ -87,8 +101,28 @@ def run(args) -> int:
         from tag.sim import simulate, write_chrome_trace
 
         write_chrome_trace(simulate(inp.gg, inp.cluster, inp.cost, res.strategy, inp.training, trace=True), args.trace)
+    if res.result.oom:  # the search keeps the least-overflowing strategy when none fits
+        from tag.cli._plan_report import oom_line
+
+        sys.stderr.write(f"tag plan: {oom_line(res, inp.cluster, args.output, args.baseline)}\n")
+        if args.json:
+            emit(args, obj, "")
+        return EXIT_OOM
     emit(args, obj, report_text(inp, res, args.output))
     return 0
+
+
+def _least_overflowing(res, cluster):
+    """`res`, or `res` with the baseline that overflows memory less than the searched plan (method '...+oom-fallback:NAME')."""
+    from dataclasses import replace
+
+    from tag.cli._plan_report import least_overflowing
+
+    name = least_overflowing(res, cluster)
+    if name is None:
+        return res
+    strategy, result = res.baselines[name]
+    return replace(res, strategy=strategy, result=result, method=f"{res.method}+oom-fallback:{name}", sfb={})
 
 
 def _load_gnn(args, inp):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cli.util import add_model_flags, add_output_flags, add_verb
+from tag.cli.util import add_model_flags, add_output_flags, add_verb, positive_int
 from tag.errors import InputError
 
 
@@ -12,7 +12,13 @@ def add_parser(sub):
                  "  tag profile links --nproc 2 -o measured.json --compare datasets/topologies/heterog8.json")
     verbs = p.add_subparsers(dest="what", metavar="WHAT", required=True)
 
-    o = verbs.add_parser("ops", help="forward and backward time of every op and group of a model on a local device")
+    o = add_verb(verbs, "ops", "forward and backward time of every op and group of a model on a local device",
+                 "tag profile ops datasets/models/mlp.onnx -o profile.json --rows 1,2,4 --repeats 3\n"
+                 "  tag plan datasets/models/mlp.onnx datasets/topologies/cpu4.json --profile profile.json",
+                 description="Time the forward and backward pass of every op (and of every op group, as one run) "
+                             "of MODEL on one local device at each --rows batch size; the median of --repeats "
+                             "timed calls is kept. The profile.json it writes replaces the roofline estimate in "
+                             "`tag plan --profile` and `tag simulate --profile` for devices of --device-type.")
     o.add_argument("model", help="the model .onnx")
     o.add_argument("-o", "--output", required=True, metavar="PROFILE.json", help="profile database to write")
     o.add_argument("--device", default="cpu", help="cpu or cuda:N (default cpu)")
@@ -25,9 +31,15 @@ def add_parser(sub):
     add_model_flags(o)
     add_output_flags(o)
 
-    ln = verbs.add_parser("links", help="p2p and all-reduce sweeps among ranks into a measured topology.json")
+    ln = add_verb(verbs, "links", "p2p and all-reduce sweeps among ranks into a measured topology.json",
+                  "tag profile links --nproc 2 -o measured.json --sizes 4,1K,64K --repeats 3\n"
+                  "  tag profile links --nproc 2 -o measured.json --compare datasets/topologies/cpu4.json",
+                  description="Start --nproc local ranks (or join the ranks torchrun started), time point-to-point "
+                              "messages and all-reduces at each --sizes message size, fit latency and bandwidth, "
+                              "and write a topology.json whose devices and links carry the measured figures. "
+                              "--compare reports where an existing topology disagrees with the measurement.")
     ln.add_argument("-o", "--output", required=True, metavar="TOPOLOGY.json", help="topology file to write")
-    ln.add_argument("--nproc", type=int, default=2, metavar="N", help="local ranks, one per device (default 2); "
+    ln.add_argument("--nproc", type=positive_int, default=2, metavar="N", help="local ranks, one per device (default 2); "
                     "under torchrun the ranks torchrun started")
     ln.add_argument("--compare", default=None, metavar="T.json", help="report where this topology disagrees with the measurement")
     ln.add_argument("--sizes", default="4,1K,16K,256K,1M,4M,16M", metavar="S,S,...",
@@ -93,6 +105,10 @@ def _device_type(args, is_gpu: bool) -> str:
 
 
 def run(args) -> int:
+    from tag.cli.util import check_outputs
+
+    check_outputs(args, {"output": "-o/--output"}, [getattr(args, "model", None), getattr(args, "compare", None),
+                                                     getattr(args, "profile", None)])
     for flag in ("warmup", "repeats", "threads"):
         if flag != "warmup":
             _positive(f"--{flag}", getattr(args, flag))
@@ -177,9 +193,9 @@ def _run_links(args, device_type: str, sizes: list[int]) -> int:
     name = args.name or os.path.splitext(os.path.basename(args.output))[0] or "measured"
     topo = measured_topology(result, name)
     import json
-    with open(args.output, "w") as f:
-        json.dump(topo, f, indent=2)
-        f.write("\n")
+
+    from tag.fileio import write_text_atomic
+    write_text_atomic(args.output, json.dumps(topo, indent=2) + "\n")
     rows = compare(topo, args.compare) if args.compare else None
     summary = links_summary(topo, args.output, rows)
     emit(args, summary, links_table(summary))

@@ -37,8 +37,34 @@ def _per_device(value, cluster) -> dict:
     return {d.id: float(v) for d, v in zip(cluster.devices, value)}
 
 
+def merge_equal_rows(rows: list[list]) -> list[list]:
+    """Merge runs of consecutive device rows whose other columns are exactly equal into one row whose first cell
+    spans the ids, e.g. 'm0/0 … m63/7 (512)': a 512-device cluster of one kind prints one line, not 512."""
+    out: list[list] = []
+    span: list[str] = []
+    for r in rows:
+        if out and out[-1][1:] == r[1:]:
+            span.append(r[0])
+        else:
+            if span:
+                out[-1][0] = _span(span)
+            out.append(list(r))
+            span = [r[0]]
+    if span:
+        out[-1][0] = _span(span)
+    return out
+
+
+def _span(ids: list[str]) -> str:
+    if len(ids) == 1:
+        return ids[0]
+    if len(ids) == 2:
+        return f"{ids[0]}, {ids[1]}"
+    return f"{ids[0]} … {ids[-1]} ({len(ids)})"
+
+
 def run(args) -> int:
-    from tag.cli.util import emit, table
+    from tag.cli.util import check_outputs, emit, table
     from tag.modelio import load_inputs
     from tag.search.baselines import build_baseline
     from tag.sim import simulate
@@ -47,6 +73,7 @@ def run(args) -> int:
         from tag.errors import InputError
 
         raise InputError("--groups", "K", "no --groups with --plan (the plan's own groups are simulated)", str(args.groups))
+    check_outputs(args, {"trace": "--trace"}, [args.model, args.topology, args.plan, args.profile])
     inp = load_inputs(args.model, args.topology, args, plan_path=args.plan)
     if args.plan:
         strategy, source = inp.strategy, f"plan {args.plan}"
@@ -84,7 +111,7 @@ def run(args) -> int:
         usable_gb = d.type.usable_memory_bytes / 1e9
         rows.append([d.id, d.type.name, rows_of.get(d.index, 0), busy.get(d.id, 0.0), peak.get(d.id, 0.0),
                      usable_gb, d.id in oom_devices])
-    lines.append(table(rows, ["device", "type", "max rows", "busy ms", "peak GB", "usable GB", "oom"]))
+    lines.append(table(merge_equal_rows(rows), ["device", "type", "max rows", "busy ms", "peak GB", "usable GB", "oom"]))
     if args.trace:
         lines.append(f"\ntrace written to {args.trace}")
     emit(args, obj, "\n".join(lines))

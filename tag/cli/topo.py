@@ -14,14 +14,23 @@ def add_parser(sub):
     p = add_verb(sub, "topo", "make topology files: random clusters, imports of other formats",
                  "tag topo random --seed 3 -o random3.json\n  tag topo import metis_cluster.json -o cluster.json")
     verbs = p.add_subparsers(dest="topo_verb", metavar="ACTION")
-    r = verbs.add_parser("random", help="a random heterogeneous cluster (a function of the seed)")
+    r = add_verb(verbs, "random", "a random heterogeneous cluster (a function of the seed)",
+                 "tag topo random --seed 3 -o random3.json\n  tag topo random --seed 1 --machines 64 --max-devices 8 --json",
+                 description="Draw a heterogeneous cluster from the device catalog: 1-6 machines (or --machines), "
+                             "each with 1..--max-devices GPUs (of one type, now and then two), joined by a drawn network layout "
+                             "(flat switch, direct links or racks). The same --seed and flags give the same file. "
+                             "Prints the topology.json, or writes it to -o.")
     r.add_argument("--seed", type=int, required=True, metavar="S", help="random seed")
     r.add_argument("--machines", type=int, default=None, metavar="N", help="exact number of machines (default 1-6)")
     r.add_argument("--max-devices", type=int, default=8, metavar="N", help="devices per machine drawn from 1..N (default 8)")
     r.add_argument("--layout", choices=["flat", "direct", "racks"], default=None, help="network layout (default: drawn)")
     r.add_argument("-o", "--output", default=None, metavar="T.json", help="write the topology here (default: stdout)")
     add_output_flags(r)
-    i = verbs.add_parser("import", help="convert a Metis-style cluster file to topology.json v1")
+    i = add_verb(verbs, "import", "convert a Metis-style cluster file to topology.json v1",
+                 "tag topo import metis_cluster.json -o cluster.json\n  tag topo import metis_cluster.json --json",
+                 description="Convert a Metis-style cluster file (per-node instance type, intra- and inter-node "
+                             "bandwidth, memory) to topology.json version 1; the result is parsed back before it "
+                             "is printed or written to -o, so a file tag cannot read is never written.")
     i.add_argument("file", help="the cluster file to convert")
     i.add_argument("-o", "--output", default=None, metavar="T.json", help="write the topology here (default: stdout)")
     add_output_flags(i)
@@ -32,8 +41,13 @@ def add_parser(sub):
 def run(args) -> int:
     if args.topo_verb == "catalog":
         return run_catalog(args)
+    from tag.cli.util import check_outputs
     from tag.errors import InputError
+    from tag.fileio import write_text_atomic
     from tag.topology import import_metis, parse_topology, random_topology
+
+    if args.topo_verb in ("random", "import"):
+        check_outputs(args, {"output": "-o/--output"}, [getattr(args, "file", None)])
 
     if args.topo_verb == "random":
         if args.machines is not None and args.machines < 1:
@@ -54,8 +68,7 @@ def run(args) -> int:
     cluster = parse_topology(topo, args.output or f"{topo['name']}.json")  # fails loudly if we made a bad file
     text = json.dumps(topo, indent=2) + "\n"
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
+        write_text_atomic(args.output, text)
         human = f"wrote {args.output}: {len(cluster.machines)} machines, {cluster.n_devices} devices"
         if getattr(args, "json", False):
             sys.stdout.write(json.dumps(topo) + "\n")

@@ -41,7 +41,11 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    from tag.cli.util import check_outputs
     from tag.gnn.train import TrainConfig, topology_sources, train
+
+    topo_file = args.topologies if os.path.isfile(args.topologies) else None
+    check_outputs(args, {"output": "-o/--output"}, [*args.models, args.profile, args.init, topo_file])
 
     for m in args.models:
         if not os.path.isfile(m):

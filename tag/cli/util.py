@@ -10,19 +10,47 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from typing import Any, Sequence
 
 from tag.errors import InputError
 from tag.textfmt import table  # noqa: F401  (verbs import it from here)
 
 
-def add_verb(subparsers, name: str, help: str, example: str, description: str | None = None) -> argparse.ArgumentParser:
-    """Add a verb whose --help ends with an example."""
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line: ``tag VERB: error: MESSAGE (see tag VERB --help)``, exit 2.
+
+    argparse's default prints the whole usage block first; sub-parsers made with `add_subparsers` inherit
+    this class, so every verb and action reports the same way.
+    """
+
+    def error(self, message: str):
+        one_line = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {one_line} (see {self.prog} --help)\n")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (e.g. --nproc)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {value}")
+    return value
+
+
+def add_verb(subparsers, name: str, help: str, example: str, description: str | None = None,
+             notes: str | None = None) -> argparse.ArgumentParser:
+    """Add a verb (or a verb's action, e.g. `topo random`) whose --help has a description and an example.
+
+    notes: text printed after the example (e.g. exit codes).
+    """
     return subparsers.add_parser(
         name,
         help=help,
-        description=description or help,
-        epilog=f"example:\n  {example}",
+        description="\n".join(textwrap.fill(par, width=100) for par in (description or help).split("\n")),
+        epilog=f"example:\n  {example}" + (f"\n\n{notes}" if notes else ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
@@ -57,6 +85,16 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
         except ValueError:
             raise InputError("--input-shape", spec, "NAME=DIMS with positive dims like x=1x3x224x224", repr(spec)) from None
     return out
+
+
+def check_outputs(args: argparse.Namespace, outputs: dict[str, str], inputs: Sequence[str | None]) -> None:
+    """Check the output paths given on the command line before any work (tag.fileio.check_output_paths).
+
+    outputs: {args attribute: flag as the user writes it}, e.g. {"output": "-o/--output", "trace": "--trace"}.
+    """
+    from tag.fileio import check_output_paths
+
+    check_output_paths([(flag, getattr(args, attr, None)) for attr, flag in outputs.items()], inputs)
 
 
 def emit(args: argparse.Namespace, obj: Any, human: str) -> None:

@@ -43,6 +43,12 @@ def data_input_shapes(model: onnx.ModelProto, path: str, roles: Roles,
     """Concrete shapes of the data inputs: declared dims, leading symbolic dim -> 1, rest from `given`."""
     given = dict(given or {})
     vis = {vi.name: vi for vi in model.graph.input}
+    for name in given:  # before any data input's own shape check, so the error names the input the user wrote
+        if name not in roles.data:
+            hint = " (a graph input that is not a data input: name it with --data-input)" if name in vis else ""
+            raise InputError(path, f"--input-shape {name}=...",
+                             "the name of a data input of the model: " + ", ".join(roles.data),
+                             f"no data input named '{name}'{hint}")
     out: dict[str, tuple[int, ...]] = {}
     for name in roles.data:
         dims = declared_dims(vis[name])
@@ -60,9 +66,6 @@ def data_input_shapes(model: onnx.ModelProto, path: str, roles: Roles,
             raise InputError(path, f"input '{name}'", f"concrete non-batch dims, or --input-shape {name}=DIMS",
                              "symbolic dims [" + ", ".join(str(d) for d in dims) + "]")
         out[name] = tuple(int(d) for d in fixed)
-    for name in given:
-        if name not in out:
-            raise InputError("--input-shape", f"'{name}'", "the name of a data input: " + ", ".join(roles.data), name)
     return out
 
 
