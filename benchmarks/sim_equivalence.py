@@ -45,9 +45,14 @@ def _num(x: float):
 
 def _load(model: str, topology: str):
     """The inputs `tag simulate MODEL TOPOLOGY --baseline ...` loads with default flags."""
+    import inspect
+
     from tag import modelio
 
-    return modelio.load_inputs(model, topology, argparse.Namespace())
+    params = list(inspect.signature(modelio.load_inputs).parameters.values())
+    if params[2].default is inspect.Parameter.empty:  # before issue 19: an argparse Namespace of flags
+        return modelio.load_inputs(model, topology, argparse.Namespace())
+    return modelio.load_inputs(model, topology)  # typed options, at their defaults
 
 
 def case_figures(inp, baseline: str) -> dict:
@@ -153,6 +158,8 @@ def compare(before: dict, after: dict) -> tuple[list[str], int, float, float]:
         a, b = before.get(key), after.get(key)
         if a is None or b is None:
             mabs, mrel, problems = math.inf, math.inf, ["missing on one side"]
+        elif ("error" in a) != ("error" in b):
+            mabs, mrel, problems = math.inf, math.inf, [f"error: {a.get('error')!r} -> {b.get('error')!r}"]
         else:
             mabs, mrel, problems = diff(a, b)
         gabs, grel = max(gabs, mabs), max(grel, mrel)

@@ -41,7 +41,7 @@ def run(args) -> int:
     import sys
 
     from tag.cli.util import emit, progress, table
-    from tag.deploy.job import prepare_job
+    from tag.cli.inputs import prepare_verb_job
     from tag.deploy.launcher import DeployFailed, launch, launch_commands
     from tag.errors import InputError
 
@@ -50,7 +50,7 @@ def run(args) -> int:
             raise InputError(flag, "N", f"an integer >= {low}", str(value))
     if args.timeout <= 0:
         raise InputError("--timeout", "S", "a positive number of seconds", str(args.timeout))
-    job = prepare_job(args.plan, args.model, args)
+    job = prepare_verb_job(args)
     if args.print_launch:
         cmds = launch_commands(job)
         emit(args, {"machines": [{"machine": m, "command": c} for m, c in cmds]},

@@ -49,7 +49,7 @@ def run(args) -> int:
 
     from tag.cli.util import check_outputs, emit, progress
     from tag.errors import InputError
-    from tag.modelio import load_inputs
+    from tag.cli.inputs import load_verb_inputs
     from tag.search.planner import DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, plan
     from tag.strategy.planfile import baselines_summary, plan_to_json, predicted_from_result, write_plan
     from tag.cli._plan_report import report_text
@@ -60,7 +60,7 @@ def run(args) -> int:
         raise InputError("--budget", "SECONDS", "a positive number", str(args.budget))
     check_outputs(args, {"output": "-o/--output", "trace": "--trace"},
                   [args.model, args.topology, args.profile, args.gnn])
-    inp = load_inputs(args.model, args.topology, args)
+    inp = load_verb_inputs(args)
     priors_fn, gnn_name = None, None
     if args.baseline is None and not args.no_gnn:
         priors_fn, gnn_name = _load_gnn(args, inp)

@@ -65,7 +65,7 @@ def _span(ids: list[str]) -> str:
 
 def run(args) -> int:
     from tag.cli.util import check_outputs, emit, table
-    from tag.modelio import load_inputs
+    from tag.cli.inputs import load_verb_inputs
     from tag.search.baselines import build_baseline
     from tag.sim import simulate
 
@@ -74,7 +74,7 @@ def run(args) -> int:
 
         raise InputError("--groups", "K", "no --groups with --plan (the plan's own groups are simulated)", str(args.groups))
     check_outputs(args, {"trace": "--trace"}, [args.model, args.topology, args.plan, args.profile])
-    inp = load_inputs(args.model, args.topology, args, plan_path=args.plan)
+    inp = load_verb_inputs(args, plan_path=args.plan)
     if args.plan:
         strategy, source = inp.strategy, f"plan {args.plan}"
     else:

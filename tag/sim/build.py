@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
 from tag.sim.context import SimContext
 from tag.sim.gradsync import group_syncs, sfb_compute_ms, shared_params, tensor_bytes
@@ -51,11 +53,13 @@ class _Draft:
     first_sync: list[int]
     later: list[list | None]
 
-    def add_task(self, device: int, kind: TaskKind, group: int, ms: float) -> int:
-        self.inputs.append(0)
-        self.first_sync.append(-1)
-        self.later.append(None)
-        return self.tasks.add(device, kind, group, ms)
+    def add_tasks(self, devices: list[int], kind: TaskKind, group: int, durations_ms: list[float]) -> range:
+        ids = self.tasks.add(devices, kind, group, durations_ms)
+        n = len(ids)
+        self.inputs += [0] * n
+        self.first_sync += [-1] * n
+        self.later += [None] * n
+        return ids
 
     def depend(self, task: int, ref: tuple) -> None:
         a = self.later[task]
@@ -75,7 +79,7 @@ def _compute_tasks(ctx: SimContext, decs, draft: _Draft) -> tuple[list[dict], li
     bwd_id: list[dict] = [None] * n_grp
     for g in range(n_grp):
         devs, fwd, _, _ = per_group[g]
-        fwd_id[g] = {d: draft.add_task(d, TaskKind.FORWARD, g, ms) for d, ms in zip(devs, fwd)}
+        fwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.FORWARD, g, fwd)))
     sfb_upd_ms = [0.0] * len(ctx.dtypes)  # SFB: dW over all replicas' rows, formed before the optimizer step
     for g in range(n_grp - 1, -1, -1):
         devs, _, bwd, _ = per_group[g]
@@ -84,7 +88,7 @@ def _compute_tasks(ctx: SimContext, decs, draft: _Draft) -> tuple[list[dict], li
             bwd = [max(0.0, b - s) for b, s in zip(bwd, saved)]
             for d, a in zip(devs, added):
                 sfb_upd_ms[d] += a
-        bwd_id[g] = {d: draft.add_task(d, TaskKind.BACKWARD, g, ms) for d, ms in zip(devs, bwd)}
+        bwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.BACKWARD, g, bwd)))
     return fwd_id, bwd_id, sfb_upd_ms, per_group
 
 
@@ -154,7 +158,7 @@ def _update_tasks(ctx: SimContext, units, per_group, sfb_upd_ms, draft: _Draft) 
             for d, ms in zip(devs, upd):
                 upd_ms[d] += ms
                 has_upd[d] = True
-    return [draft.add_task(d, TaskKind.UPDATE, -1, upd_ms[d]) if has_upd[d] else -1 for d in range(n_dev)]
+    return [draft.add_tasks([d], TaskKind.UPDATE, -1, [upd_ms[d]])[0] if has_upd[d] else -1 for d in range(n_dev)]
 
 
 def _wire_syncs(units, devs_of, bwd_id, upd_id, draft: _Draft, overlap_sync: bool) -> None:
@@ -187,10 +191,11 @@ def _wire_syncs(units, devs_of, bwd_id, upd_id, draft: _Draft, overlap_sync: boo
 
 def _programs(devices: list[int], n_dev: int) -> list[list[int]]:
     """Each device's task ids in creation order: forwards by group, backwards by group reversed, its step."""
-    programs: list[list[int]] = [[] for _ in range(n_dev)]
-    for k, d in enumerate(devices):
-        programs[d].append(k)
-    return programs
+    dev = np.asarray(devices, dtype=np.int64)
+    order = np.argsort(dev, kind="stable")
+    bounds = np.searchsorted(dev[order], np.arange(n_dev + 1)).tolist()
+    order_l = order.tolist()
+    return [order_l[bounds[d]:bounds[d + 1]] for d in range(n_dev)]
 
 
 def _blocking(transfers: list[Transfer], programs, tasks: ComputeTasks, draft: _Draft) -> list[Transfer]:

@@ -27,6 +27,8 @@ from tag.sim.collectives import FlowSpec
 from tag.sim.network import INF, Flow, Network
 from tag.sim.taskgraph import DependentKind, TaskGraph
 
+_SYNC = DependentKind.SYNC
+
 
 class EventKind(Enum):
     FLOW_START = "flow start"
@@ -109,9 +111,6 @@ class _Run:
         self.seq = 0
         self.comm_busy: dict[tuple, bool] = {}
         self.comm_queue: dict[tuple, deque] = {}
-        self.handlers = {EventKind.FLOW_START: self._on_flow_start, EventKind.TRANSFER_ARRIVED: self._on_transfer,
-                         EventKind.PHASE_FLOW_ARRIVED: self._on_phase_flow, EventKind.SYNC_READY: self._on_sync_ready,
-                         EventKind.SYNC_STEP: self._on_sync_step}
 
     def push(self, t: float, event) -> None:
         self.seq += 1
@@ -131,26 +130,23 @@ class _Run:
                 t = ready[k]
             start[k] = t
             t += dur[k]
-            if deps[k] is not None:
-                self._task_done(deps[k], t)
+            if deps[k] is not None:  # what this task's end counts towards, in order
+                for what, j in deps[k]:
+                    if what is _SYNC:
+                        s = self.syncs[j]
+                        s.waiting -= 1
+                        if t > s.ready_ms:
+                            s.ready_ms = t
+                        if s.waiting == 0:
+                            self.push(s.ready_ms, SyncReady(j))
+                    else:
+                        self.xfer_wait[j] -= 1
+                        if t > self.xfer_ready[j]:
+                            self.xfer_ready[j] = t
+                        if self.xfer_wait[j] == 0:
+                            self.push(self.xfer_ready[j], FlowStart(j))
             i += 1
         self.ptr[d], self.free[d] = i, t
-
-    def _task_done(self, dependents, t: float) -> None:
-        for what, j in dependents:
-            if what is DependentKind.SYNC:
-                s = self.syncs[j]
-                s.waiting -= 1
-                if t > s.ready_ms:
-                    s.ready_ms = t
-                if s.waiting == 0:
-                    self.push(s.ready_ms, SyncReady(j))
-            else:
-                self.xfer_wait[j] -= 1
-                if t > self.xfer_ready[j]:
-                    self.xfer_ready[j] = t
-                if self.xfer_wait[j] == 0:
-                    self.push(self.xfer_ready[j], FlowStart(j))
 
     def resolve(self, k: int, t: float) -> None:
         """One input of task k arrived at t."""
@@ -239,14 +235,14 @@ class _Run:
                 self.push(0.0, FlowStart(i))
         for d in range(self.tg.n_devices):
             self.advance(d)
-        heap, net, handlers = self.heap, self.net, self.handlers
+        heap, net, handlers = self.heap, self.net, _HANDLERS
         while True:
             tn = net.next_drain_ms()
             if heap and heap[0][0] <= tn:
                 t = heap[0][0]
                 while heap and heap[0][0] == t:  # every event at this instant before rates are recomputed
                     ev = heapq.heappop(heap)[2]
-                    handlers[ev.kind](ev, t)
+                    handlers[ev.kind](self, ev, t)
             elif tn < INF:
                 for f in net.pop_drained(tn):
                     if self.log_flows:
@@ -257,6 +253,11 @@ class _Run:
         if any(self.ptr[d] != len(p) for d, p in enumerate(self.tg.programs)):
             raise RuntimeError("simulation deadlock: a task waits for an input that never arrives")
         return Timeline(self.start, self.free, self.link_bytes, self.flows)
+
+
+_HANDLERS = {EventKind.FLOW_START: _Run._on_flow_start, EventKind.TRANSFER_ARRIVED: _Run._on_transfer,
+             EventKind.PHASE_FLOW_ARRIVED: _Run._on_phase_flow, EventKind.SYNC_READY: _Run._on_sync_ready,
+             EventKind.SYNC_STEP: _Run._on_sync_step}
 
 
 def run_task_graph(tg: TaskGraph, link_caps_bytes_per_ms: list[float], log_flows: bool = False) -> Timeline:

@@ -58,13 +58,14 @@ class ComputeTasks:
     def __len__(self) -> int:
         return len(self.duration_ms)
 
-    def add(self, device: int, kind: TaskKind, group: int, duration_ms: float) -> int:
-        """Append one task; its id."""
-        self.device.append(device)
-        self.kind.append(kind)
-        self.group.append(group)
-        self.duration_ms.append(duration_ms)
-        return len(self.duration_ms) - 1
+    def add(self, devices: list[int], kind: TaskKind, group: int, durations_ms: list[float]) -> range:
+        """Append one task per device (same kind and group); their ids."""
+        first = len(self.duration_ms)
+        self.device += devices
+        self.kind += [kind] * len(devices)
+        self.group += [group] * len(devices)
+        self.duration_ms += durations_ms
+        return range(first, len(self.duration_ms))
 
 
 @dataclass(slots=True)
