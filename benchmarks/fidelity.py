@@ -94,7 +94,6 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
     """
     import numpy as np
 
-    from tag.cli import build_parser
     from tag.cost.profile_db import load
     from tag.cost.profiled import MultiProfileCostModel, ProfileCostModel
     from tag.modelio import load_inputs
@@ -103,8 +102,7 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
     from tag.profile.links import barrier_ms, collective_hop_gbps
 
     profiles = [profile] if isinstance(profile, str) else list(profile)
-    args = build_parser().parse_args(["simulate", model, topo, "--plan", plan])
-    inp = load_inputs(model, topo, args, plan_path=plan)
+    inp = load_inputs(model, topo, plan_path=plan)
     with open(topo) as f:
         topo_obj = json.load(f)
     ring_gbps = collective_hop_gbps(topo_obj)  # the measured ring rate (None: the links' rate)
@@ -204,9 +202,7 @@ def profile_ops(model: str, batch: int, rows: str, out: str, wrap=None) -> None:
 
 def prepare_jobs(entries: list[tuple[str, str, str]], steps: int, work: str) -> list[str]:
     """Job pickles for (key, plan, model) entries, as `tag deploy` prepares them (same checks), paths."""
-    from argparse import Namespace
-
-    from tag.deploy.job import prepare_job, save_job
+    from tag.deploy.job import DeployOptions, prepare_job, save_job
 
     from tag.errors import InputError
 
@@ -218,7 +214,7 @@ def prepare_jobs(entries: list[tuple[str, str, str]], steps: int, work: str) -> 
                 os.remove(stale)
         paths.append(path)
         try:
-            job = prepare_job(plan, model, Namespace(steps=steps, nproc=None, seed=0, threads=1, warmup=1, timeout=600.0))
+            job = prepare_job(plan, model, DeployOptions(steps=steps, timeout_s=600.0))
         except InputError as e:  # reported as "no measurement" with the reason in <job>.error
             with open(path + ".error", "w") as f:
                 f.write(f"InputError: {e}\n")

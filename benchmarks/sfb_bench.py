@@ -28,13 +28,12 @@ def sfb_case(model: str, topology: str, *, playouts: int, budget_s: float, seed:
              batch_size: int | None = None) -> dict:
     """One row: dp-even and plan() iteration ms without / with SFB, ops chosen, bytes saved, SFB seconds."""
     from tag.compression import select_sfb
-    from tag.modelio import load_inputs
+    from tag.modelio import ModelOptions, load_inputs
     from tag.search.planner import plan
     from tag.sim import simulate
 
-    args = argparse.Namespace(batch_size=batch_size, input_shape=[], data_input=[], optimizer="adam", profile=None, groups=None)
     inp = load_inputs(os.path.join(ROOT, "datasets", "models", f"{model}.onnx"),
-                      os.path.join(ROOT, "datasets", "topologies", f"{topology}.json"), args)
+                      os.path.join(ROOT, "datasets", "topologies", f"{topology}.json"), ModelOptions(batch_size=batch_size))
     gg, cl, cost, tr = inp.gg, inp.cluster, inp.cost, inp.training
     from tag.search.baselines import run_baselines
 

@@ -50,15 +50,13 @@ def ideal_ms(gg, cluster) -> float:
 
 
 def run_case(model: str, topology: str, *, playouts: int, budget_s: float, profile: str | None, seed: int = 0) -> Case:
-    from tag.modelio import load_inputs
+    from tag.modelio import ModelOptions, load_inputs
     from tag.search.planner import plan
 
     case = Case(model, topology)
-    args = argparse.Namespace(batch_size=None, input_shape=[], data_input=[], optimizer="adam",
-                              profile=profile, groups=None)
     mpath = os.path.join(ROOT, "datasets", "models", f"{model}.onnx")
     tpath = os.path.join(ROOT, "datasets", "topologies", f"{topology}.json")
-    inp = load_inputs(mpath, tpath, args)
+    inp = load_inputs(mpath, tpath, ModelOptions(profile=profile))
     case.batch, case.groups = inp.batch_size, inp.gg.n_groups
     t0 = time.monotonic()
     res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=playouts, budget_s=budget_s, seed=seed, sfb=True)

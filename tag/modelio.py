@@ -1,16 +1,42 @@
-"""The one place the CLI turns a model path, a topology path and flags into loaded inputs.
+"""Turn a model path, a topology path and typed model options into loaded inputs (no command-line types here).
 
-Used by `tag simulate`, `tag plan`, `tag bench` and `tag deploy`. With a plan, the plan decides the
-batch, the input shapes, the training settings and the op groups (validated against the files; never
-re-coarsened); without one, the flags do and the model is coarsened.
+Used by every verb that reads a model (through `tag.cli.inputs`, which builds `ModelOptions` from the flags), by
+`tag.deploy.job.prepare_job` and by the benchmarks. With a plan, the plan decides the batch, the input shapes,
+the training settings and the op groups (validated against the files; never re-coarsened); without one, the
+options do and the model is coarsened.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 from tag.errors import InputError
 from tag.strategy import Strategy, TrainingConfig
+
+LOAD_STAGES = 4  # calls of `on_step` per `load_inputs`: topology, model, groups (or plan check), cost model
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How to read a model without a plan (with a plan, batch and shapes must agree with it).
+
+    batch_size: global batch in samples (None: the model file's); input_shapes: {input name: dims} overriding the
+    file's shapes; data_inputs: inputs that carry the batch (empty: detected); optimizer: None for "adam" (with a
+    plan: the plan's); profile: a `tag profile ops` database path (None: the roofline cost model); groups: the
+    number of op groups to coarsen to (None: automatic).
+    """
+
+    batch_size: int | None = None
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    data_inputs: tuple[str, ...] = ()
+    optimizer: str | None = None
+    profile: str | None = None
+    groups: int | None = None
+
+    def training(self) -> TrainingConfig:
+        """The TrainingConfig these options ask for (the optimizer; lr and loss at their defaults)."""
+        return TrainingConfig(optimizer=self.optimizer or "adam")
 
 
 @dataclass
@@ -29,11 +55,6 @@ class Inputs:
     plan: object | None = None  # PlanMeta when loaded with a plan
 
 
-def training_from_args(args) -> TrainingConfig:
-    """The TrainingConfig the flags ask for (--optimizer; lr and loss at their defaults)."""
-    return TrainingConfig(optimizer=getattr(args, "optimizer", None) or "adam")
-
-
 def measured_ring_gbps(topology_path) -> float | None:
     """The ring all-reduce rate `tag profile links` measured into this topology file (None if it has none)."""
     import json
@@ -48,44 +69,36 @@ def measured_ring_gbps(topology_path) -> float | None:
         return None
 
 
-def load_inputs(model_path: str, topology_path: str, args, plan_path: str | None = None) -> Inputs:
-    """Load topology, model, groups and cost model from the paths and the model flags on `args`.
+def load_inputs(model_path: str, topology_path: str, options: ModelOptions = ModelOptions(),
+                plan_path: str | None = None, on_step: Callable[[str], None] | None = None) -> Inputs:
+    """Load topology, model, groups and cost model from the paths and `options`.
 
-    Flags read from `args` (all optional): batch_size, input_shape, data_input, optimizer, profile,
-    groups. With `plan_path`, the plan is checked against both files first (hashes before anything is
-    loaded, then device ids, rows, op names, sync; see `tag.strategy.plancheck.validate_plan`), and a
-    --batch-size or --input-shape that contradicts the plan is an InputError.
+    With `plan_path`, the plan is checked against both files first (hashes before anything is loaded, then
+    device ids, rows, op names, sync; see `tag.strategy.plancheck.validate_plan`), and a batch size or input
+    shape in `options` that contradicts the plan is an InputError. `on_step(stage)` is called after each of
+    the `LOAD_STAGES` stages with the stage's name (a progress bar).
     """
-    from tag.cli.util import parse_input_shapes, progress
-
-    with progress(total=4, desc="loading", unit="step") as bar:
-        return _load(model_path, topology_path, args, plan_path, bar, parse_input_shapes)
-
-
-def _load(model_path, topology_path, args, plan_path, bar, parse_input_shapes) -> Inputs:
     from tag.cost import make_cost_model
     from tag.graph import load_model
     from tag.topology import load_topology
 
-    def step(what: str) -> None:
-        bar.set_description(what)
-        bar.update(1)
-
+    step = on_step or (lambda stage: None)
     cluster = load_topology(topology_path)
-    step("model")
-    shapes = parse_input_shapes(getattr(args, "input_shape", None) or [])
-    batch = getattr(args, "batch_size", None)
-    data_inputs = list(getattr(args, "data_input", None) or [])
+    step("topology")
+    shapes = dict(options.input_shapes)
+    batch = options.batch_size
+    data_inputs = list(options.data_inputs)
     if batch is not None and batch <= 0:
         raise InputError("--batch-size", "B", "a positive integer", str(batch))
     if plan_path is None:
         from tag.graph.coarsen import coarsen
 
-        training = training_from_args(args)
+        training = options.training()
         graph = load_model(model_path, data_inputs=data_inputs, input_shapes=shapes, batch_size=batch,
                            n_devices=cluster.n_devices)
+        step("model")
+        gg = coarsen(graph, k=options.groups, n_devices=cluster.n_devices)
         step("groups")
-        gg = coarsen(graph, k=getattr(args, "groups", None), n_devices=cluster.n_devices)
         strategy = meta = None
     else:
         from tag.strategy.plancheck import check_plan_hashes, validate_plan
@@ -105,13 +118,13 @@ def _load(model_path, topology_path, args, plan_path, bar, parse_input_shapes) -
         training = meta.training
         graph = load_model(model_path, data_inputs=data_inputs, input_shapes=shapes, batch_size=meta.batch_size,
                            n_devices=cluster.n_devices)
-        step("plan check")
+        step("model")
         strategy, gg, meta = validate_plan(raw, graph, None, cluster, model_path, topology_path, plan_path=plan_path)
-    step("cost model")
-    profile = getattr(args, "profile", None)
+        step("plan check")
+    profile = options.profile
     cost = make_cost_model(gg, training, profile=profile,
                            collective_gbps=measured_ring_gbps(topology_path) if profile else None)
-    bar.update(1)
+    step("cost model")
     return Inputs(model_path=str(model_path), topology_path=str(topology_path), graph=graph, gg=gg,
                   cluster=cluster, cost=cost, training=training, batch_size=graph.batch_size,
                   strategy=strategy, plan=meta)

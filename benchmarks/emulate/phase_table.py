@@ -6,14 +6,12 @@ from __future__ import annotations
 
 def predict_phases(model: str, topo: str, plan: str, profile: str) -> dict[int, dict[str, float]]:
     """Per device index: the simulated compute per phase (``fwd``, ``bwd``, ``update`` ms; deploy-mode sync)."""
-    from tag.cli import build_parser
     from tag.cost.profile_db import load
     from tag.cost.profiled import ProfileCostModel
     from tag.modelio import load_inputs
     from tag.sim import simulate
 
-    args = build_parser().parse_args(["simulate", model, topo, "--plan", plan])
-    inp = load_inputs(model, topo, args, plan_path=plan)
+    inp = load_inputs(model, topo, plan_path=plan)
     cost = ProfileCostModel(inp.gg, inp.training, load(profile))
     res = simulate(inp.gg, inp.cluster, cost, inp.strategy, inp.training, overlap_sync=False, blocking_sends=True, trace=True)
     out: dict[int, dict[str, float]] = {}

@@ -1,8 +1,9 @@
-"""A deploy job: the validated plan, model and flags every rank needs, prepared once by the launcher.
+"""A deploy job: the validated plan, model and settings every rank needs, prepared once by the launcher.
 
 `prepare_job` loads the topology, the model and the plan, checks the plan against both (hashes, op
 names, device ids, rows: `tag.modelio.load_inputs`) and the SFB entries against what the runtime can
-run, and returns a picklable `Job`. The launcher writes it to the run directory; each rank reads it,
+run, and returns a picklable `Job`. Its settings come as a typed `DeployOptions` (the CLI builds it from
+the flags). The launcher writes it to the run directory; each rank reads it,
 builds the model program with the same seed and trains (`tag.deploy.worker`).
 """
 
@@ -10,11 +11,31 @@ from __future__ import annotations
 
 import os
 import pickle
-from argparse import Namespace
 from dataclasses import dataclass, field
+from typing import Callable
 
 from tag.errors import InputError
+from tag.modelio import ModelOptions
 from tag.strategy import Strategy, TrainingConfig
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    """How to run a plan. topology_path: None for the plan's topology.path; steps: training steps (>= 1);
+    nproc: local ranks, 1..the plan's devices (None: one per device); seed: of parameters and synthetic data;
+    threads: per cpu rank; warmup: steps left out of the step time; timeout_s: seconds without progress before
+    the run is declared hung; optimizer: None for the plan's training.optimizer; model: the batch size, input
+    shapes and data inputs to check against the plan (its optimizer, profile and groups are not used)."""
+
+    topology_path: str | None = None
+    steps: int = 5
+    nproc: int | None = None
+    seed: int = 0
+    threads: int = 1
+    warmup: int = 1
+    timeout_s: float = 300.0
+    optimizer: str | None = None
+    model: ModelOptions = ModelOptions()
 
 
 @dataclass
@@ -62,30 +83,30 @@ def topology_path_of(plan_path: str, given: str | None) -> str:
     raise InputError(plan_path, "topology.path", "an existing topology file (or pass --topology T.json)", repr(path))
 
 
-def prepare_job(plan_path: str, model_path: str, args: Namespace) -> Job:
+def prepare_job(plan_path: str, model_path: str, options: DeployOptions = DeployOptions(),
+                on_step: Callable[[str], None] | None = None) -> Job:
     """Load and check plan, model and topology into a Job (InputError on any mismatch).
 
-    Reads from `args`: topology, steps, nproc, seed, threads, warmup, timeout and the model flags.
+    `on_step` is passed to `tag.modelio.load_inputs` (a progress bar over its loading stages).
     """
     from tag.deploy.schedule import build_schedule
     from tag.modelio import load_inputs
 
-    topo = topology_path_of(plan_path, getattr(args, "topology", None))
+    topo = topology_path_of(plan_path, options.topology_path)
     if not os.path.isfile(model_path):
         raise InputError(model_path, "file", "an existing ONNX model", "no such file")
-    model_args = Namespace(batch_size=getattr(args, "batch_size", None), input_shape=getattr(args, "input_shape", []),
-                           data_input=getattr(args, "data_input", []), optimizer=None, profile=None)
-    inp = load_inputs(model_path, topo, model_args, plan_path=plan_path)
+    model = ModelOptions(batch_size=options.model.batch_size, input_shapes=options.model.input_shapes,
+                         data_inputs=options.model.data_inputs)
+    inp = load_inputs(model_path, topo, model, plan_path=plan_path, on_step=on_step)
     cluster = inp.cluster
     n_dev = cluster.n_devices
-    steps = int(getattr(args, "steps", 5))
-    if steps < 1:
-        raise InputError("--steps", "N", "a positive integer", str(steps))
-    nproc = getattr(args, "nproc", None) or n_dev
+    if options.steps < 1:
+        raise InputError("--steps", "N", "a positive integer", str(options.steps))
+    nproc = n_dev if options.nproc is None else options.nproc
     if not 1 <= nproc <= n_dev:
         raise InputError("--nproc", "N", f"a number of ranks in 1..{n_dev} (the plan's devices)", str(nproc))
     training = inp.training
-    opt = getattr(args, "optimizer", None)
+    opt = options.optimizer
     if opt and opt != training.optimizer:
         training = TrainingConfig(optimizer=opt, lr=training.lr, loss=training.loss, precision=training.precision)
     _check_convertible(inp.graph, model_path)
@@ -97,10 +118,9 @@ def prepare_job(plan_path: str, model_path: str, args: Namespace) -> Job:
         predicted = inp.plan.predicted.get("iteration_ms")
     return Job(plan_path=plan_path, model_path=model_path, topology_path=topo, graph=inp.graph, groups=groups,
                strategy=inp.strategy, device_ids=[d.id for d in cluster.devices], device_machines=machines,
-               device_kinds=[d.type.kind for d in cluster.devices], training=training, steps=steps, nproc=nproc,
-               seed=int(getattr(args, "seed", 0) or 0), threads=int(getattr(args, "threads", 1) or 1),
-               warmup=int(getattr(args, "warmup", 1)), timeout_s=float(getattr(args, "timeout", 300.0)),
-               predicted_step_ms=predicted)
+               device_kinds=[d.type.kind for d in cluster.devices], training=training, steps=options.steps,
+               nproc=nproc, seed=options.seed, threads=options.threads, warmup=options.warmup,
+               timeout_s=float(options.timeout_s), predicted_step_ms=predicted)
 
 
 def _check_convertible(graph, model_path: str) -> None:

@@ -16,12 +16,12 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 
 from tag.deploy.job import Job, save_job
+from tag.deploy.torchrun import torchrun_command
 
 GRACE_S = 30.0  # after a first failure: time torchrun gets to stop the other ranks and report the root cause (slow under load)
 POLL_S = 0.1
@@ -39,20 +39,6 @@ class DeployResult:
     measured_step_ms: float
     backend: str
     world: int
-
-
-def torchrun_command(job_path: str, nproc: int, *, nnodes: int = 1, node_rank: int = 0,
-                     endpoint: str | None = None) -> list[str]:
-    """The torchrun command line for one machine (standalone when there is one node)."""
-    cmd = [sys.executable, "-m", "torch.distributed.run"]
-    if nnodes == 1:
-        cmd += ["--standalone"]
-    else:
-        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={endpoint.split(':')[0]}",
-                f"--master-port={endpoint.split(':')[1]}"]
-    cmd += [f"--nproc-per-node={nproc}", "--max-restarts=0", "--monitor-interval=0.1",
-            "-m", "tag.deploy.worker", job_path]
-    return cmd
 
 
 def launch_commands(job: Job, master: str = "MASTER_HOST:29500") -> list[tuple[str, str]]:

@@ -107,7 +107,7 @@ def job_from_flags(argv: list[str]) -> str:
     """Prepare the job from plan/model flags (multi-node launch, see `tag deploy --print-launch`); returns its path."""
     import argparse
 
-    from tag.deploy.job import prepare_job, save_job
+    from tag.deploy.job import DeployOptions, prepare_job, save_job
 
     p = argparse.ArgumentParser(prog="python -m tag.deploy.worker")
     p.add_argument("--plan", required=True)
@@ -121,8 +121,9 @@ def job_from_flags(argv: list[str]) -> str:
     p.add_argument("--optimizer", default=None, choices=["sgd", "momentum", "adam"])
     p.add_argument("--run-dir", default="tag-deploy-run")
     a = p.parse_args(argv)
-    a.nproc = int(os.environ.get("WORLD_SIZE", "1"))
-    job = prepare_job(a.plan, a.model, a)
+    opts = DeployOptions(topology_path=a.topology, steps=a.steps, nproc=int(os.environ.get("WORLD_SIZE", "1")),
+                         seed=a.seed, threads=a.threads, warmup=a.warmup, timeout_s=a.timeout, optimizer=a.optimizer)
+    job = prepare_job(a.plan, a.model, opts)
     os.makedirs(a.run_dir, exist_ok=True)
     path = os.path.join(a.run_dir, f"job{os.environ.get('RANK', '0')}.pkl")
     save_job(job, path)

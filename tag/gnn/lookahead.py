@@ -4,12 +4,12 @@ Visit counts of short searches are mostly exploration noise (most searches find 
 baseline). Here a decision point (a state and the group being decided) is labelled by simulating the state with
 each of the group's candidates in turn:
 
-* policy target = softmax over candidates of (v_c - max_c v_c) / temperature, v_c the search's own value of
-  the child (`Evaluator.value`: log speedup over the best baseline, negative for slower plans, below -1 for
-  plans that run out of memory) — the one-step oracle the prior should approximate;
-* value targets = `speed_target` of the state and of a few of its children: ln(time_scale_ms / iteration_ms),
-  which is comparable across instances (features are on the same scale) and ranks one instance's strategies
-  exactly as their simulated iteration times do.
+* policy target (`targets.policy_target`) = softmax over candidates of (v_c - max_c v_c) / temperature, v_c
+  the search's own value of the child (`Evaluator.value`: log speedup over the best baseline, negative for
+  slower plans, below -1 for plans that run out of memory) — the one-step oracle the prior should approximate;
+* value targets = `targets.speed_target` of the state and of a few of its children: ln(time_scale_ms /
+  iteration_ms), which is comparable across instances (features are on the same scale) and ranks one
+  instance's strategies exactly as their simulated iteration times do.
 
 States come from trajectories down the search's own decision order, starting at the tree's root (the best
 baseline): at each depth the next decision is drawn from the policy target (exploit) or uniformly (explore),
@@ -19,33 +19,11 @@ the search's `Evaluator`, so repeated strategies cost nothing.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
-from tag.gnn.data import SPEED_CEIL, SPEED_FLOOR  # SPEED_FLOOR: target of plans that run out of memory
 from tag.gnn.selfplay import Samples
-
-
-def speed_target(result, time_scale_ms: float) -> float:
-    """ln(time_scale_ms / iteration_ms) of a simulated plan, clipped to [-6, 1]; -6 if it runs out of memory."""
-    if result.oom or not math.isfinite(result.iteration_ms) or result.iteration_ms <= 0:
-        return SPEED_FLOOR
-    return float(min(SPEED_CEIL, max(SPEED_FLOOR, math.log(time_scale_ms / result.iteration_ms))))
-
-
-def policy_target(values, temperature: float) -> np.ndarray:
-    """softmax((v - max v) / temperature) over candidate values (a distribution summing to 1).
-
-    >>> policy_target([0.0, 0.0], 0.1).tolist()
-    [0.5, 0.5]
-    """
-    v = np.asarray(values, dtype=np.float64)
-    if temperature <= 0:
-        raise ValueError("temperature must be positive")
-    z = np.exp((v - v.max()) / temperature)
-    return z / z.sum()
+from tag.gnn.targets import policy_target, speed_target
 
 
 def lookahead_samples(inst, run, rng: np.random.Generator, *, trajectories: int = 2, temperature: float = 0.02,

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from tag.gnn.data import InstanceFeatures
+from tag.gnn.targets import speed_target
 
 @dataclass
 class Instance:
@@ -108,8 +109,6 @@ class Samples:
 
 def episode_samples(inst: Instance, run: SearchRun, rng: np.random.Generator, max_value: int = 48) -> Samples:
     """Policy samples from the visit records, value samples from up to `max_value` simulated strategies."""
-    from tag.gnn.lookahead import speed_target
-
     out = Samples()
     scale = inst.features.time_scale_ms
     for rec in run.result.records:

@@ -3,7 +3,7 @@
 Data: per training instance (a training model on a random training cluster, K op groups), a uniform tree
 search from the best baseline (`selfplay.start_search`, no network) runs `playouts` playouts; every strategy it
 simulated that fits in memory (the Evaluator cache: baselines, partial changes of them, random placements,
-replications and sync methods the search tried) becomes a value sample with target `lookahead.speed_target`
+replications and sync methods the search tried) becomes a value sample with target `targets.speed_target`
 = ln(time_scale_ms / iteration_ms). These are the strategies a search meets, which the value head must rank.
 
 Loss: Huber on the target plus a pairwise logistic ranking loss between strategies of the same instance
@@ -21,20 +21,20 @@ corrects the critical-path estimate (`upgrade_policy`); the shipped weights were
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import pickle
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch_geometric.data import Batch
 
 from tag.gnn.checkpoint import load_checkpoint, save_checkpoint
-from tag.gnn.lookahead import speed_target
 from tag.gnn.model import TagGNN
+from tag.gnn.targets import speed_target
 
 TRAIN_MODELS = ("mlp", "small_cnn", "gpt2_tiny", "transformer_tiny", "inception_tiny", "bert_tiny")
 GROUP_CHOICES = (8, 12, 16)
@@ -223,8 +223,33 @@ def collect(models: list[str], minutes: float, seed: int, playouts: int, max_sta
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@dataclass(frozen=True)
+class ValueFitOptions:
+    """One value-fit run. init: checkpoint whose policy is kept; out: checkpoint written; collect_minutes and
+    minutes: wall-clock time of state collection and of training; playouts: per collected instance; max_states:
+    value samples kept per instance; value_trunk: train a separate value encoder; upgrade: `init` is a
+    feature-version 2 or 3 checkpoint (`upgrade_policy`); lr: Adam learning rate; val_models: training models
+    held out for validation; seed; data: pickle of collected states (read if it exists, else written)."""
+
+    init: str
+    out: str
+    collect_minutes: float = 4.0
+    minutes: float = 10.0
+    playouts: int = 600
+    max_states: int = 400
+    value_trunk: bool = False
+    upgrade: bool = False
+    lr: float = 1e-3
+    val_models: tuple[str, ...] = ("gpt2_tiny", "inception_tiny")
+    seed: int = 0
+    data: str | None = None
+
+
+def parse_args(argv=None) -> ValueFitOptions:
+    """ValueFitOptions from the script's command line (`python -m tag.gnn.value_fit --help`)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tag.gnn.value_fit", description=__doc__.splitlines()[0])
     ap.add_argument("--init", required=True, help="checkpoint whose policy is kept")
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--collect-minutes", type=float, default=4.0)
@@ -241,41 +266,54 @@ def main(argv=None) -> int:
                          "step (0 included) with the best validation tau ('' for none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", default=None, help="pickle of collected states: read it if it exists, else write it")
-    args = ap.parse_args(argv)
+    a = ap.parse_args(argv)
+    return ValueFitOptions(init=a.init, out=a.out, collect_minutes=a.collect_minutes, minutes=a.minutes,
+                           playouts=a.playouts, max_states=a.max_states, value_trunk=a.value_trunk, upgrade=a.upgrade,
+                           lr=a.lr, val_models=tuple(m for m in a.val_models.split(",") if m), seed=a.seed,
+                           data=a.data)
+
+
+def run(opts: ValueFitOptions, command: str = "") -> int:
+    """Collect (or read) states, fit the value parameters and write `opts.out`; `command` goes on the card."""
     torch.set_num_threads(1)
-    torch.manual_seed(args.seed)
+    torch.manual_seed(opts.seed)
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     models = [os.path.join(root, "datasets", "models", m + ".onnx") for m in TRAIN_MODELS]
-    if args.upgrade:
-        net, obj = upgrade_policy(args.init)
+    if opts.upgrade:
+        net, obj = upgrade_policy(opts.init)
     else:
-        net, obj = load_checkpoint(args.init)
-    if args.value_trunk and net.vtrunk is None:
+        net, obj = load_checkpoint(opts.init)
+    if opts.value_trunk and net.vtrunk is None:
         net = with_value_trunk(net)
     log = lambda r: print(r, file=sys.stderr, flush=True)  # noqa: E731
-    if args.data and os.path.exists(args.data):
-        with open(args.data, "rb") as f:
+    if opts.data and os.path.exists(opts.data):
+        with open(opts.data, "rb") as f:
             data = pickle.load(f)
     else:
-        data = collect(models, args.collect_minutes, args.seed, args.playouts, args.max_states, progress=log)
-        if args.data:
-            with open(args.data, "wb") as f:
+        data = collect(models, opts.collect_minutes, opts.seed, opts.playouts, opts.max_states, progress=log)
+        if opts.data:
+            with open(opts.data, "wb") as f:
                 pickle.dump(data, f)
-    val_models = set(args.val_models.split(",")) if args.val_models else set()
+    val_models = set(opts.val_models)
     train = [xs for name, xs in data if name not in val_models]
     val = [Batch.from_data_list(xs[:200]) for name, xs in data if name in val_models]
     if val_models and not val:
         log({"warning": f"no collected instance of the validation models {sorted(val_models)}"})
-    stats = fit_value(net, train, minutes=args.minutes, seed=args.seed, lr=args.lr, progress=log, val=val or None)
+    stats = fit_value(net, train, minutes=opts.minutes, seed=opts.seed, lr=opts.lr, progress=log, val=val or None)
     card = dict(obj.get("card") or {})
-    card["value_fit"] = {"command": "python -m tag.gnn.value_fit " + " ".join(argv or sys.argv[1:]),
+    card["value_fit"] = {"command": command,
                          "instances": len(train), "states": sum(len(x) for x in train),
                          "validation_models": sorted(val_models), "validation_instances": len(val), **stats,
-                         "init": os.path.basename(args.init), "models": list(TRAIN_MODELS),
-                         "topologies": "random:1000 (seed %d)" % args.seed}
-    save_checkpoint(args.out, net, progress=obj.get("progress"), card=card)
-    log({"saved": args.out, **card["value_fit"]})
+                         "init": os.path.basename(opts.init), "models": list(TRAIN_MODELS),
+                         "topologies": "random:1000 (seed %d)" % opts.seed}
+    save_checkpoint(opts.out, net, progress=obj.get("progress"), card=card)
+    log({"saved": opts.out, **card["value_fit"]})
     return 0
+
+
+def main(argv=None) -> int:
+    """The script entry point: parse the command line into ValueFitOptions and run."""
+    return run(parse_args(argv), "python -m tag.gnn.value_fit " + " ".join(argv or sys.argv[1:]))
 
 
 if __name__ == "__main__":

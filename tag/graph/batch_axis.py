@@ -18,18 +18,9 @@ from dataclasses import replace
 import numpy as np
 
 from tag.graph.batch_constants import dedupe_batch_constants, op_batch_constants
+from tag.graph.op_families import BROADCAST_OPS, DATA_DEPENDENT_OPS, REDUCE_OPS, SHAPE_OUTPUT_OPS
+from tag.graph.op_families import norm_axis as _norm_axis
 from tag.graph.opgraph import BatchConstant, Op, TensorInfo
-
-# ops whose outputs broadcast their inputs elementwise (numpy rules)
-BROADCAST_OPS = frozenset("""Add Sub Mul Div Pow Sum Max Min Mean Where Equal Less Greater LessOrEqual GreaterOrEqual
-And Or Xor Not Relu LeakyRelu PRelu Elu Selu Celu Sigmoid HardSigmoid HardSwish Tanh Exp Log Sqrt Reciprocal Neg Abs
-Erf Ceil Floor Round Sign Clip Cast CastLike Identity Dropout Softplus Softsign Mish Gelu FastGelu BiasGelu QuickGelu
-Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh IsNaN IsInf Mod BitShift ThresholdedRelu Shrink BitwiseAnd
-BitwiseOr BitwiseXor BitwiseNot Expand""".split())
-SHAPE_OUTPUT_OPS = frozenset("Shape Size".split())  # read a batched tensor, output no batch axis
-DATA_DEPENDENT_OPS = frozenset("NonZero Unique Compress NonMaxSuppression".split())
-REDUCE_OPS = frozenset("""ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum
-ReduceLogSumExp ReduceSumSquare ArgMax ArgMin""".split())
 
 
 def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: list[str], file_batch: int,
@@ -341,6 +332,3 @@ def _reduce(t, x, ins, attrs, consts, opset):
         return [None], False
     return [a if keep else a - sum(1 for v in axes if v < a)], True
 
-
-def _norm_axis(axis: int, rank: int) -> int:
-    return axis + rank if axis < 0 else axis

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tag.graph.op_families import BROADCAST_OPS
+from tag.graph.op_families import norm_axis as _norm_axis
 from tag.graph.opgraph import BatchConstant, Op, TensorInfo
 
 _SHAPE_MAKERS = frozenset({"ConstantOfShape", "Tile", "Expand"})
@@ -73,8 +75,6 @@ def _direct(op, ins, out, file_batch, consts, tensors, ops) -> list[BatchConstan
 
 def _batch_shaped(op, u: TensorInfo, out: TensorInfo, file_batch, consts, tensors, ops) -> BatchConstant | None:
     """The shape-constant entry baking the batch into unbatched input `u` of `op` (None if there is none)."""
-    from tag.graph.batch_axis import BROADCAST_OPS
-
     batch_dim = out.shape[out.batch_axis]
     if op.op_type in BROADCAST_OPS:
         if batch_dim == 1:
@@ -121,10 +121,6 @@ def _maker(u: TensorInfo, tensors, ops, depth: int = 0) -> Op | None:
     if p.op_type in _SAME_SHAPE and p.inputs and p.inputs[0] in tensors and tensors[p.inputs[0]].shape == u.shape:
         return _maker(tensors[p.inputs[0]], tensors, ops, depth + 1)
     return None
-
-
-def _norm_axis(axis: int, rank: int) -> int:
-    return axis + rank if axis < 0 else axis
 
 
 def _length(t: TensorInfo) -> int:

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tag.graph.batch_axis import BROADCAST_OPS, REDUCE_OPS, expand_einsum
+from tag.graph.batch_axis import expand_einsum
+from tag.graph.op_families import BROADCAST_OPS, REDUCE_OPS
 from tag.graph.opgraph import Op, TensorInfo
 
 CLASS_OPS = {

@@ -46,15 +46,14 @@ def launch_local(settings: LinkSettings, nproc: int, timeout_s: float = 300.0,
 
     `tick(seconds)` is called while waiting (a progress bar); the ranks are killed after `timeout_s`.
     """
-    from tag.deploy.launcher import torchrun_command
+    from tag.deploy.torchrun import torchrun_command
 
     run_dir = tempfile.mkdtemp(prefix="tag-links-")
     try:
         cfg = os.path.join(run_dir, "config.json")
         with open(cfg, "w") as f:
             json.dump({"settings": settings.to_json(), "timeout_s": timeout_s}, f)
-        cmd = torchrun_command(cfg, nproc)
-        cmd[cmd.index("tag.deploy.worker")] = "tag.profile.links_worker"
+        cmd = torchrun_command(cfg, nproc, module="tag.profile.links_worker")
         env = dict(os.environ, OMP_NUM_THREADS=str(settings.threads), PYTHONWARNINGS="ignore")
         with open(os.path.join(run_dir, "torchrun.log"), "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

@@ -7,8 +7,7 @@ Public API: `load_topology(path)`, `parse_topology(obj, source)`, `random_topolo
 
 from tag.topology.catalog import CATALOG
 from tag.topology.cluster import Cluster, Device, DeviceType, Link, Machine
-from tag.topology.loader import load_topology, parse_topology, read_json
-from tag.topology.metis import import_metis
+from tag.topology.loader import import_metis, load_topology, parse_topology, read_json
 from tag.topology.random_topo import random_topology
 from tag.topology.summary import summary
 

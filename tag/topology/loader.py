@@ -1,4 +1,4 @@
-"""Reading topology files: JSON decoding with located errors, Metis detection, parse to a `Cluster`."""
+"""Reading topology files: JSON decoding with located errors, Metis detection and import, parse to a `Cluster`."""
 
 from __future__ import annotations
 
@@ -43,3 +43,8 @@ def parse_topology(obj, source: str) -> Cluster:
 def load_topology(path: str) -> Cluster:
     """Read, validate and route the topology file at `path` (topology.json v1 or a Metis cluster file)."""
     return parse_topology(read_json(path), str(path))
+
+
+def import_metis(path: str) -> dict:
+    """Read a Metis-style cluster file and return the equivalent topology.json v1 object (`metis_to_topology`)."""
+    return metis_to_topology(read_json(path), str(path))

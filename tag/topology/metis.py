@@ -88,9 +88,3 @@ def metis_to_topology(obj: dict, source: str) -> dict:
     name = os.path.splitext(os.path.basename(source))[0] or "metis"
     return {"version": 1, "name": name, "machines": machines, "x-imported-from": "metis"}
 
-
-def import_metis(path: str) -> dict:
-    """Read a Metis-style cluster file and return the equivalent topology.json v1 object."""
-    from tag.topology.loader import read_json
-
-    return metis_to_topology(read_json(path), str(path))

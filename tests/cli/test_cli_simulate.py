@@ -1,6 +1,5 @@
 """`tag simulate` end to end on a tiny ONNX MLP: JSON keys, plans (round trip, mismatches), trace, table."""
 
-import argparse
 import json
 
 import numpy as np
@@ -58,12 +57,10 @@ def test_json_keys_and_consistency(files, capsys):
 
 
 def _plan_from_baseline(model, topo, path, name="dp-proportional", batch=30):
-    from tag.modelio import load_inputs
+    from tag.modelio import ModelOptions, load_inputs
     from tag.search.baselines import build_baseline
 
-    args = argparse.Namespace(batch_size=batch, input_shape=[], data_input=[], optimizer="momentum",
-                              profile=None, groups=None)
-    inp = load_inputs(model, topo, args)
+    inp = load_inputs(model, topo, ModelOptions(batch_size=batch, optimizer="momentum"))
     s = build_baseline(name, inp.gg, inp.cluster, inp.cost, inp.training)
     write_plan(str(path), s, inp.gg, inp.cluster, inp.training, model, topo)
     return s, inp

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
 import pytest
 
 from tag.cost.profile_db import OpProfile, ProfileDB, op_signature, save
-from tag.modelio import load_inputs
+from tag.modelio import ModelOptions, load_inputs
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 MLP = os.path.join(ROOT, "datasets", "models", "mlp.onnx")
@@ -31,8 +30,7 @@ def _files(tmp_path, measured: dict | None):
 
 
 def _args(profile):
-    return argparse.Namespace(profile=profile, batch_size=None, input_shape=None, data_input=None, groups=None,
-                              optimizer="adam")
+    return ModelOptions(profile=profile, optimizer="adam")
 
 
 def test_measured_ring_rate_reaches_the_profiled_cost_model(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tag.cli import main
-from tag.gnn.lookahead import policy_target, speed_target
+from tag.gnn.targets import policy_target, speed_target
 from tag.sim import SimResult
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")

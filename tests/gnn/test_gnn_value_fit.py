@@ -12,7 +12,7 @@ from torch_geometric.data import Batch
 from gnn_helpers import FlopsCost, topology
 from tag.gnn.checkpoint import load_checkpoint, save_checkpoint
 from tag.gnn.data import InstanceFeatures
-from tag.gnn.lookahead import speed_target
+from tag.gnn.targets import speed_target
 from tag.gnn.metrics import kendall_tau
 from tag.gnn.model import TagGNN
 from tag.gnn.value_fit import fit_value, pair_rank_loss, with_value_trunk

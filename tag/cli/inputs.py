@@ -1,0 +1,56 @@
+"""Loading a verb's inputs: typed options from the parsed flags, with a progress bar on stderr.
+
+The library below the CLI takes typed values only (`tag.modelio.ModelOptions`, `tag.deploy.job.DeployOptions`);
+this is the one place flags become those values.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tag.deploy.job import DeployOptions, Job, prepare_job
+from tag.modelio import LOAD_STAGES, Inputs, ModelOptions, load_inputs
+
+
+def model_options(args: argparse.Namespace) -> ModelOptions:
+    """ModelOptions from the model flags (`add_model_flags`, plus --profile and --groups where the verb has them)."""
+    from tag.cli.util import parse_input_shapes
+
+    return ModelOptions(batch_size=getattr(args, "batch_size", None),
+                        input_shapes=parse_input_shapes(getattr(args, "input_shape", None) or []),
+                        data_inputs=tuple(getattr(args, "data_input", None) or ()),
+                        optimizer=getattr(args, "optimizer", None), profile=getattr(args, "profile", None),
+                        groups=getattr(args, "groups", None))
+
+
+def deploy_options(args: argparse.Namespace) -> DeployOptions:
+    """DeployOptions from `tag deploy`'s flags."""
+    return DeployOptions(topology_path=args.topology, steps=args.steps, nproc=args.nproc, seed=args.seed,
+                         threads=args.threads, warmup=args.warmup, timeout_s=args.timeout, optimizer=args.optimizer,
+                         model=model_options(args))
+
+
+def _loading_bar():
+    from tag.cli.util import progress
+
+    return progress(total=LOAD_STAGES, desc="loading", unit="step")
+
+
+def _stepper(bar):
+    def on_step(stage: str) -> None:
+        bar.set_description(stage)
+        bar.update(1)
+
+    return on_step
+
+
+def load_verb_inputs(args: argparse.Namespace, plan_path: str | None = None) -> Inputs:
+    """`load_inputs(args.model, args.topology, model_options(args), plan_path)` under a progress bar."""
+    with _loading_bar() as bar:
+        return load_inputs(args.model, args.topology, model_options(args), plan_path=plan_path, on_step=_stepper(bar))
+
+
+def prepare_verb_job(args: argparse.Namespace) -> Job:
+    """`prepare_job(args.plan, args.model, deploy_options(args))` under a progress bar."""
+    with _loading_bar() as bar:
+        return prepare_job(args.plan, args.model, deploy_options(args), on_step=_stepper(bar))
