@@ -73,8 +73,8 @@ def overflow_ratio(result, cluster) -> float:
 
 def least_overflowing(res, cluster) -> str | None:
     """The baseline whose overflow ratio is strictly below the plan's and least of all baselines (ties: by name),
-    or None when the plan overflows least. For when nothing fits: the search ranks every strategy that
-    overflows by twice its memory or more as equal, so a baseline can overflow less than the plan it returns."""
+    or None when the plan overflows least. For when nothing fits: the search's value clips the overflow
+    (tag.search.evaluate), so the plan it returns need not be the least-overflowing strategy it saw."""
     if not res.baselines:
         return None
     name = min(res.baselines, key=lambda n: (overflow_ratio(res.baselines[n][1], cluster), n))
