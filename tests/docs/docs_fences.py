@@ -37,3 +37,17 @@ def required_keys(page: str) -> list[str]:
         if cells and any(c == "**required**" or c.startswith("**required**,") for c in cells[1:]):
             keys.append(cells[0].strip("`"))
     return keys
+
+
+def required_by_section(page: str) -> list[tuple[str, str]]:
+    """(## section title, key) for every key of a table row marked exactly `**required**`; a first cell
+    naming several keys (`` `fwd_ms`, `bwd_ms` ``) gives one pair per key."""
+    out, section = [], ""
+    for line in open(os.path.join(DOCS, page)):
+        if line.startswith("## "):
+            section = line[3:].strip()
+            continue
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if cells and any(c == "**required**" or c.startswith("**required**,") for c in cells[1:]):
+            out += [(section, k.strip().strip("`")) for k in cells[0].split(",")]
+    return out
