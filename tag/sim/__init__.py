@@ -1,5 +1,11 @@
 """The event-driven simulator of one training iteration.
 
+Three parts: the builder (`tag.sim.build`) turns (GroupGraph, Cluster, CostModel, Strategy, TrainingConfig,
+options) into a task graph (`tag.sim.taskgraph`: compute tasks, transfers, sync units, memory inputs, per-device
+programs); the event loop (`tag.sim.events`) runs a task graph on the links; the critical-path estimate
+(`tag.sim.critical_path`) reads the same task graph. `simulate` (`tag.sim.engine`) is build + run + memory + trace.
+A new strategy kind adds builder code and leaves the event loop alone.
+
 Model (what the search, SFB and fidelity work can rely on):
 
 Tasks. For every group g and every device d with rows r = strategy.decisions[g].rows[d] > 0 there is a
@@ -26,7 +32,7 @@ runtime runs them, a sync also waits until each of its devices has finished its 
 order they become ready (one communicator per device set); syncs over different sets run concurrently.
 The method is Decision.sync (None -> allreduce): see `tag.sim.collectives` for the flows each method
 puts on the network (ring coflow; hierarchical = chain reduce, leader ring, chain broadcast; ps = push
-then pull through the server). `engine.group_syncs` is the
+then pull through the server). `tag.sim.gradsync.group_syncs` is the
 one place of the per-op sufficient-factor (SFB) path (`tag.sim.sfb`, as `tag.deploy.sfb` runs it): each
 op in Decision.sfb of a replicated group takes its weight out of the group's sync and adds two ring
 all-gathers (X and dY over the group's rows) on the same communicator, before the group's remaining
@@ -50,8 +56,9 @@ exceeds DeviceType.usable_memory_bytes is OOM, and then iteration_ms = inf and s
 changes no time.
 """
 
+from tag.sim.critical_path import Estimate, estimate
 from tag.sim.engine import simulate
 from tag.sim.result import SimResult
 from tag.sim.trace import write_chrome_trace
 
-__all__ = ["simulate", "SimResult", "write_chrome_trace"]
+__all__ = ["simulate", "SimResult", "write_chrome_trace", "estimate", "Estimate"]

@@ -92,3 +92,29 @@ def test_pure_placements_of_a_chain_match_the_simulator(seed):
     e = estimate(gg, cl, cost, st, TC)
     assert math.isfinite(e.iteration_ms)
     assert e.iteration_ms == pytest.approx(simulate(gg, cl, cost, st, TC).iteration_ms)
+
+
+def test_shared_parameter_sync_whole_group_model_and_task_graph_units():
+    # g0 on m0/0 -> g1 on m0/1, both read parameter w (4e6 B, counted in g0). The simulator syncs w over both
+    # devices after both backwards (a ring of 2: S / B + 2 alpha). `estimate` keeps the whole-group sync model
+    # the GNN was trained with (g0 alone on one device: no sync); `critical_path` over the task graph's own sync
+    # units charges the ring and lands on the simulator's figure.
+    from tag.graph.opgraph import TensorInfo
+    from tag.sim.build import build_task_graph
+    from tag.sim.context import sim_context
+    from tag.sim.critical_path import critical_path
+
+    S = 4e6
+    gg = make_gg([dict(param_bytes=S, param_count=1_000_000), dict()], [(0, 1, 1e3, 0.0)])
+    gg.graph.tensors["w"] = TensorInfo("w", "float32", (1000, 1000), role="param")
+    gg.shared_params = {"w": [0, 1]}
+    cl, cost = make_cluster([2]), FixedCost([0.5, 0.5], [0.1, 0.0])
+    st = Strategy((Decision((8, 0), "allreduce"), Decision((0, 8))))
+    xfer = 8e3 / INTRA_BPMS + INTRA_LAT_MS
+    no_sync = 4 + xfer + 4 + 8 + xfer + 8 + 0.1
+    ring = S / INTRA_BPMS + 2 * INTRA_LAT_MS
+    assert estimate(gg, cl, cost, st, TC).iteration_ms == pytest.approx(no_sync)
+    tg = build_task_graph(sim_context(gg, cl, cost, TC), st)
+    cp = critical_path(tg, [l.bytes_per_ms for l in cl.links])
+    assert cp.iteration_ms == pytest.approx(no_sync + ring)
+    assert cp.iteration_ms == pytest.approx(simulate(gg, cl, cost, st, TC).iteration_ms)
