@@ -1,47 +1,98 @@
-"""`tag bench [--quick] [--published] [--profile F]`: the benchmark suite table (code in benchmarks/)."""
+"""`tag bench [--quick] [--published] ...`: parses the flags, runs `tag.bench`, prints the table (or JSON)."""
 
 from __future__ import annotations
 
-from tag.cli.util import add_output_flags, add_verb
+import sys
+
+from tag.cli.util import add_output_flags, add_verb, check_outputs, emit, positive_int, progress
+
+DESCRIPTION = (
+    "Run the benchmark suite: for every model x topology, every baseline, the searched plan before and after SFB "
+    "selection and the ideal bound, simulated side by side in one run and shown as speedups over dp-even. "
+    "--quick runs the models and topologies that ship with tag (vgg19, resnet50, gpt2_medium on heterog8, tag16, "
+    "hap64) with a small search; the full suite reads a tag source checkout's datasets/ (--datasets DIR).\n"
+    "--published instead holds the catalog cost model's single-GPU and 8-GPU predictions against published "
+    "measurements (tables shipped with tag) and reports the GPU parameters; --fit refits them first.")
 
 
 def add_parser(sub):
-    p = add_verb(sub, "bench", "run the benchmark suite: every datasets model x topology, baselines, plan, bound",
-                 "tag bench --quick\n  tag bench --published\n  tag bench --models resnet50 --topologies tag16 --out results.md")
-    p.add_argument("--quick", action="store_true", help="a few models and topologies with a small search (< 3 min)")
+    p = add_verb(sub, "bench", "run the benchmark suite (or --published: predictions against published GPU figures)",
+                 "tag bench --quick\n  tag bench --published\n  tag bench --models resnet50 --topologies tag16 "
+                 "--out results.md", description=DESCRIPTION,
+                 notes="exit codes: 0 all cases ran, 1 a case failed (its row says why), 2 bad input")
+    p.add_argument("--quick", action="store_true", help="the shipped models and topologies, small search (minutes)")
     p.add_argument("--published", action="store_true",
                    help="hold single-GPU and 8-GPU predictions against published measurements instead")
+    p.add_argument("--fit", action="store_true", help="with --published: refit the GPU parameters first (slow)")
+    p.add_argument("--logo", action="store_true", help="with --published: also the leave-one-GPU-out error (slow)")
     p.add_argument("--profile", metavar="F", default=None, help="profile.json with measured op times")
-    p.add_argument("--playouts", type=int, default=None, metavar="N", help="search playouts per case")
-    p.add_argument("--budget", type=float, default=None, metavar="SECONDS", help="search budget per case")
-    p.add_argument("--models", nargs="*", default=None, metavar="NAME", help="datasets model names")
-    p.add_argument("--topologies", nargs="*", default=None, metavar="NAME", help="datasets topology names")
-    p.add_argument("--out", metavar="FILE.md", default=None, help="also write the markdown table here")
+    p.add_argument("--playouts", type=positive_int, default=None, metavar="N", help="search playouts per case")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS", help="search wall-clock cap per case")
+    p.add_argument("--models", nargs="+", default=None, metavar="NAME", help="model names (datasets/models/NAME.onnx)")
+    p.add_argument("--topologies", nargs="+", default=None, metavar="NAME",
+                   help="topology names (datasets/topologies/NAME.json)")
+    p.add_argument("--datasets", metavar="DIR", default=None,
+                   help="a tag checkout's datasets/ directory (default: the checkout tag runs from, else the "
+                        "models and topologies shipped with tag)")
+    p.add_argument("--out", metavar="FILE.md", default=None, help="also write the markdown tables here")
     add_output_flags(p)
     return p
 
 
-def _benchmarks_module(name: str):
-    """Import benchmarks/<name>.py from the source checkout tag runs from."""
-    import importlib.util
-    import os
-
-    from tag.errors import InputError
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    path = os.path.join(root, "benchmarks", f"{name}.py")
-    if not os.path.exists(path):
-        raise InputError(path, "benchmarks", "a source checkout of tag (tag bench runs benchmarks/ from it)",
-                         "no such file")
-    spec = importlib.util.spec_from_file_location(f"tag_benchmarks_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def run(args) -> int:
-    if args.published:
-        from tag.cli._bench_published import run_published
+    from tag.errors import InputError
+    from tag.fileio import write_text_atomic
 
-        return run_published(args)
-    return int(_benchmarks_module("suite").run(args) or 0)
+    check_outputs(args, {"out": "--out"}, [args.profile])
+    if args.published:
+        for flag, given in (("--profile", args.profile), ("--models", args.models), ("--topologies", args.topologies),
+                            ("--playouts", args.playouts), ("--budget", args.budget), ("--datasets", args.datasets),
+                            ("--quick", args.quick)):
+            if given:
+                raise InputError(flag, "--published", "no suite flags with --published (it checks the catalog "
+                                 "cost model against the shipped published tables)", flag)
+        text, obj = _published(args)
+    else:
+        if args.fit or args.logo:
+            raise InputError("--fit" if args.fit else "--logo", "tag bench", "--published with it", "no --published")
+        if args.budget is not None and args.budget <= 0:
+            raise InputError("--budget", "SECONDS", "a positive number of seconds", str(args.budget))
+        text, obj = _suite(args)
+    if args.out:
+        write_text_atomic(args.out, text + "\n")
+    emit(args, obj, text)
+    return int(obj.pop("_exit", 0))
+
+
+def _suite(args):
+    from tag.bench.suite import run_suite, suite_options
+    from tag.bench.suite_format import suite_json, suite_markdown
+
+    opts = suite_options(args.quick, args.models, args.topologies, args.playouts, args.budget, args.profile,
+                         args.datasets)
+    bar = progress(total=len(opts.models) * len(opts.topologies), desc="bench", unit="case")
+
+    def on_case(done: int, total: int, label: str) -> None:
+        bar.n = done
+        bar.set_postfix_str(label)
+        bar.refresh()
+
+    try:
+        cases = run_suite(opts, on_case)
+    finally:
+        bar.close()
+    text = f"# tag bench{' --quick' if args.quick else ''}\n\n" + suite_markdown(cases)
+    obj = suite_json(cases)
+    failed = [c for c in cases if c.error]
+    for c in failed:
+        sys.stderr.write(f"tag bench: {c.model} on {c.topology} failed: {c.error}\n")
+    return text, {**obj, "_exit": 1 if failed else 0}
+
+
+def _published(args):
+    from tag.bench.published import published_report
+    from tag.bench.published_format import published_json, published_markdown
+
+    log = (lambda _m: None) if args.json else (lambda m: sys.stderr.write(m + "\n"))
+    rep = published_report(fit=args.fit, logo=args.logo, log=log)
+    return "# Published GPU measurements vs tag's cost model\n\n" + published_markdown(rep), published_json(rep)

@@ -1,9 +1,7 @@
 """The calibrated GPU cost model: one parameter set for every model, the right direction for peaks and
 bandwidths, precision peaks, the published-row parser, and a check against published V100 figures."""
 
-import importlib.util
 import os
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -126,16 +124,9 @@ def test_precision_reads_the_matching_peak():
     assert t_v[0] == pytest.approx(F / (15.7e12 * 0.7) * 1e3)
 
 
-def _published():
-    spec = importlib.util.spec_from_file_location("published_bench", os.path.join(ROOT, "benchmarks", "published.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["published_bench"] = mod  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_published_row_parser():
-    P = _published()
+    from tag.bench.published_rows import parse_rows, precision_class
+
     rows = [
         {"model": "ResNet-50 v1.5 (ImageNet 224)", "gpu": "V100-SXM2-16GB (DGX-1)", "precision": "FP32",
          "framework": "PyTorch", "batch_per_gpu": 128, "throughput": 370, "confidence": "high"},
@@ -152,24 +143,24 @@ def test_published_row_parser():
         {"model": "ResNet-50 v1.5", "gpu": "Mystery GPU", "precision": "FP32", "framework": "x",
          "batch_per_gpu": 1, "throughput": 1},
     ]
-    got = P.parse_rows(rows)
+    got = parse_rows(rows)
     assert [(r.model_key, r.device, r.precision, r.no_update) for r in got] == [
         ("resnet50_v15", "V100-16GB", "fp32", False),
         ("resnet50_v1", "A100-40GB", "tf32", False),
         ("bert_large_s128", "A100-80GB", "amp", True),
         ("resnet50_v15", "GTX1080Ti-11GB", "fp32", True),
     ]
-    assert P.precision_class("FP32 (TF 2.3: no TF32 path, see notes)") == "fp32"
-    assert P.mape([110.0, 90.0], [100.0, 100.0]) == pytest.approx(10.0)
+    assert precision_class("FP32 (TF 2.3: no TF32 path, see notes)") == "fp32"
 
 
 def test_v100_resnet50_within_published_range():
     # five independent FP32 tables put ResNet-50 v1.5 on one V100 at 356-432 images/s (batch 96-296)
-    P = _published()
-    sps = P.predict_samples_per_s("resnet50_v15", "resnet50", "V100-16GB", 128)
+    from tag.bench.published_predict import predict_samples_per_s
+
+    sps = predict_samples_per_s("resnet50_v15", "resnet50", "V100-16GB", 128)
     assert 356 * 0.85 <= sps <= 432 * 1.15
     # the same model on a GPU with half the peak and bandwidth is slower
-    assert P.predict_samples_per_s("resnet50_v15", "resnet50", "P100-12GB", 128) < sps
+    assert predict_samples_per_s("resnet50_v15", "resnet50", "P100-12GB", 128) < sps
 
 
 def test_winograd_only_for_fp32_3x3_stride1_convs():

@@ -1,0 +1,159 @@
+"""`tag bench --published`: the catalog cost model's predictions against published GPU training throughputs.
+
+For every single-GPU row tag can build (ResNet-50 v1 / v1.5, BERT-large at sequence 128 / 384 / 512), the
+prediction at the row's batch (`published_predict`), the error, the MAPE per model family and precision, and for
+the DGX-1 scaling rows the 1- and 8-GPU predictions and the scaling efficiency 100 x T8 / (8 x T1). With
+`fit`, the GPU efficiency parameters are first refitted (`tag.cost.calibrate.coordinate_fit`: FP32 rows, then
+the tensor-core fractions on the TF32 rows); without it the shipped parameters are reported. With `logo`, each
+GPU's FP32 rows are predicted by parameters fitted on the other GPUs' FP32 rows (leave one GPU out).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tag.bench.data import published_table
+from tag.bench.published_predict import predict_rows, predict_samples_per_s
+from tag.bench.published_rows import PublishedRow, parse_rows, read_table
+from tag.cost.calibrate import TC_GRID, coordinate_fit, describe, mape
+from tag.cost.efficiency import params_for
+
+# DGX-1 NVLink per GPU and direction (datasheets): P100 4 links x 20 GB/s, V100 6 links x 25 GB/s, in Gbit/s.
+DGX1 = {"P100": ("P100-16GB", 4 * 20 * 8.0), "V100": ("V100-16GB", 6 * 25 * 8.0)}
+# Scaling-table models this project builds (AlexNet is not: tf_cnn_benchmarks' variant is not in the zoo).
+# Inception-v3, ResNet-152 and VGG-16 are in no fitted row: their 1-GPU errors are out-of-sample checks.
+SCALING_MODELS = {"ResNet-50": "resnet50_v1", "Inception-v3": "inception_v3", "ResNet-152": "resnet152",
+                  "VGG-16": "vgg16"}
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One single-GPU row: published and predicted samples/s, error percent = 100 x (pred - pub) / pub."""
+
+    row: PublishedRow
+    predicted: float
+
+    @property
+    def error_pct(self) -> float:
+        return 100.0 * (self.predicted - self.row.published) / self.row.published
+
+
+@dataclass(frozen=True)
+class ScalingResult:
+    """One DGX-1 scaling case: samples/s on 1 and 8 GPUs, published and predicted."""
+
+    model: str
+    system: str
+    batch_per_gpu: int
+    published_1gpu: float
+    predicted_1gpu: float
+    published_8gpu: float
+    predicted_8gpu: float
+
+    @property
+    def error_1gpu_pct(self) -> float:
+        return 100.0 * (self.predicted_1gpu - self.published_1gpu) / self.published_1gpu
+
+    @property
+    def published_efficiency_pct(self) -> float:
+        return 100.0 * self.published_8gpu / (8 * self.published_1gpu)
+
+    @property
+    def predicted_efficiency_pct(self) -> float:
+        return 100.0 * self.predicted_8gpu / (8 * self.predicted_1gpu)
+
+
+@dataclass(frozen=True)
+class MapeLine:
+    family: str  # a model family or "all"
+    precision: str
+    rows: int
+    mape_pct: float
+
+
+@dataclass(frozen=True)
+class LogoLine:
+    """Leave one GPU out: the held-out GPU's FP32 rows predicted by parameters fitted without them."""
+
+    gpu: str
+    rows: int
+    mape_pct: float
+    params: str
+
+
+@dataclass
+class PublishedReport:
+    params: str  # the GPU parameters the predictions used (`describe`)
+    fitted: bool  # True when `params` were refitted in this run
+    rows: list[RowResult] = field(default_factory=list)
+    mape: list[MapeLine] = field(default_factory=list)
+    scaling: list[ScalingResult] = field(default_factory=list)
+    logo: list[LogoLine] = field(default_factory=list)
+
+    @property
+    def logo_mape_pct(self) -> float | None:
+        """Row-weighted MAPE over every held-out GPU (None without the leave-one-GPU-out run)."""
+        n = sum(x.rows for x in self.logo)
+        return sum(x.rows * x.mape_pct for x in self.logo) / n if n else None
+
+
+def scaling_results(params: dict | None = None) -> list[ScalingResult]:
+    """Every DGX-1 scaling entry tag can build, predicted on 1 GPU and on 8 GPUs of one DGX-1 (dp-even)."""
+    out = []
+    for sysrow in read_table(published_table("scaling.json")):
+        gen = "V100" if "V100" in sysrow["system"] else "P100"
+        device, nvlink_gbps = DGX1[gen]
+        for name, b in sysrow["per_gpu_batch"].items():
+            key = SCALING_MODELS.get(name)
+            if key is None:
+                continue
+            if "v1.5" in sysrow["framework"] and key == "resnet50_v1":
+                key = "resnet50_v15"
+            fam = "resnet50" if key.startswith("resnet50") else key
+            one = predict_samples_per_s(key, fam, device, b, params=params)
+            eight = predict_samples_per_s(key, fam, device, 8 * b, count=8, intra_gbps=nvlink_gbps, params=params)
+            out.append(ScalingResult(name, f"DGX-1 {gen}", b, sysrow["one_gpu_images_s"][name], one,
+                                     sysrow["eight_gpu_images_s"][name], eight))
+    return out
+
+
+def _fit_params(rows: list[PublishedRow], log: Callable[[str], None]):
+    """FP32 fit, then the tensor-core fractions on the TF32 rows; returns EfficiencyParams."""
+    fp32 = [r for r in rows if r.precision == "fp32"]
+    tf32 = [r for r in rows if r.precision == "tf32"]
+    first = coordinate_fit(lambda p: predict_rows(fp32, {"gpu": p}), [r.published for r in fp32], log=log)
+    log(f"fitted on FP32 rows: {describe(first.params)}  (FP32 MAPE {first.mape_pct:.1f}%)")
+    second = coordinate_fit(lambda p: predict_rows(tf32, {"gpu": p}), [r.published for r in tf32],
+                            start=first.params, grid=TC_GRID)
+    log(f"fitted: {describe(second.params)}  (TF32 MAPE {second.mape_pct:.1f}%)")
+    return second.params
+
+
+def published_report(fit: bool = False, logo: bool = False,
+                     log: Callable[[str], None] = lambda _m: None) -> PublishedReport:
+    """Every table of the comparison (see the module docstring); `log` receives the fit's progress lines."""
+    rows = parse_rows(read_table(published_table("gpu-training-throughput.json")))
+    pred_rows = [r for r in rows if r.precision in ("fp32", "tf32")]
+    gpu = _fit_params(pred_rows, log) if fit else params_for("gpu")
+    params = {"gpu": gpu} if fit else None
+    rep = PublishedReport(describe(gpu), fit)
+    rep.rows = [RowResult(r, p) for r, p in zip(pred_rows, predict_rows(pred_rows, params))]
+    for fam in ("resnet50", "bert_large", "all"):
+        for prec in ("fp32", "tf32"):
+            sel = [x for x in rep.rows if x.row.precision == prec and fam in ("all", x.row.family)]
+            if sel:
+                rep.mape.append(MapeLine(fam, prec, len(sel), mape([x.predicted for x in sel],
+                                                                   [x.row.published for x in sel])))
+    rep.scaling = scaling_results(params)
+    if logo:
+        fp32 = [r for r in pred_rows if r.precision == "fp32"]
+        for dev in sorted({r.device for r in fp32}):
+            train = [r for r in fp32 if r.device != dev]
+            held = [r for r in fp32 if r.device == dev]
+            res = coordinate_fit(lambda p, t=train: predict_rows(t, {"gpu": p}), [r.published for r in train],
+                                 start=gpu, sweeps=1)
+            err = mape(predict_rows(held, {"gpu": res.params}), [r.published for r in held])
+            rep.logo.append(LogoLine(dev, len(held), err, describe(res.params)))
+            log(f"  LOGO {dev}: {err:.1f}%")
+    return rep

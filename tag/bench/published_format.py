@@ -1,0 +1,60 @@
+"""The published comparison as markdown tables or one JSON-ready dict (`PublishedReport` in, text out)."""
+
+from __future__ import annotations
+
+from tag.bench.published import PublishedReport
+
+
+def _table(headers: list, rows: list) -> str:
+    lines = ["| " + " | ".join(map(str, headers)) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(map(str, r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def published_markdown(rep: PublishedReport) -> str:
+    """Single-GPU rows, MAPE per family and precision, DGX-1 scaling, the parameters, leave-one-GPU-out."""
+    rows = [[x.row.family, x.row.model_key.split("_")[-1], x.row.gpu[:22], x.row.precision, x.row.label,
+             x.row.batch, f"{x.row.published:.1f}", f"{x.predicted:.1f}", f"{x.error_pct:+.1f}"] for x in rep.rows]
+    parts = ["## Single GPU: predicted vs published samples/s\n",
+             _table(["family", "variant", "gpu", "precision", "framework", "batch", "published", "predicted",
+                     "error %"], rows),
+             "\n## MAPE per family and precision\n",
+             _table(["family", "precision", "rows", "MAPE %"],
+                    [[m.family, m.precision, m.rows, f"{m.mape_pct:.1f}"] for m in rep.mape]),
+             "\n## 8-GPU DGX-1 scaling (dp-even)\n",
+             _table(["model", "system", "batch/GPU", "pub 1", "pred 1", "error 1 %", "pub 8", "pred 8",
+                     "pub eff %", "pred eff %"],
+                    [[s.model, s.system, s.batch_per_gpu, f"{s.published_1gpu:.0f}", f"{s.predicted_1gpu:.0f}",
+                      f"{s.error_1gpu_pct:+.1f}", f"{s.published_8gpu:.0f}", f"{s.predicted_8gpu:.0f}",
+                      f"{s.published_efficiency_pct:.1f}", f"{s.predicted_efficiency_pct:.1f}"] for s in rep.scaling]),
+             f"\n{'Fitted in this run' if rep.fitted else 'Shipped'} GPU parameters (`tag/cost/efficiency.py`, "
+             f"fit: `tag/cost/calibrate.py`): `{rep.params}`\n"]
+    if rep.logo:
+        parts += ["\n## Leave-one-GPU-out (fit on the other GPUs' FP32 rows)\n",
+                  _table(["held-out GPU", "rows", "MAPE %", "parameters fitted without it"],
+                         [[x.gpu, x.rows, f"{x.mape_pct:.1f}", x.params] for x in rep.logo]),
+                  f"\nLeave-one-GPU-out MAPE over all FP32 rows: {rep.logo_mape_pct:.1f}%\n"]
+    return "\n".join(parts)
+
+
+def published_json(rep: PublishedReport) -> dict:
+    """One dict: `rows`, `mape`, `scaling` (one dict each), `params`, `fitted`, and `logo` / `logo_mape_pct`."""
+    out = {
+        "rows": [{"family": x.row.family, "variant": x.row.model_key.split("_")[-1], "gpu": x.row.gpu,
+                  "device": x.row.device, "precision": x.row.precision, "framework": x.row.label,
+                  "batch": x.row.batch, "published_samples_per_s": x.row.published,
+                  "predicted_samples_per_s": x.predicted, "error_pct": x.error_pct} for x in rep.rows],
+        "mape": [{"family": m.family, "precision": m.precision, "rows": m.rows, "mape_pct": m.mape_pct}
+                 for m in rep.mape],
+        "scaling": [{"model": s.model, "system": s.system, "batch_per_gpu": s.batch_per_gpu,
+                     "published_1gpu": s.published_1gpu, "predicted_1gpu": s.predicted_1gpu,
+                     "error_1gpu_pct": s.error_1gpu_pct, "published_8gpu": s.published_8gpu,
+                     "predicted_8gpu": s.predicted_8gpu, "published_efficiency_pct": s.published_efficiency_pct,
+                     "predicted_efficiency_pct": s.predicted_efficiency_pct} for s in rep.scaling],
+        "params": rep.params,
+        "fitted": rep.fitted,
+    }
+    if rep.logo:
+        out["logo"] = [{"gpu": x.gpu, "rows": x.rows, "mape_pct": x.mape_pct, "params": x.params} for x in rep.logo]
+        out["logo_mape_pct"] = rep.logo_mape_pct
+    return out

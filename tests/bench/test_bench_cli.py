@@ -1,0 +1,34 @@
+"""`tag bench` at the front door: bad input exits 2 with one line before any work."""
+
+import os
+
+from tag.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _run(capsys, *argv):
+    code = main(["bench", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_bad_out_path_exits_2_in_one_line(capsys):
+    code, out, err = _run(capsys, "--quick", "--out", "/nonexistent/dir/r.md")
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--out" in err
+
+
+def test_unknown_model_exits_2_in_one_line(capsys):
+    code, out, err = _run(capsys, "--models", "no_such", "--topologies", "cpu4",
+                          "--datasets", os.path.join(ROOT, "datasets"))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "no_such" in err
+
+
+def test_missing_datasets_dir_names_it(capsys, tmp_path):
+    code, _, err = _run(capsys, "--models", "mlp", "--datasets", str(tmp_path / "nowhere"))
+    assert code == 2 and err.count("\n") == 1 and "nowhere" in err
+
+
+def test_suite_flags_with_published_exit_2(capsys):
+    code, _, err = _run(capsys, "--published", "--models", "mlp")
+    assert code == 2 and err.count("\n") == 1 and "--models" in err
