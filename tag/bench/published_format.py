@@ -4,6 +4,21 @@ from __future__ import annotations
 
 from tag.bench.published import PublishedReport
 
+PREAMBLE = """Each row: a published single-GPU training throughput (the tables shipped in `tag/bench/data/published/`,
+each row with its source) and tag's prediction with the built-in catalog and the calibrated roofline cost model
+at the row's batch (one-device cluster, dp-even, simulated iteration time ignoring memory limits). Graphs:
+ResNet-50 v1.5 = `datasets/models/resnet50.onnx`, ResNet-50 v1 = the ONNX light zoo's ResNet-50, BERT-large =
+the datasets zoo builder exported at sequence 128 / 384 / 512, Inception-v3 = `datasets/models/inception_v3.onnx`.
+Optimizer: momentum SGD for the CNNs, Adam for BERT; BERT pre-training rows (gradient accumulation) and rows that
+say so exclude the update. Precision: `fp32` rows ran on the FP32 pipes; `tf32` rows requested FP32 on
+Ampere/Hopper, where convolutions and GEMMs ran in TF32 (predicted with precision "tf32"); AMP rows are not
+predicted. The GPU parameters are one set for every model and GPU (`tag/cost/efficiency.py`, fitted by
+`tag/cost/calibrate.py`, sources in `tag/topology/catalog.py`). The scaling table predicts 8 GPUs in one DGX-1
+(NVLink per GPU and direction from the datasheets: P100 80 GB/s, V100 150 GB/s); its Inception-v3, ResNet-152
+and VGG-16 rows are in no fitted row, so their 1-GPU errors are out-of-sample checks. The leave-one-GPU-out table
+(`--logo`) refits the FP32 parameters without each GPU's rows and predicts that GPU.
+"""
+
 
 def _table(headers: list, rows: list) -> str:
     lines = ["| " + " | ".join(map(str, headers)) + " |", "|" + "---|" * len(headers)]
