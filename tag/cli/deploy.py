@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cli.util import add_model_flags, add_output_flags, add_verb, positive_int
+from tag.cli.util import add_model_flags, add_output_flags, add_verb
 
 
 def add_parser(sub):
@@ -19,7 +19,7 @@ def add_parser(sub):
     p.add_argument("--topology", default=None, metavar="T.json",
                    help="the plan's topology file (default: the plan's topology.path)")
     p.add_argument("--steps", type=int, default=5, metavar="N", help="training steps (default 5)")
-    p.add_argument("--nproc", type=positive_int, default=None, metavar="N",
+    p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="local ranks (default: one per plan device)")
     p.add_argument("--seed", type=int, default=0, help="seed of parameters and synthetic data (default 0)")
     p.add_argument("--threads", type=int, default=1, help="threads per cpu rank (default 1)")
@@ -45,8 +45,9 @@ def run(args) -> int:
     from tag.deploy.launcher import DeployFailed, launch, launch_commands
     from tag.errors import InputError
 
-    for flag, value, low in (("--steps", args.steps, 1), ("--threads", args.threads, 1), ("--warmup", args.warmup, 0)):
-        if value < low:
+    for flag, value, low in (("--steps", args.steps, 1), ("--threads", args.threads, 1), ("--warmup", args.warmup, 0),
+                             ("--nproc", args.nproc, 1)):
+        if value is not None and value < low:
             raise InputError(flag, "N", f"an integer >= {low}", str(value))
     if args.timeout <= 0:
         raise InputError("--timeout", "S", "a positive number of seconds", str(args.timeout))

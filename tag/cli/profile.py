@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cli.util import add_model_flags, add_output_flags, add_verb, positive_int
+from tag.cli.util import add_model_flags, add_output_flags, add_verb
 from tag.errors import InputError
 
 
@@ -39,7 +39,7 @@ def add_parser(sub):
                               "and write a topology.json whose devices and links carry the measured figures. "
                               "--compare reports where an existing topology disagrees with the measurement.")
     ln.add_argument("-o", "--output", required=True, metavar="TOPOLOGY.json", help="topology file to write")
-    ln.add_argument("--nproc", type=positive_int, default=2, metavar="N", help="local ranks, one per device (default 2); "
+    ln.add_argument("--nproc", type=int, default=2, metavar="N", help="local ranks, one per device (default 2); "
                     "under torchrun the ranks torchrun started")
     ln.add_argument("--compare", default=None, metavar="T.json", help="report where this topology disagrees with the measurement")
     ln.add_argument("--sizes", default="4,1K,16K,256K,1M,4M,16M", metavar="S,S,...",

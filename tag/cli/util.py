@@ -30,7 +30,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (e.g. --nproc)."""
+    """argparse type: an integer >= 1 (e.g. a count of playouts)."""
     try:
         value = int(text)
     except ValueError:
