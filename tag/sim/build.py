@@ -45,26 +45,26 @@ def check_strategy(strategy, n_groups: int, n_devices: int) -> None:
 
 @dataclass
 class _Draft:
-    """The graph under construction: tasks, per-task input counts, the first sync each backward task completes,
-    and the rest of each task's dependents in insertion order."""
+    """The graph under construction: tasks, per-task input counts, first syncs and dependents (`TaskGraph`)."""
 
     tasks: ComputeTasks
     inputs: list[int]
     first_sync: list[int]
-    later: list[list | None]
+    dependents: list[list | None]
 
     def add_tasks(self, devices: list[int], kind: TaskKind, group: int, durations_ms: list[float]) -> range:
         ids = self.tasks.add(devices, kind, group, durations_ms)
         n = len(ids)
         self.inputs += [0] * n
         self.first_sync += [-1] * n
-        self.later += [None] * n
+        self.dependents += [None] * n
         return ids
 
     def depend(self, task: int, ref: tuple) -> None:
-        a = self.later[task]
+        """Add `ref` to the task's dependents, last."""
+        a = self.dependents[task]
         if a is None:
-            self.later[task] = [ref]
+            self.dependents[task] = [ref]
         else:
             a.append(ref)
 
@@ -169,20 +169,22 @@ def _wire_syncs(units, devs_of, bwd_id, upd_id, draft: _Draft, overlap_sync: boo
     for g in range(len(bwd_id) - 1, -1, -1):
         for d, k in bwd_id[g].items():
             last_bwd[d] = k
+    first, inputs = draft.first_sync, draft.inputs
     for j, u in enumerate(units):
-        covered = set()
         for g in u.groups:
-            for d in devs_of[g]:
-                kb = bwd_id[g][d]
-                if draft.first_sync[kb] < 0:
-                    draft.first_sync[kb] = j
+            ids = bwd_id[g]
+            kbs = [ids[d] for d in devs_of[g]]
+            u.wait += kbs
+            for kb in kbs:
+                if first[kb] < 0:
+                    first[kb] = j
                 else:
                     draft.depend(kb, (_SYNC, j))
-                u.wait.append(kb)
-                covered.add(d)
-        for d in sorted(covered):
-            u.release.append(upd_id[d])
-            draft.inputs[upd_id[d]] += 1
+        # devices in topology order (a group's devices are)
+        covered = devs_of[u.groups[0]] if len(u.groups) == 1 else sorted({d for g in u.groups for d in devs_of[g]})
+        u.release = [upd_id[d] for d in covered]
+        for k in u.release:
+            inputs[k] += 1
         if not overlap_sync:
             for d in u.devices:
                 draft.depend(last_bwd[d], (_SYNC, j))
@@ -233,11 +235,5 @@ def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOpt
     programs = _programs(draft.tasks.device, n_dev)
     if options.blocking_sends:
         transfers = _blocking(transfers, programs, draft.tasks, draft)
-    dependents: list = [None] * len(draft.tasks)
-    for k, (j, later) in enumerate(zip(draft.first_sync, draft.later)):
-        if j >= 0:
-            dependents[k] = [(_SYNC, j)] + later if later else [(_SYNC, j)]
-        elif later:
-            dependents[k] = later
-    return TaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, dependents,
+    return TaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, draft.first_sync, draft.dependents,
                      MemoryInputs(recv, extra_static), sum(decs[0].rows) if decs else 0)

@@ -120,7 +120,8 @@ class _Run:
     def advance(self, d: int) -> None:
         """Run device d's program from its current position while the next task has all its inputs."""
         prog, i, t = self.tg.programs[d], self.ptr[d], self.free[d]
-        pend, ready, start, dur, deps = self.pend, self.ready, self.start, self.dur, self.tg.dependents
+        pend, ready, start, dur = self.pend, self.ready, self.start, self.dur
+        first, deps, syncs = self.tg.first_sync, self.tg.dependents, self.syncs
         n = len(prog)
         while i < n:
             k = prog[i]
@@ -130,10 +131,18 @@ class _Run:
                 t = ready[k]
             start[k] = t
             t += dur[k]
-            if deps[k] is not None:  # what this task's end counts towards, in order
+            j = first[k]
+            if j >= 0:
+                s = syncs[j]
+                s.waiting -= 1
+                if t > s.ready_ms:
+                    s.ready_ms = t
+                if s.waiting == 0:
+                    self.push(s.ready_ms, SyncReady(j))
+            if deps[k] is not None:  # what this task's end counts towards next, in order
                 for what, j in deps[k]:
                     if what is _SYNC:
-                        s = self.syncs[j]
+                        s = syncs[j]
                         s.waiting -= 1
                         if t > s.ready_ms:
                             s.ready_ms = t

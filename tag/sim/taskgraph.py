@@ -16,9 +16,10 @@ topology-order indices; times are ms, sizes bytes.
   device set run one at a time), waits ``copy_in_ms``, runs its ``phases`` (each a list of concurrent flows;
   a phase starts when the previous one has delivered), waits ``copy_out_ms``, then releases every task in
   ``release`` (the optimizer steps) and frees its communicator.
-* ``dependents[k]`` lists, in order, what task k's end counts towards: ``(DependentKind, index)`` of transfers
-  and sync units. The order is the order in which simultaneous consequences are queued (ties at equal times are
-  processed first-queued first), so it is part of the graph's meaning.
+* What task k's end counts towards: first the sync unit ``first_sync[k]`` (-1: none; kept apart because nearly
+  every backward task completes exactly one sync), then ``dependents[k]`` in order, ``(DependentKind, index)`` of
+  transfers and further sync units. The order is the order in which simultaneous consequences are queued (ties
+  at equal times are processed first-queued first), so it is part of the graph's meaning.
 * `MemoryInputs` is what the memory pass (`tag.sim.memory.peak_memory_bytes`) reads besides the strategy.
 """
 
@@ -118,6 +119,7 @@ class TaskGraph:
     transfers: list[Transfer]
     syncs: list[SyncUnit]
     inputs: list[int]  # per task: transfers and syncs it waits for (with multiplicity)
-    dependents: list[list[tuple[DependentKind, int]] | None]  # per task (None: nothing)
+    first_sync: list[int]  # per task: the sync unit its end counts towards first (-1: none)
+    dependents: list[list[tuple[DependentKind, int]] | None]  # per task, after first_sync (None: nothing)
     memory: MemoryInputs
     batch_size: int = 0

@@ -36,7 +36,8 @@ def _graph(tasks: list[tuple[int, TaskKind, float]], n_devices: int, transfers=(
             depend(k, (DependentKind.SYNC, j))
         for k in u.release:
             inputs[k] += 1
-    return TaskGraph(n_devices, ct, programs, list(xs), list(syncs), inputs, deps, MemoryInputs([], [0.0] * n_devices))
+    return TaskGraph(n_devices, ct, programs, list(xs), list(syncs), inputs, [-1] * len(ct), deps,
+                     MemoryInputs([], [0.0] * n_devices))
 
 
 def _p2p(link: int, nbytes: float, latency_ms: float = 0.0) -> FlowSpec:

@@ -74,7 +74,8 @@ def test_transfers_syncs_and_inputs():
     expect = {_task(tg, F, 1, 0): 1, _task(tg, F, 2, 2): 1, _task(tg, B, 1, 0): 1, _task(tg, B, 0, 1): 1,
               _task(tg, U, -1, 0): 1, _task(tg, U, -1, 1): 1}
     assert tg.inputs == [expect.get(k, 0) for k in range(11)]
-    assert tg.dependents[_task(tg, B, 0, 0)] == [(DependentKind.SYNC, 0)]
+    assert tg.first_sync[_task(tg, B, 0, 0)] == 0 and tg.dependents[_task(tg, B, 0, 0)] is None
+    assert tg.dependents[_task(tg, F, 0, 1)] == [(DependentKind.TRANSFER, 0)]
     assert tg.memory.recv == [(1, 0, 0, 1, 200.0), (2, 2, 1, 0, 400.0)]
     assert tg.memory.extra_static_bytes == [0.0, 0.0, 0.0]
 
