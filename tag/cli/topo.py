@@ -11,7 +11,7 @@ from tag.cli._topo_catalog import add_parser as add_catalog_parser, run as run_c
 
 
 def add_parser(sub):
-    p = add_verb(sub, "topo", "make topology files (random clusters, imports of other formats); list the device catalog",
+    p = add_verb(sub, "topo", "make topology files (random clusters, Metis imports); list the device catalog",
                  "tag topo random --seed 3 -o random3.json\n  tag topo import metis_cluster.json -o cluster.json\n"
                  "  tag topo catalog")
     verbs = p.add_subparsers(dest="topo_verb", metavar="ACTION")
