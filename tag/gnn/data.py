@@ -48,7 +48,7 @@ FLOW_DIM = 5
 PLACE_DIM = 5
 CAND_DIM = 17
 GLOBAL_DIM = 10
-SPEED_FLOOR, SPEED_CEIL = -6.0, 1.0  # range of value targets (`lookahead.speed_target`) and of `v_prior`
+SPEED_FLOOR, SPEED_CEIL = -6.0, 1.0  # range of value targets (`targets.speed_target`) and of `v_prior`
 EDGE_DIMS = {
     ("group", "flow", "group"): FLOW_DIM,
     ("group", "rev_flow", "group"): FLOW_DIM,

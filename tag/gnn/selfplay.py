@@ -2,7 +2,7 @@
 
 A policy sample is a search state at a decision point the search visited often (``MCTSResult.records``), with
 the visit distribution over that group's candidates as target. A value sample is any strategy the search
-simulated (the Evaluator cache, which also holds every baseline), with target `lookahead.speed_target`.
+simulated (the Evaluator cache, which also holds every baseline), with target `targets.speed_target`.
 """
 
 from __future__ import annotations
