@@ -33,22 +33,22 @@ def published_markdown(rep: PublishedReport) -> str:
     parts = ["## Single GPU: predicted vs published samples/s\n",
              _table(["family", "variant", "gpu", "precision", "framework", "batch", "published", "predicted",
                      "error %"], rows),
-             "\n## MAPE per family and precision\n",
+             "## MAPE per family and precision\n",
              _table(["family", "precision", "rows", "MAPE %"],
                     [[m.family, m.precision, m.rows, f"{m.mape_pct:.1f}"] for m in rep.mape]),
-             "\n## 8-GPU DGX-1 scaling (dp-even)\n",
+             "## 8-GPU DGX-1 scaling (dp-even)\n",
              _table(["model", "system", "batch/GPU", "pub 1", "pred 1", "error 1 %", "pub 8", "pred 8",
                      "pub eff %", "pred eff %"],
                     [[s.model, s.system, s.batch_per_gpu, f"{s.published_1gpu:.0f}", f"{s.predicted_1gpu:.0f}",
                       f"{s.error_1gpu_pct:+.1f}", f"{s.published_8gpu:.0f}", f"{s.predicted_8gpu:.0f}",
                       f"{s.published_efficiency_pct:.1f}", f"{s.predicted_efficiency_pct:.1f}"] for s in rep.scaling]),
-             f"\n{'Fitted in this run' if rep.fitted else 'Shipped'} GPU parameters (`tag/cost/efficiency.py`, "
+             f"{'Fitted in this run' if rep.fitted else 'Shipped'} GPU parameters (`tag/cost/efficiency.py`, "
              f"fit: `tag/cost/calibrate.py`): `{rep.params}`\n"]
     if rep.logo:
-        parts += ["\n## Leave-one-GPU-out (fit on the other GPUs' FP32 rows)\n",
+        parts += ["## Leave-one-GPU-out (fit on the other GPUs' FP32 rows)\n",
                   _table(["held-out GPU", "rows", "MAPE %", "parameters fitted without it"],
                          [[x.gpu, x.rows, f"{x.mape_pct:.1f}", x.params] for x in rep.logo]),
-                  f"\nLeave-one-GPU-out MAPE over all FP32 rows: {rep.logo_mape_pct:.1f}%\n"]
+                  f"Leave-one-GPU-out MAPE over all FP32 rows: {rep.logo_mape_pct:.1f}%\n"]
     return "\n".join(parts)
 
 

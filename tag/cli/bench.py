@@ -18,7 +18,7 @@ DESCRIPTION = (
 def add_parser(sub):
     p = add_verb(sub, "bench", "run the benchmark suite (or --published: predictions against published GPU figures)",
                  "tag bench --quick\n  tag bench --published\n  tag bench --models resnet50 --topologies tag16 "
-                 "--out results.md", description=DESCRIPTION,
+                 "--playouts 60 --out results.md", description=DESCRIPTION,
                  notes="exit codes: 0 all cases ran, 1 a case failed (its row says why), 2 bad input")
     p.add_argument("--quick", action="store_true", help="the shipped models and topologies, small search (minutes)")
     p.add_argument("--published", action="store_true",
@@ -49,12 +49,13 @@ def run(args) -> int:
                             ("--playouts", args.playouts), ("--budget", args.budget), ("--datasets", args.datasets),
                             ("--quick", args.quick)):
             if given:
-                raise InputError(flag, "--published", "no suite flags with --published (it checks the catalog "
-                                 "cost model against the shipped published tables)", flag)
+                raise InputError(flag, "with --published", "no suite flag (--published checks the catalog cost "
+                                 "model against the published tables shipped with tag)", flag)
         text, obj = _published(args)
     else:
         if args.fit or args.logo:
-            raise InputError("--fit" if args.fit else "--logo", "tag bench", "--published with it", "no --published")
+            raise InputError("--fit" if args.fit else "--logo", "without --published",
+                             "--published (--fit and --logo refit the published comparison's parameters)", "none")
         if args.budget is not None and args.budget <= 0:
             raise InputError("--budget", "SECONDS", "a positive number of seconds", str(args.budget))
         text, obj = _suite(args)
