@@ -1,8 +1,8 @@
 """The benchmark suite: every model x topology, each baseline, the searched plan (before and after SFB selection)
 and the ideal bound, all measured side by side in one run with the same cost model.
 
-`run_suite` resolves every case's files first (a missing one is an InputError before any work), then runs the
-cases in order; a case that fails is kept with its error and the suite goes on.
+`run_suite` resolves every case's files and reads the profile first (a missing or bad one is an InputError
+before any work), then runs the cases in order; a case that fails is kept with its error and the suite goes on.
 """
 
 from __future__ import annotations
@@ -91,6 +91,10 @@ def run_suite(opts: SuiteOptions, on_case: Callable[[int, int, str], None] | Non
     each case and once more at the end (done == total)."""
     pairs = [(m, t) for m in opts.models for t in opts.topologies]
     files = [case_files(m, t, opts.datasets_dir) for m, t in pairs]  # every file found before any work
+    if opts.profile:
+        from tag.cost.profile_db import load
+
+        load(opts.profile)  # a bad profile is an InputError now, not an error in every case's row
     cases = []
     for i, ((m, t), f) in enumerate(zip(pairs, files)):
         if on_case:

@@ -32,3 +32,11 @@ def test_missing_datasets_dir_names_it(capsys, tmp_path):
 def test_suite_flags_with_published_exit_2(capsys):
     code, _, err = _run(capsys, "--published", "--models", "mlp")
     assert code == 2 and err.count("\n") == 1 and "--models" in err
+
+
+def test_bad_profile_exits_2_before_any_case(capsys, tmp_path):
+    bad = tmp_path / "profile.json"
+    bad.write_text("{not json")
+    code, out, err = _run(capsys, "--models", "mlp", "--topologies", "cpu4", "--profile", str(bad),
+                          "--datasets", os.path.join(ROOT, "datasets"))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "profile.json" in err
