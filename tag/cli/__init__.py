@@ -19,7 +19,7 @@ from tag.errors import InputError
 from tag.memory import use_huge_pages
 
 # verb name -> module in tag.cli; each module has add_parser(subparsers) and run(args) -> int
-VERBS = ["inspect", "topo", "simulate", "plan", "deploy", "profile", "train", "bench"]
+VERBS = ["inspect", "topo", "simulate", "plan", "report", "deploy", "profile", "train", "bench"]
 
 
 def build_parser() -> argparse.ArgumentParser:
