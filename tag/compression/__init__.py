@@ -3,7 +3,7 @@
 `eligible_ops` finds the ops whose weight gradient is X^T dY (`tag.compression.eligibility`),
 `select_sfb` chooses among them with a CP-SAT model over the simulator's cost terms and validates the
 choice with the simulator (`tag.compression.select`), `sfb_summary` prints the report. The simulator
-charges SFB in `tag.sim.sfb` / `tag.sim.engine.group_syncs`.
+charges SFB in `tag.sim.sfb` / `tag.sim.gradsync.group_syncs`.
 """
 
 from tag.compression.eligibility import Candidate, eligible_ops, with_sfb

@@ -33,7 +33,7 @@ class SimContext:
         self._group: dict = {}
         self._edge: dict = {}
         self._phases: dict = {}
-        self.sfb: dict = {}  # (group, rows, sfb ops) -> SFB compute terms (`tag.sim.engine.sfb_compute_ms`)
+        self.sfb: dict = {}  # (group, rows, sfb ops) -> SFB compute terms (`tag.sim.gradsync.sfb_compute_ms`)
 
     def group_costs(self, g: int, decision) -> tuple:
         """(devices, fwd ms per device, bwd ms per device, update ms per device) of group g."""
@@ -130,5 +130,3 @@ def sim_context(gg, cluster, cost, training) -> SimContext:
     _CONTEXTS.move_to_end(key)
     return ctx
 
-
-_context = sim_context  # the name before issue 19, kept for code in flight; use sim_context

@@ -11,7 +11,6 @@ import numpy as np
 from tag.sim.build import BuildOptions, build_task_graph
 from tag.sim.context import SimContext, sim_context
 from tag.sim.events import Timeline, run_task_graph
-from tag.sim.gradsync import group_syncs, sfb_compute_ms  # noqa: F401  (re-exported: tag.sim.engine's old names)
 from tag.sim.memory import peak_memory_bytes
 from tag.sim.network import INF
 from tag.sim.result import SimResult
