@@ -7,6 +7,8 @@ one is still written to -o); 1 an internal failure.
 from __future__ import annotations
 
 from tag.cli.util import add_model_flags, add_output_flags, add_verb
+from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFINE_SIMULATIONS, MIN_PLAYOUTS,
+                               MIN_REFINE_SIMULATIONS, OTHER_REFINE_SHARE, SCALE_FROM)
 
 EXIT_OOM = 3  # no strategy fits in memory (documented in --help)
 
@@ -24,10 +26,18 @@ def add_parser(sub):
     p.add_argument("model", help="the model .onnx")
     p.add_argument("topology", help="the cluster topology .json")
     p.add_argument("-o", "--output", metavar="P.json", default=None, help="write plan.json here")
-    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                   help="stop searching after this many seconds (default 60)")
     p.add_argument("--playouts", type=int, default=None, metavar="N",
-                   help="tree-search playouts (default 400); same inputs, N and seed give the same plan")
+                   help=f"tree-search playouts (default {DEFAULT_PLAYOUTS}, scaled down by {SCALE_FROM} / (groups x "
+                        f"devices) above {SCALE_FROM} group-devices, at least {MIN_PLAYOUTS}); the search stops on "
+                        "these counts, so the same inputs, counts and seed give the same plan under any load")
+    p.add_argument("--simulations", type=int, default=None, metavar="N",
+                   help=f"refinement simulations for the tree's best plan, N // {OTHER_REFINE_SHARE} for each other "
+                        f"baseline (default {DEFAULT_REFINE_SIMULATIONS}, scaled as --playouts, at least "
+                        f"{MIN_REFINE_SIMULATIONS})")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help=f"wall-clock safety cap (default {DEFAULT_BUDGET_S:g}, never reached on the shipped datasets "
+                        "at the default counts); if it cuts the search short, plan.json says search.capped: true "
+                        "and the plan may differ run to run")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     gnn = p.add_mutually_exclusive_group()
     gnn.add_argument("--gnn", metavar="CKPT", default=None, help="GNN checkpoint for priors (default: the shipped one)")
@@ -50,20 +60,31 @@ def run(args) -> int:
     from tag.cli.util import check_outputs, emit, progress
     from tag.errors import InputError
     from tag.cli.inputs import load_verb_inputs
-    from tag.search.planner import DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, plan
+    from tag.search.budget import default_counts
+    from tag.search.planner import plan
     from tag.strategy.planfile import baselines_summary, plan_to_json, predicted_from_result, write_plan
     from tag.cli._plan_report import report_text
 
     if args.playouts is not None and args.playouts < 0:
         raise InputError("--playouts", "N", "a non-negative integer", str(args.playouts))
+    if args.simulations is not None and args.simulations < 0:
+        raise InputError("--simulations", "N", "a non-negative integer", str(args.simulations))
     if args.budget is not None and args.budget <= 0:
         raise InputError("--budget", "SECONDS", "a positive number", str(args.budget))
     check_outputs(args, {"output": "-o/--output", "trace": "--trace"},
                   [args.model, args.topology, args.profile, args.gnn])
     inp = load_verb_inputs(args)
-    priors_fn, gnn_name = None, None
+    priors_fn, gnn_name, warnings = None, None, []
     if args.baseline is None and not args.no_gnn:
         priors_fn, gnn_name = _load_gnn(args, inp)
+    use_sfb = args.baseline is None and not args.no_sfb
+    if use_sfb:
+        missing = _sfb_solver_missing()
+        use_sfb = missing is None
+        if missing:
+            warnings.append(f"SFB skipped: its solver cannot be imported ({missing}); "
+                            "install ortools, or pass --no-sfb to plan without SFB")
+            sys.stderr.write(f"tag plan: warning: {warnings[-1]}\n")
     sys.stderr.write(f"tag plan: batch {inp.batch_size}, {inp.gg.n_groups} groups, {inp.cluster.n_devices} devices\n") \
         if not args.json else None
 
@@ -76,22 +97,31 @@ def run(args) -> int:
         res = PlanResult(strategy=strategy, result=result, baselines=baselines, best_baseline=None,
                          method=f"baseline:{args.baseline}", playouts=0, seconds=0.0, seed=args.seed, simulations=0)
     else:
-        playouts = DEFAULT_PLAYOUTS if args.playouts is None else args.playouts
+        default_playouts, default_refine = default_counts(inp.gg.n_groups, inp.cluster.n_devices)
+        playouts = default_playouts if args.playouts is None else args.playouts
+        refine_simulations = default_refine if args.simulations is None else args.simulations
         bar = progress(total=playouts, desc="search", unit="playout")
         def tick(done: int, best_ms: float) -> None:
             bar.update(1)
             bar.set_postfix_str(f"best {best_ms:.2f} ms")
         try:
             res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=playouts,
-                       budget_s=args.budget or DEFAULT_BUDGET_S, seed=args.seed, priors_fn=priors_fn,
-                       refine=not args.no_refine, sfb=not args.no_sfb, on_progress=tick)
+                       refine_simulations=refine_simulations, budget_s=args.budget or DEFAULT_BUDGET_S,
+                       seed=args.seed, priors_fn=priors_fn, refine=not args.no_refine,
+                       sfb=use_sfb, on_progress=tick)
         finally:
             bar.close()
 
     if res.result.oom and args.baseline is None:
         res = _least_overflowing(res, inp.cluster)
-    search = {"method": res.method, "playouts": res.playouts, "seconds": round(res.seconds, 3), "seed": args.seed,
-              "gnn": gnn_name}
+    if res.capped:
+        sys.stderr.write(f"tag plan: warning: the --budget safety cap ({args.budget or DEFAULT_BUDGET_S:g} s) cut the "
+                         f"search short ({res.playouts} playouts, {res.simulations} simulations); search.capped is "
+                         "true and the plan may differ run to run: raise --budget or lower --playouts/--simulations\n")
+    search = {"method": res.method, "playouts": res.playouts, "simulations": res.simulations, "capped": res.capped,
+              "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name}
+    if warnings:
+        search["warnings"] = warnings
     obj = plan_to_json(res.strategy, inp.gg, inp.cluster, inp.training, args.model, args.topology,
                        predicted=predicted_from_result(res.result, inp.cost.name),
                        baselines=baselines_summary(res.baselines), search=search)
@@ -126,14 +156,33 @@ def _least_overflowing(res, cluster):
 
 
 def _load_gnn(args, inp):
-    """The priors callable and its checkpoint name: --gnn CKPT, else the shipped weights if present."""
+    """The priors callable and its checkpoint name: --gnn CKPT, else the shipped weights. The GNN is never
+    dropped silently: a missing library or shipped checkpoint is an InputError naming it and --no-gnn."""
+    from tag.errors import InputError
+
+    where = args.gnn or "the shipped GNN checkpoint"
     try:
+        import importlib
+
+        for lib in ("torch", "torch_geometric"):
+            importlib.import_module(lib)
         from tag.gnn import default_checkpoint, load_priors_fn
-    except ImportError:
-        if args.gnn:
-            raise
-        return None, None
+    except ImportError as e:
+        raise InputError(where, "GNN", "torch and torch-geometric installed (or --no-gnn to plan without the GNN)",
+                         f"{type(e).__name__}: {e}") from None
     ckpt = args.gnn or default_checkpoint()
     if ckpt is None:
-        return None, None
+        raise InputError(where, "GNN", "tag/gnn/pretrained in the installed package (or --gnn CKPT, or --no-gnn "
+                         "to plan without the GNN)", "no checkpoint")
     return load_priors_fn(ckpt, inp.gg, inp.cluster, inp.cost, inp.training), str(ckpt)
+
+
+def _sfb_solver_missing() -> str | None:
+    """Why SFB selection cannot run (its CP-SAT solver, ortools, does not import), or None when it can."""
+    try:
+        import importlib
+
+        importlib.import_module("ortools.sat.python.cp_model")
+    except ImportError as e:
+        return f"{type(e).__name__}: {e}"
+    return None

@@ -21,7 +21,8 @@ OOM_VALUE = -1.0
 
 @dataclass
 class Evaluator:
-    """Calls `simulate_fn(strategy) -> SimResult` once per distinct strategy (a transposition cache).
+    """Calls `simulate_fn(strategy) -> SimResult` once per distinct strategy (a transposition cache);
+    `simulations` counts those calls.
 
     reference_ms: the iteration time that scores 0 (best non-OOM baseline); usable_gb: per device id.
     """
@@ -37,13 +38,18 @@ class Evaluator:
         res = self.cache.get(strategy)
         if res is None:
             res = self.simulate_fn(strategy)
-            self.cache[strategy] = res
             self.simulations += 1
-            v = self._value(res)
-            # ties keep the first found, so the outcome does not depend on dict order
-            if v > self.best[0]:
-                self.best = (v, strategy)
+            self.add(strategy, res)
         return res
+
+    def add(self, strategy: Strategy, res) -> None:
+        """Cache and rank a result simulated elsewhere (the baselines); not counted in `simulations`."""
+        if strategy in self.cache:
+            return
+        self.cache[strategy] = res
+        # ties keep the first found, so the outcome does not depend on dict order
+        if self._value(res) > self.best[0]:
+            self.best = (self._value(res), strategy)
 
     def value(self, strategy: Strategy) -> float:
         return self._value(self.result(strategy))

@@ -15,12 +15,12 @@ deterministic for a given seed and playout count. The best strategy ever simulat
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
+from tag.search.budget import WallCap
 from tag.search.evaluate import Evaluator
 from tag.search.space import SearchSpace
 from tag.strategy import Decision, Strategy
@@ -125,12 +125,12 @@ class MCTS:
             n.visits[a] += 1
             n.total[a] += value
 
-    def run(self, playouts: int | None, deadline: float | None = None,
+    def run(self, playouts: int, cap: WallCap | None = None,
             on_playout: Callable[[int, float], None] | None = None) -> MCTSResult:
-        """Run up to `playouts` playouts (None: until the deadline, a time.monotonic() value)."""
+        """Run `playouts` playouts, fewer only if the wall-clock safety `cap` is reached first (then `cap.hit`)."""
         done = 0
-        while (playouts is None or done < playouts) and (deadline is None or time.monotonic() < deadline):
-            if not len(self.space.order):
+        while done < playouts and len(self.space.order):
+            if cap is not None and cap.reached():
                 break
             self.playout()
             done += 1

@@ -3,6 +3,11 @@
 The caller passes in everything: the coarsened model, the cluster, the cost model, training settings and,
 optionally, a `priors_fn` (the GNN; `search` never imports `gnn`). The result carries the chosen strategy,
 its simulation, every baseline's simulation and the search's provenance for plan.json.
+
+Budgets count work (`tag.search.budget`): `playouts` tree playouts, `refine_simulations` for refining the tree's
+best plan (1/4 of it for each other baseline), a fixed number of starts and SFB subsets; the same inputs,
+counts and seed give the same plan under any load. `budget_s` is only a wall-clock safety cap: when it cuts
+work short, `PlanResult.capped` is True.
 """
 
 from __future__ import annotations
@@ -12,25 +17,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFINE_SIMULATIONS, OTHER_REFINE_SHARE,
+                               WallCap, default_counts)
 from tag.search.evaluate import Evaluator
 from tag.search.mcts import MCTS, PriorsFn, VisitRecord
 from tag.search.refine import refine as refine_pass
 from tag.search.space import build_space
 from tag.strategy import Strategy, TrainingConfig
 
-DEFAULT_PLAYOUTS = 400
-DEFAULT_BUDGET_S = 60.0
-REFINE_SIMULATIONS = 3000
-START_BUDGET_FRACTION = 0.25  # of budget_s, at most, for simulating memory-feasible starts
-MIN_STARTS_WHEN_OOM = 4  # starts simulated even past that deadline when no baseline fits
+REFINE_SIMULATIONS = DEFAULT_REFINE_SIMULATIONS  # the name older callers import
+MIN_STARTS_WHEN_OOM = 4  # starts simulated even past the safety cap when no baseline fits
+SFB_EXTRA_STARTS = 2  # strategies SFB selection runs on besides the searched plan and the best baseline
+SFB_SOLVE_LIMIT_S = 600.0  # the CP-SAT solver's time limit without a cap (its solves take milliseconds)
 
 
 def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines: dict, start_name: str, *,
-               deadline: float | None = None) -> tuple[str, Strategy]:
+               cap: WallCap | None = None) -> tuple[str, Strategy]:
     """The strategy the tree search starts from: the best baseline, or a memory-feasible start
     (`tag.search.starts`) that the evaluator values higher. When a baseline fits, only the 1- and 2-stage
     pipelines are tried; when none fits, pipelines in increasing stage count, stopping two stage counts
-    after the first that fits or at `deadline` (time.monotonic(); when no baseline fits, only after
+    after the first that fits (or when the safety `cap` is reached; when no baseline fits, only after
     MIN_STARTS_WHEN_OOM starts), then, if none of them fits, the simulation-fitted tape layout.
     Returns (name, strategy); ties keep the earlier one (the baseline first)."""
     from tag.search.starts import fitted_tape, pipeline_starts
@@ -52,12 +58,13 @@ def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines
         stages = int(name.split("-")[1])
         if stop_after is not None and stages > stop_after:
             break
-        if deadline is not None and time.monotonic() >= deadline and (fits or tried >= MIN_STARTS_WHEN_OOM):
+        if (fits or tried >= MIN_STARTS_WHEN_OOM) and cap is not None and cap.reached():
             break
         tried += 1
         if consider(name, s) and stop_after is None:
             stop_after = stages + 2
-    if not fits and stop_after is None:  # no pipeline fits: a layout fitted to memory by simulation
+    if not fits and stop_after is None and not (cap is not None and cap.reached()):
+        # no pipeline fits: a layout fitted to memory by simulation
         tape = fitted_tape(gg, cluster, training, batch, ev.result)
         if tape is not None:
             consider("tape", tape)
@@ -71,10 +78,11 @@ class PlanResult:
     baselines: dict[str, tuple[Strategy, object]]  # name -> (strategy, SimResult)
     best_baseline: str | None
     method: str
-    playouts: int
+    playouts: int  # tree playouts run
     seconds: float
     seed: int
-    simulations: int
+    simulations: int  # simulations the search ran after the baselines: starts, tree, refinement, SFB subsets
+    capped: bool = False  # the wall-clock safety cap cut counted work short
     sfb: dict = field(default_factory=dict)  # SFB report: chosen ops, bytes and ms saved
     records: list[VisitRecord] = field(default_factory=list)
     search_space_size: int = 0
@@ -96,11 +104,14 @@ def least_oom_baseline(baselines: dict[str, tuple[Strategy, object]], usable_gb:
     return min(baselines, key=lambda n: (overflow(baselines[n][1]), n))
 
 
-def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = DEFAULT_PLAYOUTS,
-         budget_s: float = DEFAULT_BUDGET_S, seed: int = 0, priors_fn: PriorsFn | None = None,
-         refine: bool = True, sfb: bool = True, refine_simulations: int = REFINE_SIMULATIONS,
+def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = None,
+         budget_s: float | None = DEFAULT_BUDGET_S, seed: int = 0, priors_fn: PriorsFn | None = None,
+         refine: bool = True, sfb: bool = True, refine_simulations: int | None = None,
          on_progress: Callable[[int, float], None] | None = None) -> PlanResult:
-    """Search a strategy. Stops the tree search at `playouts` or `budget_s`, whichever comes first.
+    """Search a strategy: `playouts` tree playouts, then refinement with `refine_simulations` simulations
+    (the tree's best plan; refine_simulations // 4 for each other baseline), then SFB selection. None for
+    either count: `tag.search.budget.default_counts` of the instance. `budget_s` (None: none) is a wall-clock
+    safety cap only; `PlanResult.capped` says whether it bound.
 
     on_progress(playouts_done, best_iteration_ms) is called after every playout (for a progress bar).
     """
@@ -108,7 +119,10 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     from tag.sim import simulate
 
     t0 = time.monotonic()
-    deadline = t0 + budget_s
+    cap = WallCap.after(budget_s)
+    default_playouts, default_refine = default_counts(gg.n_groups, cluster.n_devices)
+    playouts = default_playouts if playouts is None else playouts
+    refine_simulations = default_refine if refine_simulations is None else refine_simulations
     batch = gg.graph.batch_size
     baselines = run_baselines(gg, cluster, cost, training)
     usable_gb = {d.id: d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
@@ -120,15 +134,16 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         start_name = least_oom_baseline(baselines, usable_gb)
         reference_ms = _compute_only_ms(gg, cluster, cost, batch)
     base = baselines[start_name][0]
+    counted = [0]  # simulations run through simulate_fn (SFB scoring bypasses the evaluator's cache)
 
     def simulate_fn(strategy: Strategy):
+        counted[0] += 1
         return simulate(gg, cluster, cost, strategy, training)
 
     ev = Evaluator(simulate_fn, reference_ms, usable_gb)
-    for s, _ in baselines.values():  # seed the cache and the best-ever with every baseline
-        ev.value(s)
-    start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name,
-                                  deadline=t0 + START_BUDGET_FRACTION * budget_s)
+    for s, r in baselines.values():  # seed the cache and the best-ever with every baseline
+        ev.add(s, r)
+    start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap)
     space = build_space(gg, cluster, cost, batch, base)
     tree = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn)
 
@@ -136,42 +151,39 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         if on_progress:
             on_progress(done, ev.result(ev.best[1]).iteration_ms if ev.best[1] is not None else math.inf)
 
-    mcts_deadline = t0 + 0.6 * budget_s if refine else deadline
-    res = tree.run(playouts, mcts_deadline, progress)
+    res = tree.run(playouts, cap, progress)
     best = ev.best[1] or base
     if refine:
         # multi-start: the tree's best first, then every other baseline (a different basin: e.g. placement
         # when the tree started from data parallelism), each by strict-improvement coordinate descent that
         # stops when a sweep gains less than 0.1%
-        refine_pass(space, ev, best, max_simulations=refine_simulations, deadline=deadline)
+        refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
         others = sorted((r.iteration_ms, name) for name, (_, r) in baselines.items() if name != start_name)
         for _, name in others:
-            refine_pass(space, ev, baselines[name][0], max_simulations=refine_simulations // 4, deadline=deadline)
+            refine_pass(space, ev, baselines[name][0], max_simulations=refine_simulations // OTHER_REFINE_SHARE,
+                        cap=cap)
         best = ev.best[1] or best
     method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
     sfb_report: dict = {}
     no_sfb_result = ev.result(best)
     if sfb:
-        best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn,
-                                      deadline=deadline)
+        best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, cap=cap)
         if sfb_report.get("ops"):
             method += "+sfb"
     return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,
                       method=method, playouts=res.playouts, seconds=time.monotonic() - t0, seed=seed,
-                      simulations=ev.simulations, sfb=sfb_report, records=res.records,
+                      simulations=counted[0], capped=cap.hit, sfb=sfb_report, records=res.records,
                       search_space_size=space.size(), no_sfb_result=no_sfb_result, start=start_name)
 
 
-def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, extra_starts: int = 2,
-               deadline: float | None = None):
+def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, extra_starts: int = SFB_EXTRA_STARTS,
+               cap: WallCap | None = None):
     """Run SFB selection on the searched plan, the best baseline and the next `extra_starts` fastest
     strategies the search simulated, and keep the fastest result; the searched plan without SFB wins ties,
-    so SFB never makes the plan slower. After the searched plan, further starts are tried only before
-    `deadline` (time.monotonic()). Returns (strategy, SFB report of the kept one)."""
-    try:
-        from tag.compression import select_sfb
-    except ImportError:
-        return best, {}
+    so SFB never makes the plan slower. After the searched plan, further starts are skipped only when the
+    safety `cap` is reached. Returns (strategy, SFB report of the kept one)."""
+    from tag.compression import select_sfb
+
     starts = [best]
     name = best_baseline(baselines)
     if name is not None:
@@ -185,9 +197,13 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
             starts.append(s)
     chosen, report = best, {}
     for start in dict.fromkeys(starts):
-        if start is not best and deadline is not None and time.monotonic() >= deadline:
+        if start is not best and cap is not None and cap.reached():
             break
-        s, rep = select_sfb(gg, cluster, cost, training, start, simulate_fn)
+        # the solver's own limit is the cap's remaining time, so it binds only when the cap does
+        s, rep = select_sfb(gg, cluster, cost, training, start, simulate_fn,
+                            time_limit_s=cap.remaining_s(SFB_SOLVE_LIMIT_S) if cap is not None else SFB_SOLVE_LIMIT_S)
+        if cap is not None:
+            cap.reached()
         if start is best and not report:
             report = rep  # what SFB found on the searched plan, kept if nothing beats it
         if ev.value(s) > ev.value(chosen):

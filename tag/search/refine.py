@@ -5,15 +5,15 @@ Each sweep first tries moving rows for every group on the most common row map at
 the decisions of the groups next to it in topological order (so runs of groups can share a row map and
 skip re-partition transfers), and row shifts of the current row map (move one row, or about 5% of the
 rows, between devices adjacent in topology order), keeping a change only if the simulated value improves.
-It sweeps until a sweep gains less than 0.1% (`MIN_SWEEP_GAIN`), the simulation budget is spent, or the
-deadline passes. Deterministic: fixed order, strict improvement.
+It sweeps until a sweep gains less than 0.1% (`MIN_SWEEP_GAIN`) or the simulation budget is spent (or, as a
+safety net only, the wall-clock cap is reached). Deterministic: fixed order, strict improvement, counted work.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Sequence
 
+from tag.search.budget import WallCap
 from tag.search.evaluate import Evaluator
 from tag.search.space import SearchSpace
 from tag.strategy import Decision, Strategy
@@ -82,18 +82,18 @@ def class_shift_neighbours(dec: Decision, device_type: Sequence) -> list[Decisio
 
 
 def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulations: int = 4000,
-           deadline: float | None = None, min_sweep_gain: float = MIN_SWEEP_GAIN) -> Strategy:
+           cap: WallCap | None = None, min_sweep_gain: float = MIN_SWEEP_GAIN) -> Strategy:
     """Improve `start` by strict-improvement coordinate descent; returns the best strategy reached.
 
     Stops when a sweep over all groups raises the value by less than `min_sweep_gain` (the value is
-    ln(speedup) for plans that fit, so 1e-3 is a 0.1% gain), after `max_simulations` new simulations, or at
-    `deadline` (time.monotonic())."""
+    ln(speedup) for plans that fit, so 1e-3 is a 0.1% gain) or after `max_simulations` new simulations;
+    earlier only if the wall-clock safety `cap` is reached (then `cap.hit`)."""
     current, cur_v = start, ev.value(start)
     budget_end = ev.simulations + max_simulations
     n_groups = len(current.decisions)
 
     def out_of_budget() -> bool:
-        return ev.simulations >= budget_end or (deadline is not None and time.monotonic() >= deadline)
+        return ev.simulations >= budget_end or (cap is not None and cap.reached())
 
     improved = True
     while improved and not out_of_budget():

@@ -1,4 +1,5 @@
-"""`tag plan` end to end on a small shipped model: byte-identical plans, baseline plans, errors."""
+"""`tag plan` end to end on a small shipped model: baseline plans, errors (byte-identical plans, idle and under
+load: test_plan_determinism.py)."""
 
 import json
 import os
@@ -14,19 +15,6 @@ def _plan(tmp_path, name, *extra):
     out = tmp_path / name
     assert main(["plan", MODEL, TOPO, "-o", str(out), "--no-gnn", *extra]) == 0
     return out.read_text()
-
-
-def test_same_inputs_seed_and_playouts_give_byte_identical_plans(tmp_path, capsys):
-    a = _plan(tmp_path, "a.json", "--playouts", "30", "--seed", "4")
-    b = _plan(tmp_path, "b.json", "--playouts", "30", "--seed", "4")
-    ja, jb = json.loads(a), json.loads(b)
-    assert ja["search"].pop("seconds") >= 0 and jb["search"].pop("seconds") >= 0
-    assert ja == jb
-    strip = lambda text: "\n".join(l for l in text.splitlines() if '"seconds"' not in l)
-    assert strip(a) == strip(b)
-    assert ja["search"]["playouts"] == 30 and ja["search"]["seed"] == 4
-    assert ja["predicted"]["iteration_ms"] <= min(v["iteration_ms"] for v in ja["baselines"].values()
-                                                  if not v["oom"])
 
 
 def test_plan_json_output_and_baseline_plan_simulates(tmp_path, capsys):

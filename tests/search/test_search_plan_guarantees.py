@@ -1,7 +1,6 @@
 """Guarantees of plan(): never slower than the best baseline that fits; finds a fitting plan when every
 baseline runs out of memory; deterministic for a seed and playout count."""
 
-import argparse
 import math
 import os
 
@@ -63,9 +62,8 @@ def test_search_finds_a_fitting_plan_when_every_baseline_is_oom():
 def test_plan_never_slower_than_best_fitting_baseline(model, topology):
     from tag.modelio import load_inputs
 
-    args = argparse.Namespace(batch_size=None, input_shape=[], data_input=[], optimizer="adam", profile=None, groups=None)
     inp = load_inputs(os.path.join(ROOT, "datasets/models", f"{model}.onnx"),
-                      os.path.join(ROOT, "datasets/topologies", f"{topology}.json"), args)
+                      os.path.join(ROOT, "datasets/topologies", f"{topology}.json"))
     res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=15, refine_simulations=40, seed=0)
     fits = [r.iteration_ms for _, r in res.baselines.values() if not r.oom]
     assert not res.result.oom
