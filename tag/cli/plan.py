@@ -48,6 +48,8 @@ def add_parser(sub):
                    help="write this baseline as the plan instead of searching: " + ", ".join(BASELINE_NAMES))
     p.add_argument("--profile", metavar="F", default=None, help="profile.json with measured op times (default: roofline)")
     p.add_argument("--trace", metavar="T.json", default=None, help="write a Chrome trace of the plan's iteration")
+    p.add_argument("--report", metavar="R.html", default=None,
+                   help="also write the plan's HTML report here (as `tag report` does)")
     p.add_argument("--groups", type=int, default=None, metavar="K", help="number of op groups (default: automatic)")
     add_model_flags(p)
     add_output_flags(p)
@@ -71,7 +73,7 @@ def run(args) -> int:
         raise InputError("--simulations", "N", "a non-negative integer", str(args.simulations))
     if args.budget is not None and args.budget <= 0:
         raise InputError("--budget", "SECONDS", "a positive number", str(args.budget))
-    check_outputs(args, {"output": "-o/--output", "trace": "--trace"},
+    check_outputs(args, {"output": "-o/--output", "trace": "--trace", "report": "--report"},
                   [args.model, args.topology, args.profile, args.gnn])
     inp = load_verb_inputs(args)
     priors_fn, gnn_name, warnings = None, None, []
@@ -131,6 +133,11 @@ def run(args) -> int:
         from tag.sim import simulate, write_chrome_trace
 
         write_chrome_trace(simulate(inp.gg, inp.cluster, inp.cost, res.strategy, inp.training, trace=True), args.trace)
+    if args.report:
+        from tag.report import gather, write_report
+
+        write_report(args.report, gather(inp, res.strategy, obj, plan_path=args.output,
+                                         baselines={n: r for n, (_, r) in res.baselines.items()}))
     if res.result.oom:  # the search keeps the least-overflowing strategy when none fits
         from tag.cli._plan_report import oom_line
 
