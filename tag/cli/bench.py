@@ -52,17 +52,18 @@ def run(args) -> int:
                 raise InputError(flag, "with --published", "no suite flag (--published checks the catalog cost "
                                  "model against the published tables shipped with tag)", flag)
         text, obj = _published(args)
+        code = 0
     else:
         if args.fit or args.logo:
             raise InputError("--fit" if args.fit else "--logo", "without --published",
                              "--published (--fit and --logo refit the published comparison's parameters)", "none")
         if args.budget is not None and args.budget <= 0:
             raise InputError("--budget", "SECONDS", "a positive number of seconds", str(args.budget))
-        text, obj = _suite(args)
+        text, obj, code = _suite(args)
     if args.out:
         write_text_atomic(args.out, _out_text(args, text))
     emit(args, obj, text)
-    return int(obj.pop("_exit", 0))
+    return code
 
 
 def _out_text(args, text: str) -> str:
@@ -80,6 +81,7 @@ def _out_text(args, text: str) -> str:
 
 
 def _suite(args):
+    """(markdown, JSON object, exit code: 1 when a case failed) of the suite the flags ask for."""
     from tag.bench.suite import run_suite, suite_options
     from tag.bench.suite_format import suite_json, suite_markdown
 
@@ -101,7 +103,7 @@ def _suite(args):
     failed = [c for c in cases if c.error]
     for c in failed:
         sys.stderr.write(f"tag bench: {c.model} on {c.topology} failed: {c.error}\n")
-    return text, {**obj, "_exit": 1 if failed else 0}
+    return text, obj, 1 if failed else 0
 
 
 def _published(args):

@@ -40,3 +40,19 @@ def test_bad_profile_exits_2_before_any_case(capsys, tmp_path):
     code, out, err = _run(capsys, "--models", "mlp", "--topologies", "cpu4", "--profile", str(bad),
                           "--datasets", os.path.join(ROOT, "datasets"))
     assert code == 2 and out == "" and err.count("\n") == 1 and "profile.json" in err
+
+
+def test_json_is_one_object_and_out_is_written(capsys, tmp_path):
+    import json
+
+    out_md = tmp_path / "r.md"
+    code, out, _ = _run(capsys, "--models", "mlp", "--topologies", "cpu4", "--playouts", "2", "--json",
+                        "--out", str(out_md), "--datasets", os.path.join(ROOT, "datasets"))
+    obj = json.loads(out)  # exactly one JSON document on stdout
+    assert code == 0 and set(obj) == {"cases", "summary"}
+    (case,) = obj["cases"]
+    ms = case["iteration_ms"]
+    assert case["speedup_over_dp_even"]["ps"] == ms["dp-even"] / ms["ps"]
+    text = out_md.read_text()
+    assert "| mlp | cpu4 |" in text and f"{ms['dp-even']:.1f}" in text
+    assert [p.name for p in tmp_path.iterdir()] == ["r.md"]  # no temporary file left behind
