@@ -62,10 +62,10 @@ def device_classes(cluster, strategy, result) -> list[DeviceClass]:
 
 
 def group_runs(strategy) -> list[tuple[int, int]]:
-    """(first, last) group ids of runs of consecutive groups with equal decisions."""
+    """(first, last) group ids of runs of consecutive groups with equal row maps (their syncs may differ)."""
     runs: list[list[int]] = []
     for g, dec in enumerate(strategy.decisions):
-        if runs and strategy.decisions[runs[-1][0]] == dec:
+        if runs and strategy.decisions[runs[-1][0]].rows == dec.rows:
             runs[-1][1] = g
         else:
             runs.append([g, g])

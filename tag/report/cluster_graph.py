@@ -125,11 +125,12 @@ def cluster_svg(cluster, strategy, result) -> str:
         x += u.w + 16
         row_h = max(row_h, u.h)
     height = y + row_h + 16
+    used_px = max([u.x + u.w for u in units] + [0.0]) + 10  # switches centred over the boxes
     pos: dict[str, tuple[float, float]] = {}
     for lv in range(1, max_level + 1):
         names = [s for s, v in levels.items() if v == lv]
         for i, s in enumerate(sorted(names)):
-            pos[s] = ((i + 1) * WIDTH_PX / (len(names) + 1), 20 + 70 * (max_level - lv) + 18)
+            pos[s] = ((i + 1) * used_px / (len(names) + 1), 20 + 70 * (max_level - lv) + 18)
     machine_unit = {}
     for u in units:
         for m in u.machines:
@@ -202,8 +203,9 @@ def cluster_svg(cluster, strategy, result) -> str:
         hub = (u.x + u.w / 2, u.y + 24)
         n = len(m0.device_indices)
         centres = []
+        row_w = min(n, DEVS_PER_ROW) * DEV_PITCH_PX
         for k, i in enumerate(m0.device_indices):
-            cx = u.x + 12 + DEV_PITCH_PX / 2 + (k % DEVS_PER_ROW) * DEV_PITCH_PX
+            cx = u.x + (u.w - row_w) / 2 + DEV_PITCH_PX / 2 + (k % DEVS_PER_ROW) * DEV_PITCH_PX
             cy = u.y + 48 + (k // DEVS_PER_ROW) * DEV_PITCH_PX + DEV_PITCH_PX / 2 - 6
             centres.append((cx, cy))
         for (uu, k, vals), (cx, cy) in zip([t for t in dev_lines if t[0] is u], centres):
@@ -219,7 +221,6 @@ def cluster_svg(cluster, strategy, result) -> str:
                        f'{attrs(data_device=d.id, data_type=d.type.name)}><title>{esc(d.id + " " + d.type.name + others)}'
                        f'</title></circle>')
         out.append("</g>")
-        del n
     out.append("</svg>")
     return "\n".join(out)
 

@@ -1,9 +1,9 @@
 """The placement map: op groups (rows of the table) x device classes (columns); each cell the rows each device of
 the class computes for those groups, shaded by its share of the global batch.
 
-Runs of consecutive groups with equal decisions are one table row whose first cell expands (<details>) to the
-groups' ids and op names; each column header expands to its member devices. A group's sync method (and ps server)
-is in the last column. Cells carry ``data-groups="a-b"`` and ``data-rows``; headers ``data-devices`` (ids,
+Runs of consecutive groups with equal row maps are one table row whose first cell expands (<details>) to the
+groups' ids, sync methods and op names; each column header expands to its member devices. The last column counts
+the run's sync methods (e.g. 'hierarchical x 87, none x 87'). Cells carry ``data-groups="a-b"`` and ``data-rows``; headers ``data-devices`` (ids,
 space-separated), so every (group, device) row count can be read back.
 """
 
@@ -27,6 +27,17 @@ def _ops_text(ops: list[str]) -> str:
     return shown + (f", … ({len(ops)} ops)" if len(ops) > MAX_OPS_LISTED else "")
 
 
+def _sync_text(dec, ids: list[str]) -> str:
+    """A group's gradient sync: 'allreduce', 'ps on m0/1', 'hierarchical, SFB on 2 op(s)', 'none' (no parameters
+    to sync or one device)."""
+    text = dec.sync or "none"
+    if dec.sync == "ps" and dec.server is not None:
+        text += f" on {ids[dec.server]}"
+    if dec.sfb:
+        text += f", SFB on {len(dec.sfb)} op(s)"
+    return text
+
+
 def placement_html(data, classes) -> str:
     """The table (module docstring)."""
     cluster, strategy = data.cluster, data.strategy
@@ -46,18 +57,19 @@ def placement_html(data, classes) -> str:
     for a, b in group_runs(strategy):
         dec = strategy.decisions[a]
         span = f"group {a}" if a == b else f"groups {a}-{b} ({b - a + 1})"
-        items = "".join(f"<li>g{g}: {esc(_ops_text(data.group_ops[g]))}</li>" for g in range(a, b + 1))
+        items = "".join(f"<li>g{g} ({esc(_sync_text(strategy.decisions[g], ids))}): {esc(_ops_text(data.group_ops[g]))}</li>"
+                        for g in range(a, b + 1))
         cells = [f'<td class="grp"><details><summary>{esc(span)}</summary><ul>{items}</ul></details></td>']
         for c in classes:
             r = c.rows[a]
             cells.append(f'<td class="cell"{attrs(data_groups=f"{a}-{b}", data_rows=r)} '
                          f'style="background:{_shade(r / batch)};color:{"#fff" if r / batch > 0.55 else "#000"}">'
                          f'{r if r else ""}</td>')
-        sync = dec.sync or ("-" if not dec.replicated else "none")
-        if dec.sync == "ps" and dec.server is not None:
-            sync += f" on {ids[dec.server]}"
-        if dec.sfb:
-            sync += f", SFB on {len(dec.sfb)} op(s)"
+        counts: dict[str, int] = {}
+        for g in range(a, b + 1):
+            t = _sync_text(strategy.decisions[g], ids)
+            counts[t] = counts.get(t, 0) + 1
+        sync = ", ".join(t if n == 1 and a == b else f"{t} x {n}" for t, n in counts.items())
         cells.append(f"<td>{esc(sync)}</td>")
         body.append(f'<tr>{"".join(cells)}</tr>')
     return (f'<div class="scroll"><table class="placement"><tr>{"".join(head)}</tr>{"".join(body)}</table></div>'

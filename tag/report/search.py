@@ -30,13 +30,20 @@ def search_parts(search: dict | None) -> tuple[str, list[tuple[str, float]]] | N
     return None
 
 
+def _scalar_text(v) -> str | None:
+    """A search entry as text: scalars as they are, a list of scalars joined by '; '; None for anything else."""
+    if isinstance(v, list):
+        return "; ".join(str(x) for x in v) if all(not isinstance(x, (dict, list)) for x in v) else None
+    return None if isinstance(v, dict) else str(v)
+
+
 def search_html(plan: dict) -> str:
     """The recorded search block as a table, then the gains (module docstring)."""
     search = plan.get("search") if isinstance(plan.get("search"), dict) else None
     if not search:
         return '<p class="note">This plan records no search block (it was written by hand or by another tool).</p>'
-    cells = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in search.items()
-                    if not isinstance(v, (dict, list)))
+    cells = "".join(f"<tr><th>{esc(k)}</th><td>{esc(_scalar_text(v))}</td></tr>" for k, v in search.items()
+                    if _scalar_text(v) is not None)
     out = [f'<table class="kv">{cells}</table>']
     parts = search_parts(search)
     if parts is None:
