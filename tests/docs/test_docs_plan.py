@@ -93,3 +93,33 @@ def test_documented_required_keys_are_required(tmp_path, capsys):
         if code != 2 or err.count("\n") != 1 or f"p.json: {where}" not in err:
             failures.append(f"{key}: exit {code}, {err.strip()!r}")
     assert not failures, "\n".join(failures)
+
+
+def _documented_keys() -> set[str]:
+    """Every key named in the first column of the page's tables, as dotted paths (`decisions.rows`)."""
+    keys = set()
+    for line in open(os.path.join(ROOT, "docs", PAGE)):
+        if line.startswith("| `"):
+            first = line.strip().strip("|").split("|")[0]
+            for k in first.split(","):
+                keys.add(k.strip().strip("`").replace("[i]", "").replace("[j]", ""))
+    return keys
+
+
+def test_every_key_tag_plan_writes_is_documented_and_back(tmp_path, capsys):
+    model, topo = _files(_example())
+    out = tmp_path / "written.json"
+    assert main(["plan", model, topo, "--playouts", "2", "--no-refine", "-o", str(out)]) == 0
+    capsys.readouterr()
+    written = json.loads(out.read_text())
+    documented = _documented_keys()
+    paths = set(written)
+    for block in ("model", "topology", "predicted", "search"):
+        paths |= {f"{block}.{k}" for k in written[block]}
+    paths |= {f"decisions.{k}" for k in written["decisions"][0]} | {f"groups.{k}" for k in written["groups"][0]}
+    paths |= set(written["training"])  # the training table names its keys bare
+    assert not paths - documented, f"written by tag plan but not in docs/{PAGE}: {sorted(paths - documented)}"
+    search_doc = {k for k in documented if k.startswith("search.")}
+    assert search_doc <= {f"search.{k}" for k in written["search"]}, \
+        f"documented in docs/{PAGE} but not written: {sorted(search_doc - {f'search.{k}' for k in written['search']})}"
+    assert set(_example()["search"]) == set(written["search"])
