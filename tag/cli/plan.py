@@ -121,9 +121,7 @@ def run(args) -> int:
                          f"search short ({res.playouts} playouts, {res.simulations} simulations); search.capped is "
                          "true and the plan may differ run to run: raise --budget or lower --playouts/--simulations\n")
     search = {"method": res.method, "playouts": res.playouts, "simulations": res.simulations, "capped": res.capped,
-              "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name}
-    if warnings:
-        search["warnings"] = warnings
+              "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name, "warnings": warnings}
     obj = plan_to_json(res.strategy, inp.gg, inp.cluster, inp.training, args.model, args.topology,
                        predicted=predicted_from_result(res.result, inp.cost.name),
                        baselines=baselines_summary(res.baselines), search=search)

@@ -50,15 +50,15 @@ def test_missing_ortools_warns_and_the_plan_says_so(tmp_path, monkeypatch, capsy
     search = json.loads(out.read_text())["search"]
     assert len(search["warnings"]) == 1 and "--no-sfb" in search["warnings"][0]
     assert "sfb" not in search["method"]
-    # with --no-sfb nothing is missing: no warning, no warnings key
+    # with --no-sfb nothing is missing: no warning
     assert main(["plan", MODEL, TOPO, "-o", str(out), "--no-gnn", "--no-sfb", *SMALL]) == 0
     assert "warning" not in capsys.readouterr().err
-    assert "warnings" not in json.loads(out.read_text())["search"]
+    assert json.loads(out.read_text())["search"]["warnings"] == []
 
 
 def test_sfb_with_its_solver_records_no_warning(tmp_path, capsys):
     out = tmp_path / "p.json"
     assert main(["plan", MODEL, TOPO, "-o", str(out), "--no-gnn", *SMALL]) == 0
     search = json.loads(out.read_text())["search"]
-    assert "warnings" not in search and search["capped"] is False
+    assert search["warnings"] == [] and search["capped"] is False
     assert search["playouts"] == 5 and isinstance(search["simulations"], int)
