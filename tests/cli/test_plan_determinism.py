@@ -55,3 +55,13 @@ def test_plan_is_byte_identical_idle_and_under_load(tmp_path, capsys):
     plan = json.loads(idle)
     fits = [b["iteration_ms"] for b in plan["baselines"].values() if not b["oom"]]
     assert plan["predicted"]["iteration_ms"] <= min(fits)
+
+
+def test_a_binding_cap_is_stated_in_the_plan_and_on_stderr(tmp_path, capsys):
+    """--budget 1e-6 s is over before the first playout: nothing of the counted work runs and the plan says so."""
+    out = tmp_path / "capped.json"
+    assert main(["plan", MODEL, TOPO, "-o", str(out), "--no-gnn", "--budget", "1e-6", *FLAGS]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "safety cap" in line]
+    assert len(err) == 1 and "--budget" in err[0]
+    search = json.loads(out.read_text())["search"]
+    assert search["capped"] is True and search["playouts"] == 0
