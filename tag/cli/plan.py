@@ -136,7 +136,7 @@ def run(args) -> int:
 
         write_report(args.report, gather(inp, res.strategy, obj, plan_path=args.output,
                                          baselines={n: r for n, (_, r) in res.baselines.items()}))
-    if res.result.oom:  # the search keeps the least-overflowing strategy when none fits
+    if res.result.oom:  # res is the least-overflowing of the searched plan and the baselines (_least_overflowing)
         from tag.cli._plan_report import oom_line
 
         sys.stderr.write(f"tag plan: {oom_line(res, inp.cluster, args.output, args.baseline)}\n")
