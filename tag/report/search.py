@@ -31,8 +31,10 @@ def search_parts(search: dict | None) -> tuple[str, list[tuple[str, float]]] | N
 
 
 def _scalar_text(v) -> str | None:
-    """A search entry as text: scalars as they are, a list of scalars joined by '; '; None for anything else."""
+    """A search entry as text: scalars as they are, a non-empty list of scalars joined by '; '; None for anything else."""
     if isinstance(v, list):
+        if not v:
+            return None
         return "; ".join(str(x) for x in v) if all(not isinstance(x, (dict, list)) for x in v) else None
     return None if isinstance(v, dict) else str(v)
 
