@@ -53,12 +53,13 @@ def case_files(model: str, topology: str, datasets_dir: str | Path | None = None
     if checkout is not None:
         return case_files(model, topology, checkout)
     m, t = package_data("models", f"{model}.onnx"), package_data("topologies", f"{topology}.json")
-    for path, kind in ((m, "model"), (t, "topology")):
+    for path in (m, t):
         if not path.exists():
-            shipped = ", ".join(sorted(p.stem for p in package_data(path.parent.name).glob("*")))
-            raise InputError("datasets/", f"{path.parent.name}/{path.name}",
+            kind = path.parent.name  # "models" or "topologies"
+            shipped = ", ".join(sorted(p.stem for p in package_data(kind).glob("*")))
+            raise InputError("datasets/", f"{kind}/{path.name}",
                              f"--datasets DIR naming a tag source checkout's datasets/ directory (this install "
-                             f"ships only the {kind}s {shipped}, which --quick uses)",
+                             f"ships only the {kind} {shipped}; --quick uses them)",
                              "no datasets/ directory beside this install")
     return CaseFiles(m, t)
 
