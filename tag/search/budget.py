@@ -16,7 +16,7 @@ DEFAULT_REFINE_SIMULATIONS = 1000  # refinement of the tree's best plan, same in
 OTHER_REFINE_SHARE = 4  # each other baseline's refinement gets refine_simulations // OTHER_REFINE_SHARE
 SCALE_FROM = 1024  # groups x devices above which the default counts shrink in proportion
 MIN_PLAYOUTS, MIN_REFINE_SIMULATIONS = 16, 100  # the scaled defaults never go below these
-DEFAULT_BUDGET_S = 600.0  # the safety cap, seconds (benchmarks/plan_budget.md: >= 2x the slowest datasets plan, with margin)
+DEFAULT_BUDGET_S = 900.0  # the safety cap, seconds (benchmarks/plan_budget.md: >= 2x the slowest datasets plan, with margin)
 
 
 def default_counts(n_groups: int, n_devices: int) -> tuple[int, int]:
