@@ -21,31 +21,39 @@ TOPOLOGIES = ("heterog8", "tag16", "hap64", "amp16", "modern8")
 QUICK_MODELS = ("vgg19", "resnet50", "gpt2_medium")
 QUICK_TOPOLOGIES = ("heterog8", "tag16", "hap64")
 BASELINES = ("dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo")
-QUICK_PLAYOUTS, QUICK_BUDGET_S = 60, 8.0
-FULL_PLAYOUTS, FULL_BUDGET_S = 400, 60.0
+# Search work per case: the quick suite's counts; the full suite takes the planner's defaults (None:
+# tag.search.budget.default_counts). The wall-clock cap is the planner's safety cap in both: work counts decide
+# every plan, so a run is reproducible whatever the machine's load (a case it cut short says so, `capped`).
+QUICK_PLAYOUTS, QUICK_REFINE_SIMULATIONS = 60, 300
 
 
 @dataclass(frozen=True)
 class SuiteOptions:
-    """What to run: the cases and the search settings of each (playouts, wall-clock cap in s, seed)."""
+    """What to run: the cases and the search settings of each (playouts and refinement simulations, None for
+    the planner's defaults; the wall-clock safety cap in s; seed)."""
 
     models: tuple[str, ...]
     topologies: tuple[str, ...]
-    playouts: int
+    playouts: int | None
     budget_s: float
     profile: str | None = None  # profile.json for the measured cost model (default: roofline)
     datasets_dir: str | None = None  # a datasets/ directory (default: the checkout's, else the package data)
     seed: int = 0
+    refine_simulations: int | None = None
 
 
 def suite_options(quick: bool = False, models=None, topologies=None, playouts: int | None = None,
                   budget_s: float | None = None, profile: str | None = None,
-                  datasets_dir: str | None = None, seed: int = 0) -> SuiteOptions:
+                  datasets_dir: str | None = None, seed: int = 0,
+                  refine_simulations: int | None = None) -> SuiteOptions:
     """SuiteOptions with the quick or full defaults for whatever is not given."""
+    from tag.search.budget import DEFAULT_BUDGET_S
+
     return SuiteOptions(tuple(models or (QUICK_MODELS if quick else MODELS)),
                         tuple(topologies or (QUICK_TOPOLOGIES if quick else TOPOLOGIES)),
-                        playouts or (QUICK_PLAYOUTS if quick else FULL_PLAYOUTS),
-                        budget_s or (QUICK_BUDGET_S if quick else FULL_BUDGET_S), profile, datasets_dir, seed)
+                        playouts or (QUICK_PLAYOUTS if quick else None),
+                        budget_s or DEFAULT_BUDGET_S, profile, datasets_dir, seed,
+                        refine_simulations or (QUICK_REFINE_SIMULATIONS if quick else None))
 
 
 @dataclass
@@ -59,6 +67,8 @@ class Case:
     ms: dict[str, float] = field(default_factory=dict)  # baselines, "plan", "plan+sfb", "ideal"
     search_s: float = 0.0
     playouts: int = 0
+    simulations: int = 0
+    capped: bool = False
     error: str | None = None
 
 
@@ -74,9 +84,9 @@ def run_case(files: CaseFiles, model: str, topology: str, opts: SuiteOptions) ->
     case.batch, case.groups = inp.batch_size, inp.gg.n_groups
     t0 = time.monotonic()
     res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=opts.playouts, budget_s=opts.budget_s,
-               seed=opts.seed, sfb=True)
+               seed=opts.seed, sfb=True, refine_simulations=opts.refine_simulations)
     case.search_s = time.monotonic() - t0
-    case.playouts = res.playouts
+    case.playouts, case.simulations, case.capped = res.playouts, res.simulations, res.capped
     for name, (_, r) in res.baselines.items():
         case.ms[name] = r.iteration_ms if not r.oom else math.inf
     nosfb = res.no_sfb_result

@@ -64,11 +64,11 @@ def _fmt(v: float) -> str:
 
 def suite_markdown(cases: list[Case]) -> str:
     """The case table (one row per case) and the per-topology summary, as markdown."""
-    lines = ["| model | topology | batch | groups | dp-even ms | " + " | ".join(COLUMNS) + " | search s |",
-             "|" + "---|" * (6 + len(COLUMNS))]
+    lines = ["| model | topology | batch | groups | dp-even ms | " + " | ".join(COLUMNS) + " | search s | playouts | simulations |",
+             "|" + "---|" * (8 + len(COLUMNS))]
     for c in cases:
         if c.error:
-            lines.append(f"| {c.model} | {c.topology} | | | error: {c.error} |" + " |" * len(COLUMNS) + " |")
+            lines.append(f"| {c.model} | {c.topology} | | | error: {c.error} |" + " |" * len(COLUMNS) + " | | |")
             continue
         de = c.ms.get("dp-even", math.inf)
         if math.isfinite(de):
@@ -77,12 +77,14 @@ def suite_markdown(cases: list[Case]) -> str:
             cells = [f"{c.ms[n]:.0f} ms" if math.isfinite(c.ms.get(n, math.inf)) else "OOM" for n in COLUMNS]
         lines.append(f"| {c.model} | {c.topology} | {c.batch} | {c.groups} | "
                      f"{'OOM' if not math.isfinite(de) else f'{de:.1f}'} | " + " | ".join(cells)
-                     + f" | {c.search_s:.1f} |")
+                     + f" | {c.search_s:.1f}{' (capped)' if c.capped else ''} | {c.playouts} | {c.simulations} |")
     lines += ["", "Ratios are speedups over dp-even (dp-even ms / strategy ms), all simulated in this run with one "
               "cost model; OOM: the strategy does not fit. When dp-even itself is OOM, cells give the iteration ms "
               "of the strategies that fit. ideal: a lower bound on any strategy's iteration time (every group's "
               "forward and backward spread over the devices at the cost model's times, no communication, no "
-              "memory limit; tag/bench/ideal.py).", "",
+              "memory limit; tag/bench/ideal.py). playouts and simulations: the search's work, which decides the plan "
+              "(the same counts and seed give the same plan under any load); (capped): the wall-clock safety cap "
+              "cut that case's work short.", "",
               "| topology | geomean plan+sfb / dp-even | geomean plan+sfb / dp-proportional | median search s | cases |",
               "|---|---|---|---|---|"]
     for s in summarise(cases):
@@ -100,7 +102,8 @@ def suite_json(cases: list[Case]) -> dict:
     rows = [{"model": c.model, "topology": c.topology, "batch": c.batch, "groups": c.groups,
              "iteration_ms": {k: _num(v) for k, v in c.ms.items()},
              "speedup_over_dp_even": {k: _num(ratio(c, k)) for k in COLUMNS if k in c.ms},
-             "search_seconds": round(c.search_s, 3), "playouts": c.playouts, "error": c.error} for c in cases]
+             "search_seconds": round(c.search_s, 3), "playouts": c.playouts, "simulations": c.simulations,
+             "capped": c.capped, "error": c.error} for c in cases]
     summary = [{"topology": s.topology, "geomean_plan_over_dp_even": _num(s.geomean_plan_over_dp_even),
                 "geomean_plan_over_dp_proportional": _num(s.geomean_plan_over_dp_proportional),
                 "median_search_seconds": _num(s.median_search_s), "cases": s.cases} for s in summarise(cases)]

@@ -26,8 +26,12 @@ def add_parser(sub):
     p.add_argument("--fit", action="store_true", help="with --published: refit the GPU parameters first (slow)")
     p.add_argument("--logo", action="store_true", help="with --published: also the leave-one-GPU-out error (slow)")
     p.add_argument("--profile", metavar="F", default=None, help="profile.json with measured op times")
-    p.add_argument("--playouts", type=positive_int, default=None, metavar="N", help="search playouts per case")
-    p.add_argument("--budget", type=float, default=None, metavar="SECONDS", help="search wall-clock cap per case")
+    p.add_argument("--playouts", type=positive_int, default=None, metavar="N",
+                   help="search playouts per case (default: 60 with --quick, else tag plan's default)")
+    p.add_argument("--simulations", type=positive_int, default=None, metavar="N",
+                   help="refinement simulations per case (default: 300 with --quick, else tag plan's default)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="wall-clock safety cap per case (default: tag plan's); work counts decide the plans")
     p.add_argument("--models", nargs="+", default=None, metavar="NAME", help="model names (datasets/models/NAME.onnx)")
     p.add_argument("--topologies", nargs="+", default=None, metavar="NAME",
                    help="topology names (datasets/topologies/NAME.json)")
@@ -46,7 +50,8 @@ def run(args) -> int:
     check_outputs(args, {"out": "--out"}, [args.profile])
     if args.published:
         for flag, given in (("--profile", args.profile), ("--models", args.models), ("--topologies", args.topologies),
-                            ("--playouts", args.playouts), ("--budget", args.budget), ("--datasets", args.datasets),
+                            ("--playouts", args.playouts),
+                            ("--simulations", args.simulations), ("--budget", args.budget), ("--datasets", args.datasets),
                             ("--quick", args.quick)):
             if given:
                 raise InputError(flag, "with --published", "no suite flag (--published checks the catalog cost "
@@ -86,7 +91,7 @@ def _suite(args):
     from tag.bench.suite_format import suite_json, suite_markdown
 
     opts = suite_options(args.quick, args.models, args.topologies, args.playouts, args.budget, args.profile,
-                         args.datasets)
+                         args.datasets, refine_simulations=args.simulations)
     bar = progress(total=len(opts.models) * len(opts.topologies), desc="bench", unit="case")
 
     def on_case(done: int, total: int, label: str) -> None:
