@@ -6,13 +6,11 @@ one is still written to -o); 1 an internal failure.
 
 from __future__ import annotations
 
-from tag.cli.util import add_model_flags, add_output_flags, add_verb
+from tag.cli.util import BASELINE_NAMES, add_model_flags, add_output_flags, add_verb
 from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFINE_SIMULATIONS, MIN_PLAYOUTS,
                                MIN_REFINE_SIMULATIONS, OTHER_REFINE_SHARE, SCALE_FROM)
 
 EXIT_OOM = 3  # no strategy fits in memory (documented in --help)
-
-BASELINE_NAMES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
 
 
 def add_parser(sub):

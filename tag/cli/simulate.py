@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cli.util import add_model_flags, add_output_flags, add_verb
-
-BASELINE_NAMES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
+from tag.cli.util import BASELINE_NAMES, add_model_flags, add_output_flags, add_verb
 
 
 def add_parser(sub):

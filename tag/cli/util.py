@@ -40,6 +40,10 @@ def positive_int(text: str) -> int:
     return value
 
 
+# the baselines `--baseline` accepts (tag.search.baselines.BASELINES, whose import this module avoids)
+BASELINE_NAMES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
+
+
 def add_verb(subparsers, name: str, help: str, example: str, description: str | None = None,
              notes: str | None = None) -> argparse.ArgumentParser:
     """Add a verb (or a verb's action, e.g. `topo random`) whose --help has a description and an example.

@@ -131,7 +131,7 @@ def test_needs_plan_or_baseline(files, capsys):
 
 
 def test_cli_baseline_names_match_the_registry():
-    from tag.cli.simulate import BASELINE_NAMES
+    from tag.cli.util import BASELINE_NAMES
     from tag.search.baselines import BASELINES
 
     assert BASELINE_NAMES == list(BASELINES)
