@@ -32,12 +32,17 @@ class ModelResult:
     solve_ms: float
 
 
-def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0,
+WORK_LIMIT = 2.0  # CP-SAT deterministic time per solve (its own work units, about seconds on one core)
+
+
+def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0, work_limit: float = WORK_LIMIT,
                     exclude: list[list[int]] | None = None) -> ModelResult:
     """Build and solve the model of the module docstring; returns the chosen candidates (indices).
 
     exclude: subsets (candidate index lists) the solution must differ from (no-good cuts), so repeated
-    calls list the model's best subsets in order."""
+    calls list the model's best subsets in order. The solve stops at `work_limit` (CP-SAT's deterministic
+    time on one worker: the same answer on any machine under any load) or, as a safety cap only, after
+    `time_limit_s` of wall-clock time; a stop before optimality gives status FEASIBLE."""
     from ortools.sat.python import cp_model
 
     units, cands = terms.units, terms.cands
@@ -57,6 +62,15 @@ def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0,
         by_unit.setdefault(c.unit, []).append(i)
     added = {d: sum(x[i] * q(c.dw_added_ms.get(d, 0.0)) for i, c in enumerate(cands)) for d in terms.update_ms}
     saved_on = {d: [(i, c) for i, c in enumerate(cands) if d in c.bwd_saved_ms] for d in terms.update_ms}
+    group_of = [_group_of(terms, i) for i in range(len(cands))]
+    shifts: dict[tuple, object] = {}
+
+    def shift_of(d, gmin: int):
+        """Backward time saved on device d by candidates of groups >= gmin (whose backward runs first)."""
+        key = (d, gmin)
+        if key not in shifts:
+            shifts[key] = sum(x[i] * q(c.bwd_saved_ms[d]) for i, c in saved_on[d] if group_of[i] >= gmin)
+        return shifts[key]
 
     for d in terms.update_ms:
         saved = sum(x[i] * q(c.bwd_saved_ms[d]) for i, c in saved_on[d])
@@ -72,8 +86,7 @@ def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0,
         for g in unit.groups:
             for d in unit.devices:
                 if (g, d) in terms.bwd_end_ms:
-                    shift = sum(x[i] * q(c.bwd_saved_ms[d]) for i, c in saved_on[d] if _group_of(terms, i) >= gmin)
-                    m.Add(r >= q(terms.bwd_end_ms[(g, d)]) - shift)
+                    m.Add(r >= q(terms.bwd_end_ms[(g, d)]) - shift_of(d, gmin))
         f = m.NewIntVar(0, big, f"f{u}")
         m.Add(f >= r + t)
         prev = prev_by_comm.get(unit.devices)
@@ -106,6 +119,7 @@ def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0,
     solver.parameters.random_seed = seed
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.max_deterministic_time = work_limit
     st = solver.Solve(m)
     status = solver.StatusName(st)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
