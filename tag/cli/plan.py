@@ -85,8 +85,8 @@ def run(args) -> int:
             warnings.append(f"SFB skipped: its solver cannot be imported ({missing}); "
                             "install ortools, or pass --no-sfb to plan without SFB")
             sys.stderr.write(f"tag plan: warning: {warnings[-1]}\n")
-    sys.stderr.write(f"tag plan: batch {inp.batch_size}, {inp.gg.n_groups} groups, {inp.cluster.n_devices} devices\n") \
-        if not args.json else None
+    if not args.json:
+        sys.stderr.write(f"tag plan: batch {inp.batch_size}, {inp.gg.n_groups} groups, {inp.cluster.n_devices} devices\n")
 
     if args.baseline is not None:
         from tag.search.baselines import run_baselines
