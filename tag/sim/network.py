@@ -34,14 +34,52 @@ class Flow:
 
 
 def max_min_rates(flows: list[Flow], caps_bytes_per_ms: list[float]) -> None:
-    """Set each flow's `rate` (bytes/ms) to its weighted max-min fair share of the link capacities."""
+    """Set each flow's `rate` (bytes/ms) to its weighted max-min fair share of the link capacities.
+
+    Flows that share no link, directly or through other flows, do not affect each other's rates, so each
+    connected component (`link_components`) is filled on its own: a flow alone gets min_l cap_l / w_l, the
+    progressive filling then runs over the component's links only (a hierarchical sync's 128 chains inside
+    128 machines are 128 one-flow components, not one 128-step filling over every link)."""
     if len(flows) == 1:
-        f = flows[0]
-        f.rate = min((caps_bytes_per_ms[l] / w for l, w in zip(f.links, f.weights)), default=INF)
-    elif len(flows) > 400:
-        _max_min_rates_np(flows, caps_bytes_per_ms)
-    else:
-        _max_min_rates_py(flows, caps_bytes_per_ms)
+        _alone(flows[0], caps_bytes_per_ms)
+        return
+    for comp in link_components(flows):
+        if len(comp) == 1:
+            _alone(comp[0], caps_bytes_per_ms)
+        elif len(comp) > 400:
+            _max_min_rates_np(comp, caps_bytes_per_ms)
+        else:
+            _max_min_rates_py(comp, caps_bytes_per_ms)
+
+
+def _alone(f: Flow, caps_bytes_per_ms) -> None:
+    """The rate of a flow that shares none of its links: its narrowest link, min_l cap_l / w_l."""
+    f.rate = min((caps_bytes_per_ms[l] / w for l, w in zip(f.links, f.weights)), default=INF)
+
+
+def link_components(flows: list[Flow]) -> list[list[Flow]]:
+    """The flows grouped into connected components of the flows-share-a-link relation (union-find over the
+    links), each component in the flows' order, components ordered by their first flow."""
+    parent = list(range(len(flows)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[int, int] = {}
+    for i, f in enumerate(flows):
+        for l in f.links:
+            j = owner.setdefault(l, i)
+            if j != i:
+                a, b = root(i), root(j)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)  # the root stays the component's first flow
+    comps: dict[int, list[Flow]] = {}
+    for i, f in enumerate(flows):
+        comps.setdefault(root(i), []).append(f)
+    return list(comps.values())
 
 
 def _max_min_rates_py(flows: list[Flow], caps_bytes_per_ms) -> None:
