@@ -1,12 +1,20 @@
 """Collectives the per-rank runtime uses, over torch.distributed (gloo on CPU, NCCL on GPU).
 
 `Comm` creates every sub-group the schedule needs up front (all ranks must call ``new_group`` in the same
-order) and offers: a point-to-point `exchange`, the three gradient sync methods of DESIGN.md
-(`allreduce` = ring all-reduce over the replicas, `hierarchical` = reduce inside each machine, all-reduce
-across machine leaders, broadcast back, `ps` = reduce to the server, broadcast back) and an uneven
-`all_gather_rows` for sufficient factors. Every method is a sum: replicas' row-weighted contributions add
-up to the full-batch gradient. On CPU ranks `ps` runs as point-to-point messages
-(`tag.deploy.p2p_collectives`: gloo's reduce and broadcast pay thread wake-ups on a busy machine).
+order) and offers: a point-to-point `exchange`, the gradient sync algorithms of `tag.strategy.SYNC_METHODS`
+and an uneven `all_gather_rows` for sufficient factors:
+
+* ``ring``: the backend's all-reduce over the replicas (gloo's and NCCL's ring);
+* ``tree``: a binary-tree reduce to the first replica and broadcast back (`p2p_collectives.tree_sum`);
+* ``hierarchical``: reduce-scatter of k shards inside each machine (k = the fewest replicas any machine has),
+  all-reduce of shard j across the machines' j-th replicas, all-gather inside each machine (the two inside
+  steps as point-to-point messages, `p2p_collectives.machine_scatter_sum` / `machine_gather`);
+* ``leader``: reduce to each machine's first replica, all-reduce across those leaders, broadcast back;
+* ``ps``: reduce to the server, broadcast back (on CPU ranks as point-to-point messages, `server_sum`: gloo's
+  reduce and broadcast pay thread wake-ups on a busy machine).
+
+Every algorithm is a sum: replicas' row-weighted contributions add up to the full-batch gradient; they differ
+only in the order of the additions.
 """
 
 from __future__ import annotations
@@ -16,7 +24,7 @@ from typing import Iterable
 import torch
 import torch.distributed as dist
 
-from tag.deploy.p2p_collectives import server_sum
+from tag.deploy.p2p_collectives import machine_gather, machine_scatter_sum, server_sum, shard_bounds, tree_sum
 
 
 class Comm:
@@ -40,9 +48,11 @@ class Comm:
         out = [tuple(range(len(rank_machine)))]
         for b in buckets:
             out.append(b.ranks)
-            if b.method == "hierarchical":
+            if b.method == "leader":
                 out += list(_machine_sets(b.ranks, rank_machine).values())
                 out.append(tuple(sorted(s[0] for s in _machine_sets(b.ranks, rank_machine).values())))
+            elif b.method == "hierarchical":
+                out += _cross_sets(b.ranks, rank_machine)
         out += [s.ranks for s in sfb_ops]
         return out
 
@@ -63,13 +73,17 @@ class Comm:
         if self.device.type == "cpu" and method == "ps":  # gloo: point-to-point (p2p_collectives)
             server_sum(flat, ranks, server, self.rank)
             return
-        if method == "allreduce":
+        if method == "ring":
             dist.all_reduce(flat, group=self.group(ranks))
+        elif method == "tree":
+            tree_sum(flat, ranks, self.rank)
         elif method == "ps":
             g = self.group(ranks)
             dist.reduce(flat, dst=server, group=g)
             dist.broadcast(flat, src=server, group=g)
         elif method == "hierarchical":
+            self._hierarchical(flat, ranks)
+        elif method == "leader":
             local = _machine_sets(ranks, self.rank_machine)[self.rank_machine[self.rank]]
             leader = local[0]
             if len(local) > 1:
@@ -81,6 +95,19 @@ class Comm:
                 dist.broadcast(flat, src=leader, group=self.group(local))
         else:
             raise ValueError(f"unknown sync method {method!r}")
+
+    def _hierarchical(self, flat: torch.Tensor, ranks: tuple[int, ...]) -> None:
+        """Reduce-scatter inside the machine, all-reduce of this rank's shard across machines, all-gather inside."""
+        machines = _machine_sets(ranks, self.rank_machine)
+        local = machines[self.rank_machine[self.rank]]
+        k = min(len(s) for s in machines.values())
+        machine_scatter_sum(flat, local, k, self.rank)
+        li = local.index(self.rank)
+        if li < k and len(machines) > 1:
+            a, b = shard_bounds(flat.numel(), k)[li]
+            if b > a:
+                dist.all_reduce(flat[a:b], group=self.group(tuple(s[li] for s in machines.values())))
+        machine_gather(flat, local, k, self.rank)
 
     def all_gather_rows(self, x: torch.Tensor, counts: list[int], ranks: tuple[int, ...]) -> torch.Tensor:
         """Concatenate along dim 0 the tensors of `ranks` (in rank order), rank i holding counts[i] rows."""
@@ -108,3 +135,10 @@ def _machine_sets(ranks: tuple[int, ...], rank_machine: list[str]) -> dict[str, 
     for r in sorted(ranks):
         out.setdefault(rank_machine[r], []).append(r)
     return {m: tuple(rs) for m, rs in out.items()}
+
+
+def _cross_sets(ranks: tuple[int, ...], rank_machine: list[str]) -> list[tuple[int, ...]]:
+    """The rank sets of `hierarchical`'s across-machine all-reduces: the j-th rank of every machine, j < k."""
+    machines = list(_machine_sets(ranks, rank_machine).values())
+    k = min(len(s) for s in machines)
+    return [tuple(sorted(s[j] for s in machines)) for j in range(k)] if len(machines) > 1 else []

@@ -7,9 +7,22 @@ busy ranks as cores those wake-ups wait for a core: measured on the 2-core VM th
 1.6-2.1 ms mean (slowest 9.6 ms), the same sum as one ``isend``/``irecv`` exchange 0.20 ms median and 0.52 ms
 mean; at 3 MiB 2.2 vs 1.6 ms median. Point-to-point calls run on the calling thread.
 
-`server_sum` (the ``ps`` method): every other rank sends its buffer to the server, which adds them in rank
-order and sends the total back, so all ranks end with the same bits. The ``allreduce`` method stays gloo's
-ring: a ring of whole-chunk point-to-point exchanges was tried and ran mlp's replicated plans faster on
+`server_sum` (the ``ps`` algorithm): every other rank sends its buffer to the server, which adds them in rank
+order and sends the total back, so all ranks end with the same bits.
+
+`tree_sum` (the ``tree`` algorithm): a binary tree over the ranks in order (rank index i has children 2i+1 and
+2i+2): each node adds its children's partial sums to its own (left child first) and sends the result to its
+parent; the root's total goes back down the same tree. log2(n) steps each way, every rank ends with the root's
+bits. (NCCL's double binary tree splits the buffer over two such trees so every rank sends and receives at full
+rate; one tree sums the same values.)
+
+`machine_scatter_sum` and `machine_gather` are the inside-a-machine halves of the ``hierarchical`` algorithm: a
+reduce-scatter of k contiguous shards (k = the fewest ranks any machine has in the set) to the machine's first k
+ranks, and the all-gather of those shards back to every rank of the machine; between them the runtime all-reduces
+shard j across machines (`tag.deploy.comm`). torch's gloo backend has no reduce-scatter; these are direct
+messages (each rank sends each shard to its owner), one step each way inside a machine.
+
+The ``ring`` algorithm stays gloo's ring: a ring of whole-chunk point-to-point exchanges was tried and ran mlp's replicated plans faster on
 loopback (dp-even 13.1-16.3 -> 11.8 ms) but took 615 ms instead of 295 on the emulated cluster's shaped
 100 Mbit/s link, where both directions of a 2-rank ring are busy at once (not diagnosed further; likely each
 direction's acknowledgements queue behind the other's data in the shaper's queue), so it was not kept.
@@ -42,3 +55,73 @@ def server_sum(flat: torch.Tensor, ranks: tuple[int, ...], server: int, me: int)
     for b in bufs:
         flat.add_(b)
     _wait([dist.isend(flat, r, tag=TAG) for r in others])
+
+
+def tree_sum(flat: torch.Tensor, ranks: tuple[int, ...], me: int) -> None:
+    """Sum `flat` in place over `ranks` (sorted) by a binary-tree reduce to ranks[0] and a broadcast back."""
+    order = sorted(ranks)
+    n = len(order)
+    if n < 2:
+        return
+    i = order.index(me)
+    kids = [order[c] for c in (2 * i + 1, 2 * i + 2) if c < n]
+    parent = order[(i - 1) // 2] if i > 0 else None
+    bufs = [torch.empty_like(flat) for _ in kids]
+    _wait([dist.irecv(b, k, tag=TAG + 1) for b, k in zip(bufs, kids)])
+    for b in bufs:
+        flat.add_(b)
+    if parent is not None:
+        _wait([dist.isend(flat, parent, tag=TAG + 1)])
+        _wait([dist.irecv(flat, parent, tag=TAG + 2)])
+    _wait([dist.isend(flat, k, tag=TAG + 2) for k in kids])
+
+
+def shard_bounds(numel: int, k: int) -> list[tuple[int, int]]:
+    """k contiguous [start, end) shards of `numel` elements, sizes differing by at most one, larger first.
+
+    >>> shard_bounds(10, 3)
+    [(0, 4), (4, 7), (7, 10)]
+    """
+    base, extra = divmod(numel, k)
+    out, pos = [], 0
+    for j in range(k):
+        size = base + (1 if j < extra else 0)
+        out.append((pos, pos + size))
+        pos += size
+    return out
+
+
+def machine_scatter_sum(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int) -> None:
+    """Reduce-scatter inside one machine: local[j] (j < k) ends with shard j (`shard_bounds`) summed over `local`
+    (in local order); the other shards of `flat` are left as they were."""
+    if len(local) < 2:
+        return
+    bounds = shard_bounds(flat.numel(), k)
+    li = local.index(me)
+    sends = [dist.isend(flat[a:b], local[j], tag=TAG + 3) for j, (a, b) in enumerate(bounds) if j != li and b > a]
+    got = []
+    if li < k and bounds[li][1] > bounds[li][0]:
+        a, b = bounds[li]
+        got = [(r, torch.empty_like(flat[a:b])) for r in local if r != me]
+    _wait(sends + [dist.irecv(buf, r, tag=TAG + 3) for r, buf in got])
+    if got:
+        a, b = bounds[li]
+        total = None
+        for r in local:
+            part = flat[a:b] if r == me else dict(got)[r]
+            total = part.clone() if total is None else total.add_(part)
+        flat[a:b].copy_(total)
+
+
+def machine_gather(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int) -> None:
+    """All-gather inside one machine: local[j] (j < k) sends its shard j to every other rank of the machine."""
+    if len(local) < 2:
+        return
+    bounds = shard_bounds(flat.numel(), k)
+    li = local.index(me)
+    works = []
+    if li < k and bounds[li][1] > bounds[li][0]:
+        a, b = bounds[li]
+        works += [dist.isend(flat[a:b], r, tag=TAG + 4) for r in local if r != me]
+    works += [dist.irecv(flat[a:b], local[j], tag=TAG + 4) for j, (a, b) in enumerate(bounds) if j != li and b > a]
+    _wait(works)

@@ -8,17 +8,19 @@ the plan's device count each device is one rank; with fewer ranks several neighb
 process and their row slices simply concatenate (they are contiguous because rows are laid out in
 topology order), so the rank holds the sum of its devices' rows. Activation slices between ranks are
 exactly `tag.strategy.slices` of the rank-level row maps, the function the simulator charges. A rank
-belongs to the machine of its first device (for `hierarchical`); a `ps` server device's rank is the server.
+belongs to the machine of its first device (for `hierarchical` and `leader`); a `ps` server device's rank is the
+server. Gradients sync by the plan's buckets (`tag.deploy.bucket_plan`), in the plan's bucket order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tag.deploy.bucket_plan import SyncBucket, plan_buckets, sync_buckets  # noqa: F401 - SyncBucket re-exported
 from tag.errors import InputError
 from tag.graph.opgraph import OpGraph
 from tag.graph.sfb_form import SFB_OP_TYPES, sfb_form  # the one SFB eligibility rule, shared with the simulator
-from tag.strategy import Decision, Strategy, row_offsets, slices
+from tag.strategy import Strategy, row_offsets, slices
 
 
 @dataclass(frozen=True)
@@ -86,16 +88,6 @@ def torch_float(dtype: str) -> bool:
 
 
 @dataclass(frozen=True)
-class SyncBucket:
-    """Parameters whose gradients are summed over `ranks` by one method (`server` is a rank for ps)."""
-
-    method: str  # "allreduce" | "hierarchical" | "ps"
-    ranks: tuple[int, ...]
-    server: int | None
-    params: tuple[str, ...]
-
-
-@dataclass(frozen=True)
 class SFBOp:
     """A Gemm/MatMul (or embedding Gather) whose weight gradient is formed from all-gathered sufficient factors.
 
@@ -119,7 +111,7 @@ class Schedule:
     rank_rows: list[tuple[int, ...]]  # per group: rows per rank
     groups: list[GroupIO]
     transfers: list[list[Transfer]]  # per consumer group, in a fixed order
-    buckets: list[SyncBucket]
+    buckets: list[SyncBucket]  # gradient syncs in the order every rank runs them
     sfb: list[SFBOp]
     param_users: dict[str, tuple[int, ...]] = field(default_factory=dict)  # param -> ranks that use it
 
@@ -205,7 +197,7 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
     """The rank-level schedule of `strategy` over `groups` (op index lists) with plan devices on `nproc` ranks.
 
     device_machines: machine name of every plan device in topology order. Raises InputError (naming
-    `plan_file`) for an SFB entry the runtime cannot honour.
+    `plan_file`) for an SFB entry the runtime cannot honour, or an ``auto`` sync the plan lists no buckets for.
     """
     n_dev = len(device_machines)
     nproc = n_dev if nproc is None else nproc
@@ -230,35 +222,13 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
 
     sfb_ops, sfb_params = _sfb_ops(graph, groups, strategy, rrows, plan_file)
     users: dict[str, set[int]] = {}
-    first_group: dict[str, int] = {}
     for g, io in enumerate(ios):
         for prm in io.params:
             users.setdefault(prm, set()).update(r for r, n in enumerate(rrows[g]) if n > 0)
-            first_group.setdefault(prm, g)
-    buckets: dict[tuple, list[str]] = {}
-    for prm in sorted(users, key=lambda p: (first_group[p], p)):
-        ranks = tuple(sorted(users[prm]))
-        if prm in sfb_params or len(ranks) < 2:
-            continue
-        dec = _sync_decision(strategy, ios, prm)
-        method = dec.sync or "allreduce"
-        server = None
-        if method == "ps":
-            server = dev_rank[dec.server] if dec.server is not None else ranks[0]
-            ranks = tuple(sorted(set(ranks) | {server}))
-        buckets.setdefault((method, ranks, server), []).append(prm)
-    blist = [SyncBucket(m, r, s, tuple(ps)) for (m, r, s), ps in buckets.items()]
+    buckets = plan_buckets(graph, groups, strategy, plan_file)
+    blist = sync_buckets([io.params for io in ios], strategy, buckets, rrows, dev_rank, sfb_params, plan_file)
     return Schedule(nproc, sum(strategy.decisions[0].rows) if strategy.decisions else 0, rank_machine, rrows,
                     ios, transfers, blist, sfb_ops, {p: tuple(sorted(u)) for p, u in users.items()})
-
-
-def _sync_decision(strategy: Strategy, ios: list[GroupIO], param: str) -> Decision:
-    """The decision that says how `param` syncs: the first group using it that names a sync method."""
-    using = [g for g, io in enumerate(ios) if param in io.params]
-    for g in using:
-        if strategy.decisions[g].sync:
-            return strategy.decisions[g]
-    return strategy.decisions[using[0]]
 
 
 def _sfb_ops(graph: OpGraph, groups: list[list[int]], strategy: Strategy, rrows: list[tuple[int, ...]],

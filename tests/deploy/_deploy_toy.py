@@ -7,6 +7,8 @@ connection, a tied weight (W1 in two Gemms), a parameter-derived unbatched tenso
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from tag.graph.opgraph import Op, OpGraph, TensorInfo
@@ -40,10 +42,14 @@ def toy_graph(batch: int) -> OpGraph:
     for n, shp in TOY_ACTS.items():
         tensors[n] = TensorInfo(n, "float32", (1,) + shp, 0, "data" if n == "x" else "activation")
     tensors["W3t"] = TensorInfo("W3t", "float32", (8, 16), None, "activation")
-    ops = []
+    ops, counted = [], set()
     for i, (name, typ, ins, outs, attrs) in enumerate(TOY_OPS):
         prm = [t for t in ins if t in TOY_PARAMS]
-        ops.append(Op(name, typ, "", list(ins), list(outs), params=prm, attrs=dict(attrs)))
+        first = [t for t in prm if t not in counted]  # a parameter's size counts at its first consumer
+        counted.update(first)
+        count = sum(math.prod(TOY_PARAMS[t]) for t in first)
+        ops.append(Op(name, typ, "", list(ins), list(outs), params=prm, attrs=dict(attrs),
+                      param_count=count, param_bytes=4.0 * count))  # float32
         for t in ins:
             tensors[t].consumers.append(i)
         for t in outs:

@@ -44,20 +44,22 @@ def _expected_grads(graph, data, targets, rows: int) -> dict[str, torch.Tensor]:
 
 def test_gradients_are_slices_of_the_bucket_buffer_summed_in_place():
     graph = toy_graph(B)
-    strategy = Strategy(tuple(Decision((6, 6), "allreduce") for _ in TOY_GROUPS))
+    strategy = Strategy(tuple(Decision((6, 6), "ring") for _ in TOY_GROUPS), bucket_mb=25.0)
     s = build_schedule(graph, TOY_GROUPS, strategy, ["m0", "m0"], nproc=2)
-    assert len(s.buckets) == 1 and set(s.buckets[0].params) == set(graph.param_names)
+    # one 25 MiB bucket holds groups 3, 1, 0's own parameters; the tied W1 (groups 0 and 3) syncs on its own
+    assert [set(b.params) for b in s.buckets] == [{"W4", "b4", "W2", "b1", "W3"}, {"W1"}]
     data, targets = synthetic_batch(graph, B, 0)
     comm = TripleComm()
     rt = RankRuntime(s, graph, ToyProgram(graph, seed=0), 0, comm, data, targets, make_optimizer("sgd", 0.0))
     want = _expected_grads(graph, data, targets, 6)
     for step in range(2):  # lr 0: the same gradient every step, if the buffer is zeroed between steps
         rt.step()
-        flat = comm.summed[-1]
-        assert flat.numel() == sum(rt.p.param(n).numel() for n in graph.param_names)
-        lo, hi = flat.data_ptr(), flat.data_ptr() + flat.numel() * flat.element_size()
-        for n in graph.param_names:
-            g = rt.p.param(n).grad
-            assert lo <= g.data_ptr() < hi, f"{n}: .grad is not a slice of the bucket buffer"
-            torch.testing.assert_close(g, want[n], rtol=1e-5, atol=1e-6)
-    assert comm.summed[0] is comm.summed[1]  # one buffer for the job, not one per step
+        flats = comm.summed[-2:]
+        for b, flat in zip(s.buckets, flats):
+            assert flat.numel() == sum(rt.p.param(n).numel() for n in b.params)
+            lo, hi = flat.data_ptr(), flat.data_ptr() + flat.numel() * flat.element_size()
+            for n in b.params:
+                g = rt.p.param(n).grad
+                assert lo <= g.data_ptr() < hi, f"{n}: .grad is not a slice of its bucket's buffer"
+                torch.testing.assert_close(g, want[n], rtol=1e-5, atol=1e-6)
+    assert comm.summed[0] is comm.summed[2] and comm.summed[1] is comm.summed[3]  # one buffer per bucket per job

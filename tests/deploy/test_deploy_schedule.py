@@ -76,15 +76,15 @@ def test_transfers_deliver_every_missing_row_once(nproc):
 
 def test_buckets_union_of_users_ps_server_and_tied_weight():
     graph = toy_graph(12)
-    strat = Strategy((D((6, 6, 0, 0), "allreduce"), D((0, 0, 12, 0)), D((3, 3, 3, 3), "ps", server=3),
-                      D((4, 0, 8, 0), "hierarchical")))
+    strat = Strategy((D((6, 6, 0, 0), "ring"), D((0, 0, 12, 0)), D((3, 3, 3, 3), "ps", server=3),
+                      D((4, 0, 8, 0), "leader")))
     s = build_schedule(graph, TOY_GROUPS, strat, MACHINES)
     by_param = {p: b for b in s.buckets for p in b.params}
     # W1 is used by group 0 (devices 0, 1) and group 3 (devices 0, 2): summed over the union, group 0's method
-    assert by_param["W1"].ranks == (0, 1, 2) and by_param["W1"].method == "allreduce"
+    assert by_param["W1"].ranks == (0, 1, 2) and by_param["W1"].method == "ring"
     assert by_param["b1"].ranks == (0, 1) and "W3" in by_param  # W3 is read by group 0's Transpose
     assert "W2" not in by_param  # group 1 runs on one device: nothing to sync
-    assert by_param["W4"].method == "hierarchical" and by_param["W4"].ranks == (0, 2)
+    assert by_param["W4"].method == "leader" and by_param["W4"].ranks == (0, 2)
     assert s.param_users["W2"] == (2,)
 
 
@@ -96,10 +96,10 @@ def test_ps_server_outside_replicas_joins_the_bucket():
     assert b.method == "ps" and b.server == 3 and b.ranks == (0, 1, 3)
 
 
-def test_sfb_replaces_the_weights_allreduce():
+def test_sfb_replaces_the_weights_ring_sum():
     graph = toy_graph(12)
-    strat = Strategy((D((3, 3, 3, 3), "allreduce"), D((5, 0, 4, 3), "allreduce", sfb=["m2"]),
-                      D((3, 3, 3, 3), "allreduce"), D((2, 5, 5, 0), "allreduce", sfb=["g4"])))
+    strat = Strategy((D((3, 3, 3, 3), "ring"), D((5, 0, 4, 3), "ring", sfb=["m2"]),
+                      D((3, 3, 3, 3), "ring"), D((2, 5, 5, 0), "ring", sfb=["g4"])))
     s = build_schedule(graph, TOY_GROUPS, strat, MACHINES)
     assert {(o.param, o.ranks) for o in s.sfb} == {("W2", (0, 2, 3)), ("W4", (0, 1, 2))}
     synced = {p for b in s.buckets for p in b.params}
@@ -110,8 +110,8 @@ def test_sfb_replaces_the_weights_allreduce():
                                           (0, "m2", "an op of group 0"), (0, "nope", "an op of group 0")])
 def test_sfb_entries_the_runtime_cannot_run_are_input_errors(group, op, why):
     graph = toy_graph(12)
-    decs = [D((3, 3, 3, 3), "allreduce") for _ in range(4)]
-    decs[group] = D((3, 3, 3, 3), "allreduce", sfb=[op])
+    decs = [D((3, 3, 3, 3), "ring") for _ in range(4)]
+    decs[group] = D((3, 3, 3, 3), "ring", sfb=[op])
     with pytest.raises(InputError) as e:
         build_schedule(graph, TOY_GROUPS, Strategy(tuple(decs)), MACHINES, plan_file="p.json")
     assert str(e.value).startswith(f"p.json: decisions[{group}].sfb[0]: expected") and why in str(e.value)

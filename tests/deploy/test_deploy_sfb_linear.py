@@ -40,8 +40,8 @@ LIN_OPS = [
 LIN_PARAMS = {"E": (10, 8), "W1": (16, 8), "b1": (16,), "W2": (4, 16), "W3": (4, 6)}
 LIN_ACTS = {"x": (S, 8), "e": (S, 8), "xe": (S, 8), "h1": (S, 16), "h1b": (S, 16), "a1": (S, 16), "a1t": (16, S), "h2": (4, S), "y": (6, S)}
 LIN_GROUPS = [[0, 1, 2, 3, 4, 5], [6, 7], [8, 9]]
-LIN_PLAN = Strategy((Decision((4, 2, 3), "allreduce", None, ("emb", "m1")), Decision((3, 3, 3), "allreduce", None, ("m2",)),
-                     Decision((5, 0, 4), "allreduce", None, ("m3",))))
+LIN_PLAN = Strategy((Decision((4, 2, 3), "ring", None, ("emb", "m1")), Decision((3, 3, 3), "ring", None, ("m2",)),
+                     Decision((5, 0, 4), "ring", None, ("m3",))))
 
 
 def lin_graph(batch: int) -> OpGraph:
@@ -96,7 +96,7 @@ def _bert():
     graph = load_model(path, batch_size=8)
     gg = coarsen(graph, k=3, n_devices=3)
     rows = [(3, 2, 3), (2, 4, 2), (4, 0, 4)]
-    plain = Strategy(tuple(Decision(rows[g % 3], "allreduce" if grp.param_bytes > 0 else None)
+    plain = Strategy(tuple(Decision(rows[g % 3], "ring" if grp.param_bytes > 0 else None)
                            for g, grp in enumerate(gg.groups)))
     plan = with_sfb(plain, eligible_ops(gg, plain))
     return graph, TorchProgram(onnx.load(path), graph, seed=0), [list(g.op_ids) for g in gg.groups], plan
@@ -110,7 +110,7 @@ def make(sc):
     return graph, LinProgram(graph, seed=0), LIN_GROUPS
 
 
-def test_lin_schedule_takes_weights_out_of_the_allreduce():
+def test_lin_schedule_takes_weights_out_of_the_ring_sum():
     from tag.deploy.schedule import build_schedule
 
     sched = build_schedule(lin_graph(B), LIN_GROUPS, LIN_PLAN, MACHINES)
