@@ -10,11 +10,22 @@ Collective algorithms (uncontended, n participants, every hop of bandwidth B and
 * chain (pipelined) reduce or broadcast, as NCCL runs them: ``S / B + (n-1) x alpha``
 * parameter server with w workers sending to a server whose link is the bottleneck (incast):
   push ``w x S / B + alpha`` then pull ``w x S / B + alpha``
-* hierarchical all-reduce on k machines of m replicas: chain reduce inside each machine, ring
-  all-reduce across the k machine leaders, chain broadcast inside each machine.
+* ring reduce-scatter where device i ends with the share f_i of S: the hop out of device i carries every share
+  but its own, (1 - f_i) x S; lockstep, the busiest hop: ``(1 - min_i f_i) x S / B + (n-1) x alpha``
+  (``(n-1)/n x S / B`` for equal shares)
+* double binary tree all-reduce (NCCL): each half of S goes up one tree (reduce) and down again (broadcast),
+  pipelined; a directed link that h tree hops cross carries h x S/2: ``h_max x S/2 / B + 2 x (path latency)``
+  (h_max = 4 on the NIC of a machine that is an inner node of one tree: 2S per direction)
+* hierarchical all-reduce on k machines of m replicas (NCCL/Horovod): ring reduce-scatter inside each machine,
+  m rings (one per local rank) all-reduce the 1/m shards across the k machines (sharing each NIC), ring
+  all-gather inside: ``2 x ((m-1)/m x S / B_intra + (m-1) alpha_intra) + 2(k-1)/k x S / B_nic + 2(k-1) alpha_inter``
+* leader all-reduce on k machines of m replicas (version 1's "hierarchical"): chain reduce inside each machine,
+  ring all-reduce across the k machine leaders, chain broadcast inside each machine.
 """
 
 from __future__ import annotations
+
+from tag.cost.nccl import busbw_factor
 
 
 def bytes_per_ms(bandwidth_gbps: float) -> float:
@@ -86,16 +97,57 @@ def ps_ms(nbytes: float, n_workers: int, bandwidth_gbps: float, latency_us: floa
     return 2.0 * one_way
 
 
+def reduce_scatter_volume_bytes(nbytes: float, shares: list[float]) -> float:
+    """Bytes the busiest hop carries in a ring reduce-scatter of `nbytes` where device i ends with the fraction
+    shares[i] of the result (summing to 1): (1 - min_i shares[i]) x S; (n-1)/n x S for equal shares.
+
+    >>> reduce_scatter_volume_bytes(8.0, [0.25] * 4), reduce_scatter_volume_bytes(8.0, [0.5, 0.25, 0.25])
+    (6.0, 6.0)
+    """
+    if len(shares) <= 1:
+        return 0.0
+    return (1.0 - min(shares)) * nbytes
+
+
+def tree_allreduce_ms(nbytes: float, hops_on_link: int, bandwidth_gbps: float, path_latency_us: float) -> float:
+    """Double binary tree all-reduce, ms: ``h x S/2 / B + 2 x path latency``, where the busiest directed link (of
+    bandwidth B) carries h tree hops of S/2 each, and `path_latency_us` is the deepest device's latency to its
+    tree's root (up for the reduce, the same again down for the broadcast).
+
+    >>> round(tree_allreduce_ms(2e6, 4, 8.0, 30.0), 6)  # 4 x 1 MB at 1 GB/s + 2 x 30 us
+    4.06
+    """
+    return hops_on_link * nbytes / 2.0 / bytes_per_ms(bandwidth_gbps) + 2.0 * path_latency_us / 1e3
+
+
 def hierarchical_allreduce_ms(nbytes: float, n_machines: int, per_machine: int,
                               intra_bandwidth_gbps: float, intra_latency_us: float,
                               inter_bandwidth_gbps: float, inter_latency_us: float) -> float:
-    """Hierarchical all-reduce, ms: chain reduce in each machine + ring all-reduce across leaders +
-    chain broadcast in each machine (machines run their intra phases in parallel).
+    """Hierarchical all-reduce (NCCL/Horovod form) on k = `n_machines` machines of m = `per_machine` replicas,
+    ms: ring reduce-scatter in each machine + m rings of S/m across the machines (all m through each machine's
+    NIC) + ring all-gather in each machine:
+    ``2 x ((m-1)/m x S / B_intra + (m-1) alpha_intra) + 2(k-1)/k x S / B_inter + 2(k-1) alpha_inter``.
+
+    >>> round(hierarchical_allreduce_ms(8e6, 2, 4, 80.0, 2.0, 8.0, 10.0), 6)  # 2 x (0.6 + 0.006) + 8 + 0.02
+    9.232
+    """
+    intra = allgather_ms(nbytes, per_machine, intra_bandwidth_gbps, intra_latency_us)
+    if n_machines <= 1:
+        return 2.0 * intra
+    inter = 2.0 * (n_machines - 1) / n_machines * nbytes / bytes_per_ms(inter_bandwidth_gbps)
+    return 2.0 * intra + inter + 2 * (n_machines - 1) * inter_latency_us / 1e3
+
+
+def leader_allreduce_ms(nbytes: float, n_machines: int, per_machine: int,
+                        intra_bandwidth_gbps: float, intra_latency_us: float,
+                        inter_bandwidth_gbps: float, inter_latency_us: float) -> float:
+    """Leader all-reduce (version 1's "hierarchical"), ms: chain reduce in each machine + ring all-reduce across
+    the machine leaders + chain broadcast in each machine (machines run their intra phases in parallel).
     """
     intra = chain_ms(nbytes, per_machine, intra_bandwidth_gbps, intra_latency_us)
     return 2.0 * intra + ring_allreduce_ms(nbytes, n_machines, inter_bandwidth_gbps, inter_latency_us)
 
 
 def busbw_gbps(nbytes: float, n: int, time_ms: float) -> float:
-    """nccl-tests bus bandwidth of an all-reduce: S / t x 2(n-1)/n, in 10^9 bits/s."""
-    return nbytes / time_ms * 1e3 * 8 / 1e9 * 2.0 * (n - 1) / n
+    """nccl-tests bus bandwidth of an all-reduce: S / t x 2(n-1)/n, in 10^9 bits/s (`tag.cost.nccl.busbw_factor`)."""
+    return nbytes / time_ms * 1e3 * 8 / 1e9 * busbw_factor("allreduce", n)

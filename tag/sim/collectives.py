@@ -1,35 +1,65 @@
 """Gradient sync as phases of flows routed over the cluster (what each sync method puts on the wire).
 
 A collective is a list of phases; a phase is a list of `FlowSpec`s that run concurrently; a phase starts
-when the previous one has delivered. Ring collectives are one weighted flow (a "coflow") whose hops
-progress in lockstep, as a ring's pipelined steps do: it crosses, for every ring hop a -> b, the links of
+when the previous one has delivered. Ring and tree collectives are one weighted flow (a "coflow") whose hops
+progress in lockstep, as a pipelined collective's steps do: it crosses, for every hop a -> b, the links of
 ``routes[a][b]``, each link weighted by the number of hops that use it, and it carries the per-hop volume
-of the algorithm (`tag.cost.comm`). Alone on uncontended links of bandwidth B and latency alpha its time
-is exactly the textbook formula; two rings that share a link split it max-min fairly.
+of the algorithm (`tag.cost.comm`). A coflow alone takes ``volume x max_l (w_l / cap_l) + latency``; two flows
+that share a link split it max-min fairly (`tag.sim.network`). `tag.sim.algorithms.algorithm_ms` gives each
+method's time alone; below, S is the sync's bytes, alpha(a, b) the route latency ``latency_us[a][b]``, and the
+machines of a sync are those of its devices, in topology order, each with its devices in topology order.
 
-* ``allreduce``: one ring coflow over the replicas in topology order, volume 2(n-1)/n x S, latency
-  2(n-1) x (largest hop latency).
-* ``hierarchical``: (1) in each machine, a chain reduce towards the machine leader (its first replica),
-  volume S, latency the sum of hop latencies; (2) a ring all-reduce across the leaders; (3) a chain
-  broadcast from each leader. Machines run phases (1) and (3) in parallel.
+* ``ring`` (alias ``allreduce``, version 1's name): one ring coflow over the devices in topology order, volume
+  2(n-1)/n x S per hop, latency 2(n-1) x (largest hop latency of the ring). Alone:
+  ``2(n-1)/n x S x max_l (w_l / cap_l) + 2(n-1) x max alpha``.
+* ``tree``: NCCL's double binary tree. Inside each machine its devices form a chain (the first is the head);
+  the heads form two complementary binary trees over the machines (NCCL ``trees.cc``: tree 1 is ``ncclGetBtree``
+  rooted at machine 0, tree 2 its mirror for an even machine count, its shift by one for an odd count); each
+  half of S is reduced up one tree (chains included) and broadcast down it, pipelined: one coflow of volume S/2
+  whose hops are every tree edge in both directions, for both trees (each chain hop therefore twice). Alone:
+  ``S/2 x max_l (w_l / cap_l) + max over the two trees of (deepest up path + deepest down path)``, where a path's
+  latency sums its hops' step latencies. On one machine both trees are the chain.
+* ``hierarchical`` (NCCL/Horovod form): with L the largest replica count of the sync's machines, S is cut into L
+  shards of S/L; in machine i (m_i devices) shard s belongs to local rank ``s mod m_i`` (all local ranks own one
+  shard when every machine holds L devices; on a machine with fewer, some devices own several, on a machine with
+  one device it owns all). (1) In each machine, a ring reduce-scatter coflow: volume ``(1 - f_min) x S`` per hop
+  (f_min the smallest owned share of the machine: (m-1)/m x S for equal shares; the busiest hop of a ring
+  reduce-scatter with unequal shares), m_i - 1 steps; (2) for every shard, a ring all-reduce of S/L over its
+  owners on every machine, all L rings as one coflow (each ring volume 2(k-1)/k x S/L on k machines, 2(k-1) x
+  largest hop latency of all rings: the rings share each NIC); (3) in each machine, a ring all-gather coflow
+  mirroring (1). Machines run (1) and (3) in parallel. Alone on k machines of m devices each:
+  ``2 x ((m-1)/m x S x max_l(w_l/cap_l) + (m-1) max alpha) + 2(k-1)/k x S/m x max_l(w_l/cap_l) + 2(k-1) max alpha``.
+* ``leader`` (version 1's "hierarchical"): (1) in each machine, a chain reduce towards the machine leader (its
+  first replica), volume S, latency the sum of hop latencies; (2) a ring all-reduce across the leaders; (3) a
+  chain broadcast from each leader. Machines run phases (1) and (3) in parallel.
 * ``ps``: (1) push: every replica other than the server sends S to the server (incast: they share the
   server's links); (2) pull: the server sends S to each. A tensor's pull waits for its push.
-* ``allgather`` (for sufficient factors): one ring coflow, volume (n-1)/n x S_total.
+* ``allgather`` (for sufficient factors): one ring coflow, volume (n-1)/n x S_total, n-1 steps.
+
+**NCCL's latencies** (`tag.cost.nccl`, from NVIDIA/nccl ``tuning.cc``) apply when every device of the sync is a
+GPU (deploy runs NCCL there, gloo on CPUs): each tree step adds NCCL's Tree/Simple minus Ring/Simple per-step
+latency of its hardware (24.6 us over NVLink, 22.3 us over PCIe, 14 us across machines; a tree level forwards a
+whole chunk before the next starts), the tree moves at NCCL's 0.92 of its links (its coflow carries
+S/2 / 0.92), and ``hierarchical`` adds one Ring/Simple base latency (8.4 us) to each of phases (1) and (3) (two
+more NCCL calls than a ring). Ring, leader, ps and allgather carry none: their per-step
+latency is the route's (the topology defaults, 2 us inside a machine and 10 us across, sit near NCCL's
+Ring/Simple 3.4 and 14 us), so version-1 plans simulate as before. NCCL's Tree/Simple base latency (0) is below
+the ring's (8.4); that difference is not credited to the tree.
 
 **Measured collective rate** (`ring_gbps`, optional): a collective library's ring can be slower per hop than
 its links carry point to point (both directions of a hop share the ranks' cores, plus the reduction: gloo on
 loopback moves 13.6 Gbit/s per ring hop against 42.3 point to point). When the cost model offers one
-(`collective_hop_gbps`), a ring coflow whose uncontended rate ``min_l cap_l / w_l`` exceeds it carries
+(`collective_hop_gbps`), a ring or tree coflow whose uncontended rate ``min_l cap_l / w_l`` exceeds it carries
 ``volume x that rate / ring_gbps`` bytes instead: alone it then takes exactly ``volume / ring_gbps``, and it
 still shares its links max-min fairly with other flows. None (every cost model without the method) leaves
-the rings as above.
+the coflows as above.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tag.cost import comm
+from tag.cost import comm, nccl
 from tag.topology.cluster import Cluster
 
 
@@ -61,14 +91,8 @@ def _coflow(cluster: Cluster, hops: list[tuple[int, int]], volume: float, latenc
     return FlowSpec(links, tuple(w[l] for l in links), float(volume), latency_ms, hops[0][0], hops[-1][1])
 
 
-def ring_spec(cluster: Cluster, devices: tuple[int, ...], volume: float, steps: int,
-              ring_gbps: float | None = None) -> FlowSpec:
-    """A ring coflow over `devices` (in the given order): per-hop `volume` bytes, `steps` x largest hop
-    latency; with `ring_gbps` (measured per-hop rate, 10^9 bit/s) capped at that rate (module docstring)."""
-    n = len(devices)
-    hops = [(devices[i], devices[(i + 1) % n]) for i in range(n)]
-    alpha_ms = max(float(cluster.latency_us[a][b]) for a, b in hops) / 1e3
-    spec = _coflow(cluster, hops, volume, steps * alpha_ms)
+def _capped(cluster: Cluster, spec: FlowSpec, ring_gbps: float | None) -> FlowSpec:
+    """`spec` slowed to the measured per-hop rate `ring_gbps` when its uncontended rate is above it (docstring)."""
     if ring_gbps is None or ring_gbps <= 0 or not spec.links:
         return spec
     free_rate = min(cluster.links[l].bytes_per_ms / w for l, w in zip(spec.links, spec.weights))
@@ -78,11 +102,40 @@ def ring_spec(cluster: Cluster, devices: tuple[int, ...], volume: float, steps: 
     return FlowSpec(spec.links, spec.weights, spec.volume_bytes * free_rate / cap, spec.latency_ms, spec.src, spec.dst)
 
 
+def rings_spec(cluster: Cluster, rings: list[tuple[int, ...]], volume: float, steps: int,
+               ring_gbps: float | None = None) -> FlowSpec:
+    """Rings progressing in lockstep as one coflow (each ring over its devices in the given order): per-hop
+    `volume` bytes, `steps` x the largest hop latency of all rings; with `ring_gbps` capped (module docstring)."""
+    hops = [(r[i], r[(i + 1) % len(r)]) for r in rings for i in range(len(r))]
+    alpha_ms = max(float(cluster.latency_us[a][b]) for a, b in hops) / 1e3
+    return _capped(cluster, _coflow(cluster, hops, volume, steps * alpha_ms), ring_gbps)
+
+
+def ring_spec(cluster: Cluster, devices: tuple[int, ...], volume: float, steps: int,
+              ring_gbps: float | None = None) -> FlowSpec:
+    """A ring coflow over `devices` (in the given order): per-hop `volume` bytes, `steps` x largest hop
+    latency; with `ring_gbps` (measured per-hop rate, 10^9 bit/s) capped at that rate (module docstring)."""
+    return rings_spec(cluster, [devices], volume, steps, ring_gbps)
+
+
 def chain_spec(cluster: Cluster, chain: list[int], nbytes: float) -> FlowSpec:
     """A pipelined chain chain[0] -> chain[1] -> ... carrying `nbytes`; latency is the sum of hops."""
     hops = list(zip(chain, chain[1:]))
     lat_ms = sum(float(cluster.latency_us[a][b]) for a, b in hops) / 1e3
     return _coflow(cluster, hops, nbytes, lat_ms)
+
+
+def machine_members(cluster: Cluster, devices: tuple[int, ...]) -> list[list[int]]:
+    """`devices` grouped by machine: machines in order of their first device, devices in the given order."""
+    by_machine: dict[str, list[int]] = {}
+    for d in devices:
+        by_machine.setdefault(cluster.devices[d].machine, []).append(d)
+    return list(by_machine.values())
+
+
+def uses_nccl(cluster: Cluster, devices: tuple[int, ...]) -> bool:
+    """Whether NCCL runs this sync (every device a GPU; deploy uses gloo on CPUs): its latencies then apply."""
+    return all(cluster.devices[d].type.kind == "gpu" for d in devices)
 
 
 def allreduce_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
@@ -104,13 +157,113 @@ def allgather_phases(cluster: Cluster, devices: tuple[int, ...], total_bytes: fl
     return [[ring_spec(cluster, devices, comm.allgather_volume_bytes(total_bytes, n), n - 1, ring_gbps)]]
 
 
+def btree_parent(rank: int, n: int) -> int:
+    """The parent of `rank` in NCCL's binary tree over n ranks rooted at 0 (``ncclGetBtree``; -1 for the root):
+    clear the lowest set bit and set the next one up, or only clear it when that is out of range.
+
+    >>> [btree_parent(r, 8) for r in range(8)]
+    [-1, 2, 4, 2, 0, 6, 4, 6]
+    """
+    if rank == 0:
+        return -1
+    bit = rank & -rank
+    up = (rank ^ bit) | (bit << 1)
+    return up if up < n else rank ^ bit
+
+
+def double_tree_parents(n: int) -> tuple[list[int], list[int]]:
+    """Parents in NCCL's two complementary trees over n ranks (``ncclGetDtree``): the binary tree, and its mirror
+    (n even) or its shift by one rank (n odd).
+
+    >>> double_tree_parents(4)
+    ([-1, 2, 0, 2], [1, 3, 1, -1])
+    """
+    first = [btree_parent(r, n) for r in range(n)]
+    if n % 2 == 1:
+        second = [-1 if (u := btree_parent((r - 1) % n, n)) < 0 else (u + 1) % n for r in range(n)]
+    else:
+        second = [-1 if (u := btree_parent(n - 1 - r, n)) < 0 else n - 1 - u for r in range(n)]
+    return first, second
+
+
+def _tree_step_us(cluster: Cluster, a: int, b: int, nccl_on: bool) -> float:
+    """A tree step's latency a -> b, us: the route's, plus NCCL's extra tree step of its hardware (docstring)."""
+    lat = float(cluster.latency_us[a][b])
+    if not nccl_on:
+        return lat
+    da, db = cluster.devices[a], cluster.devices[b]
+    if da.machine != db.machine:
+        return lat + nccl.tree_step_extra_us(nccl.NET)
+    fabric = next(m.intra_bandwidth_gbps for m in cluster.machines if m.name == da.machine)
+    return lat + nccl.tree_step_extra_us(nccl.intra_hardware(fabric))
+
+
+def tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
+                ring_gbps: float | None = None) -> list[list[FlowSpec]]:
+    """NCCL's double binary tree all-reduce of `nbytes`: chains inside machines, two complementary binary trees
+    over the machines' heads, S/2 up and down each (one coflow; module docstring)."""
+    if len(devices) < 2:
+        return []
+    members = machine_members(cluster, devices)
+    heads = [m[0] for m in members]
+    on = uses_nccl(cluster, devices)
+    chain_hops = [h for m in members for a, b in zip(m, m[1:]) for h in ((b, a), (a, b))]
+    chain_up = [sum(_tree_step_us(cluster, b, a, on) for a, b in zip(m, m[1:])) for m in members]
+    chain_down = [sum(_tree_step_us(cluster, a, b, on) for a, b in zip(m, m[1:])) for m in members]
+    hops: list[tuple[int, int]] = []
+    latency_us = 0.0
+    for parents in double_tree_parents(len(members)):
+        hops += chain_hops
+        up, down = 0.0, 0.0
+        for i, p in enumerate(parents):
+            if p >= 0:
+                hops += [(heads[i], heads[p]), (heads[p], heads[i])]
+            u, d, node = chain_up[i], chain_down[i], i
+            while parents[node] >= 0:
+                u += _tree_step_us(cluster, heads[node], heads[parents[node]], on)
+                d += _tree_step_us(cluster, heads[parents[node]], heads[node], on)
+                node = parents[node]
+            up, down = max(up, u), max(down, d)
+        latency_us = max(latency_us, up + down)
+    volume = nbytes / 2.0 / (nccl.TREE_BUSBW_FACTOR if on else 1.0)
+    return [[_capped(cluster, _coflow(cluster, hops, volume, latency_us / 1e3), ring_gbps)]]
+
+
+def _with_latency(spec: FlowSpec, extra_ms: float) -> FlowSpec:
+    return FlowSpec(spec.links, spec.weights, spec.volume_bytes, spec.latency_ms + extra_ms, spec.src, spec.dst)
+
+
 def hierarchical_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
                         ring_gbps: float | None = None) -> list[list[FlowSpec]]:
-    """Chain reduce in each machine, ring all-reduce across machine leaders, chain broadcast back."""
-    by_machine: dict[str, list[int]] = {}
-    for d in devices:
-        by_machine.setdefault(cluster.devices[d].machine, []).append(d)
-    members = list(by_machine.values())
+    """Ring reduce-scatter inside each machine, one ring all-reduce per shard across the machines, ring all-gather
+    inside (NCCL/Horovod form; shards and uneven machines as in the module docstring)."""
+    if len(devices) < 2:
+        return []
+    members = machine_members(cluster, devices)
+    n_shards = max(len(m) for m in members)
+    call_ms = nccl.extra_call_us() / 1e3 if uses_nccl(cluster, devices) else 0.0
+    intra: list[FlowSpec] = []
+    for m in members:
+        if len(m) > 1:
+            owned = [sum(1 for s in range(n_shards) if s % len(m) == j) / n_shards for j in range(len(m))]
+            volume = comm.reduce_scatter_volume_bytes(nbytes, owned)
+            intra.append(_with_latency(ring_spec(cluster, tuple(m), volume, len(m) - 1, ring_gbps), call_ms))
+    phases = [intra] if intra else []
+    k = len(members)
+    if k > 1:
+        rings = [tuple(m[s % len(m)] for m in members) for s in range(n_shards)]
+        volume = comm.ring_allreduce_volume_bytes(nbytes / n_shards, k)
+        phases.append([rings_spec(cluster, rings, volume, comm.ring_allreduce_steps(k), ring_gbps)])
+    if intra:
+        phases.append(list(intra))  # the all-gather moves what the reduce-scatter moved, the other way round
+    return phases
+
+
+def leader_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
+                  ring_gbps: float | None = None) -> list[list[FlowSpec]]:
+    """Chain reduce in each machine, ring all-reduce across machine leaders, chain broadcast back (version 1's
+    "hierarchical")."""
+    members = machine_members(cluster, devices)
     leaders = tuple(m[0] for m in members)
     reduce = [chain_spec(cluster, m[::-1], nbytes) for m in members if len(m) > 1]
     bcast = [chain_spec(cluster, m, nbytes) for m in members if len(m) > 1]
@@ -131,14 +284,17 @@ def ps_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float, server:
     return [push, pull]
 
 
+SYNC_PHASES = {"ring": allreduce_phases, "allreduce": allreduce_phases, "tree": tree_phases,
+               "hierarchical": hierarchical_phases, "leader": leader_phases, "allgather": allgather_phases}
+
+
 def sync_phases(method: str, cluster: Cluster, devices: tuple[int, ...], nbytes: float,
                 server: int | None = None, ring_gbps: float | None = None) -> list[list[FlowSpec]]:
-    """The phases of one gradient sync of `nbytes` over `devices` by `method` (`ring_gbps`: the measured
-    per-hop rate of ring collectives, or None; see the module docstring)."""
-    if method == "hierarchical":
-        return hierarchical_phases(cluster, devices, nbytes, ring_gbps)
+    """The phases of one gradient sync of `nbytes` over `devices` by `method` (one of `SYNC_PHASES` or ``ps``;
+    `ring_gbps`: the measured per-hop rate of ring collectives, or None; see the module docstring)."""
     if method == "ps":
         return ps_phases(cluster, devices, nbytes, devices[0] if server is None else server)
-    if method == "allgather":
-        return allgather_phases(cluster, devices, nbytes, ring_gbps)
-    return allreduce_phases(cluster, devices, nbytes, ring_gbps)
+    build = SYNC_PHASES.get(method)
+    if build is None:
+        raise ValueError(f"unknown sync method {method!r} (expected ps or one of {', '.join(SYNC_PHASES)})")
+    return build(cluster, devices, nbytes, ring_gbps)

@@ -128,17 +128,17 @@ def test_nccl_tests_busbw_equals_bottleneck_for_large_messages():
     assert GPU.memory_gb == 16.0
 
 
-def test_hierarchical_allreduce_on_2x4_by_formula():
-    from tag.cost.comm import hierarchical_allreduce_ms, ring_allreduce_ms
+def test_leader_allreduce_on_2x4_by_formula():
+    from tag.cost.comm import leader_allreduce_ms, ring_allreduce_ms
     cl = make_cluster([4, 4])
     S = 8e6
     gg = make_gg([dict(param_bytes=S, param_count=int(S / 4))], [])
     cost = FixedCost([0.0])
-    r = simulate(gg, cl, cost, Strategy((Decision((1,) * 8, "hierarchical"),)), TC)
+    r = simulate(gg, cl, cost, Strategy((Decision((1,) * 8, "leader"),)), TC)
     chain = S / INTRA_BPMS + 3 * INTRA_LAT_MS  # 3 hops, each 2 us
     leaders = S / NIC_BPMS + 2 * INTER_LAT_MS  # ring of 2: 2(n-1)/n = 1
     assert r.iteration_ms == pytest.approx(2 * chain + leaders)
-    assert r.iteration_ms == pytest.approx(hierarchical_allreduce_ms(S, 2, 4, 80, 2, 8, 10))
+    assert r.iteration_ms == pytest.approx(leader_allreduce_ms(S, 2, 4, 80, 2, 8, 10))
     flat = simulate(gg, cl, cost, Strategy((Decision((1,) * 8, "allreduce"),)), TC)
     # the flat ring crosses each NIC once per direction with 2 x 7/8 x S; hop latency is the inter one
     assert flat.iteration_ms == pytest.approx(ring_allreduce_ms(S, 8, 8, 10))
