@@ -6,7 +6,7 @@
 3. Point-to-point ping-pong, one pair at a time: inside each machine with two or more ranks its first two
    ranks, and between the first ranks of every pair of machines. For each message size the sender times
    `warmup` + `repeats` round trips (send then receive the same size back); one-way time = median / 2.
-4. The all-reduce `tag deploy` runs (`Comm.sum_over`, "allreduce": the backend's ring all_reduce) of each
+4. The all-reduce `tag deploy` runs (`Comm.sum_over`, "ring": the backend's ring all_reduce) of each
    size over all ranks (median over `repeats`, after a barrier each time).
 
 `run_rank` returns the gathered result on rank 0 (None elsewhere): a plain dict, JSON-ready, ms and bytes.
@@ -114,7 +114,7 @@ def run_rank(settings: LinkSettings) -> dict | None:
 
     from tag.deploy.comm import Comm
 
-    comm = Comm(rank, world, [""] * world, [tuple(range(world))], device)  # the sum deploy runs (allreduce method)
+    comm = Comm(rank, world, [""] * world, [tuple(range(world))], device)  # the sum deploy runs (ring method)
     allreduce = []
     for size in settings.sizes_bytes:
         buf = torch.ones(max(size // 4, 1), device=device)
@@ -123,7 +123,7 @@ def run_rank(settings: LinkSettings) -> dict | None:
             dist.barrier()
             sync(device)
             t0 = time.perf_counter_ns()
-            comm.sum_over(buf, "allreduce", tuple(range(world)), None)
+            comm.sum_over(buf, "ring", tuple(range(world)), None)
             sync(device)
             if k >= settings.warmup:
                 times.append((time.perf_counter_ns() - t0) / 1e6)
