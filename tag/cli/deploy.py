@@ -7,18 +7,37 @@ from tag.cli.util import add_model_flags, add_output_flags, add_verb
 
 def add_parser(sub):
     p = add_verb(sub, "deploy", "run a plan with torch.distributed (gloo on CPU, NCCL on GPU)",
-                 "tag deploy plan.json datasets/models/mlp.onnx --steps 5 --nproc 2",
+                 "tag deploy plan.json model.onnx --data examples/digits/digits.py:train_set --loss cross_entropy "
+                 "--epochs 10 --lr 0.01 --export trained.onnx",
                  description=(
-                     "Run every device of the plan as a local rank (torchrun underneath) and train for --steps "
-                     "steps on synthetic data (a function of --seed and the batch only). --nproc N maps the "
-                     "plan's devices onto N ranks in contiguous blocks of topology order; the devices sharing a "
-                     "rank concatenate their rows. Each cpu rank runs --threads threads. Prints the loss of every "
-                     "step and the measured step time (median after --warmup steps) beside the plan's prediction."))
+                     "Run every device of the plan as a local rank (torchrun underneath) and train. With --data, "
+                     "each step is one global batch of the dataset (seeded shuffle per epoch, the last partial "
+                     "batch of an epoch dropped), each rank reading its own rows; without it, every step trains on "
+                     "one synthetic batch (standard-normal inputs and targets, a function of --seed and the batch "
+                     "only) with MSE. --nproc N maps the plan's devices onto N ranks in contiguous blocks of "
+                     "topology order; the devices sharing a rank concatenate their rows. Each cpu rank runs "
+                     "--threads threads. Prints the loss of every step (and per epoch with --data) and the measured "
+                     "step time (median after --warmup steps) beside the plan's prediction."))
     p.add_argument("plan", help="plan.json written by `tag plan`")
     p.add_argument("model", help="the ONNX model the plan was made for")
     p.add_argument("--topology", default=None, metavar="T.json",
                    help="the plan's topology file (default: the plan's topology.path)")
-    p.add_argument("--steps", type=int, default=5, metavar="N", help="training steps (default 5)")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="total training steps, counting those a --checkpoint already holds (default: 5 without "
+                        "--data, else one epoch)")
+    p.add_argument("--epochs", type=int, default=None, metavar="E", help="passes over --data (instead of --steps)")
+    p.add_argument("--data", default=None, metavar="MODULE:FACTORY",
+                   help="a Python callable (module:name or path/to/file.py:name) returning a dataset of "
+                        "(inputs, target) pairs or a pair (X, y) of arrays")
+    p.add_argument("--loss", default=None, metavar="NAME",
+                   help="mse, cross_entropy, nll, bce, or module:function returning per-row losses (default mse)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the plan's training.lr)")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="resume from DIR if it holds a checkpoint of this run; save there after every epoch and "
+                        "at the end")
+    p.add_argument("--export", default=None, metavar="PATH",
+                   help="write the trained weights: a .pt state_dict (the model's parameter names) or an .onnx "
+                        "model with trained initializers")
     p.add_argument("--nproc", type=int, default=None, metavar="N",
                    help="local ranks (default: one per plan device)")
     p.add_argument("--seed", type=int, default=0, help="seed of parameters and synthetic data (default 0)")
@@ -45,8 +64,8 @@ def run(args) -> int:
     from tag.deploy.launcher import DeployFailed, launch, launch_commands
     from tag.errors import InputError
 
-    for flag, value, low in (("--steps", args.steps, 1), ("--threads", args.threads, 1), ("--warmup", args.warmup, 0),
-                             ("--nproc", args.nproc, 1)):
+    for flag, value, low in (("--steps", args.steps, 1), ("--epochs", args.epochs, 1), ("--threads", args.threads, 1),
+                             ("--warmup", args.warmup, 0), ("--nproc", args.nproc, 1)):
         if value is not None and value < low:
             raise InputError(flag, "N", f"an integer >= {low}", str(value))
     if args.timeout <= 0:
@@ -59,23 +78,37 @@ def run(args) -> int:
              + "\n".join(f"[{m}] {c}" for m, c in cmds))
         return 0
     bar = progress(total=job.steps, desc="deploy", unit="step")
+    bar.update(job.start_step)
     try:
-        res = launch(job, on_step=lambda n: bar.update(n - bar.n))
+        res = launch(job, on_step=lambda n: bar.update(job.start_step + n - bar.n))
     except DeployFailed as e:
         bar.close()
         sys.stderr.write(f"tag deploy: error: {e}\n")
         return 1
     bar.close()
+    epochs = res.extra.get("epochs", [])
     out = {"measured_step_ms": res.measured_step_ms, "predicted_step_ms": job.predicted_step_ms,
-           "losses": res.losses, "step_ms": res.step_ms, "steps": job.steps, "nproc": job.nproc,
-           "devices": len(job.device_ids), "batch_size": job.batch_size, "optimizer": job.training.optimizer,
-           "backend": res.backend, "seed": job.seed}
-    rows = [(i, loss, ms) for i, (loss, ms) in enumerate(zip(res.losses, res.step_ms))]
+           "losses": res.losses, "step_ms": res.step_ms, "steps": job.steps, "first_step": job.start_step,
+           "nproc": job.nproc, "devices": len(job.device_ids), "batch_size": job.batch_size,
+           "optimizer": job.training.optimizer, "lr": job.training.lr, "loss": job.loss,
+           "data": None if job.data is None else job.data.spec, "epochs": epochs, "backend": res.backend,
+           "seed": job.seed, "checkpoint": job.checkpoint, "export": job.export}
+    rows = [(job.start_step + i, loss, ms) for i, (loss, ms) in enumerate(zip(res.losses, res.step_ms))]
     pred = "-" if job.predicted_step_ms is None else f"{job.predicted_step_ms:.2f}"
+    data = "synthetic data (one seeded batch)" if job.data is None else \
+        f"{job.data.spec} ({job.data.order.n_rows} rows, {job.data.order.steps_per_epoch} steps per epoch)"
     human = (f"deployed {job.plan_path} on {job.nproc} {res.backend} ranks ({len(job.device_ids)} plan devices), "
-             f"batch {job.batch_size}, optimizer {job.training.optimizer}\n"
-             + table(rows, ["step", "loss", "step_ms"])
-             + f"\nmeasured step: {res.measured_step_ms:.2f} ms (median after {job.warmup} warm-up steps); "
-             f"predicted: {pred} ms")
+             f"batch {job.batch_size}, optimizer {job.training.optimizer} lr {job.training.lr:g}, loss {job.loss}, "
+             f"{data}\n" + table(rows, ["step", "loss", "step_ms"]))
+    if epochs:
+        human += "\n" + table([(e["epoch"], e["steps"], e["loss"], "-" if e["accuracy"] is None else
+                                f"{e['accuracy']:.4f}", "-" if e["samples_per_s"] is None else f"{e['samples_per_s']:.0f}")
+                               for e in epochs], ["epoch", "steps", "loss", "accuracy", "samples/s"])
+    human += (f"\nmeasured step: {res.measured_step_ms:.2f} ms (median after {job.warmup} warm-up steps); "
+              f"predicted: {pred} ms")
+    if job.checkpoint:
+        human += f"\ncheckpoint: {job.checkpoint} at step {job.steps}"
+    if job.export:
+        human += f"\ntrained weights: {job.export}"
     emit(args, out, human)
     return 0

@@ -27,7 +27,8 @@ def deploy_options(args: argparse.Namespace) -> DeployOptions:
     """DeployOptions from `tag deploy`'s flags."""
     return DeployOptions(topology_path=args.topology, steps=args.steps, nproc=args.nproc, seed=args.seed,
                          threads=args.threads, warmup=args.warmup, timeout_s=args.timeout, optimizer=args.optimizer,
-                         model=model_options(args))
+                         model=model_options(args), data=args.data, loss=args.loss, epochs=args.epochs, lr=args.lr,
+                         checkpoint=args.checkpoint, export=args.export)
 
 
 def _loading_bar():

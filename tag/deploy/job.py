@@ -25,10 +25,15 @@ class DeployOptions:
     nproc: local ranks, 1..the plan's devices (None: one per device); seed: of parameters and synthetic data;
     threads: per cpu rank; warmup: steps left out of the step time; timeout_s: seconds without progress before
     the run is declared hung; optimizer: None for the plan's training.optimizer; model: the batch size, input
-    shapes and data inputs to check against the plan (its optimizer, profile and groups are not used)."""
+    shapes and data inputs to check against the plan (its optimizer, profile and groups are not used).
+
+    User training (issue 25): data: a `--data` spec (`tag.deploy.dataset`), None for synthetic data; loss: a
+    loss name or ``module:function`` (None: mse); epochs: passes over the data (with data and without steps: 1);
+    steps is then the run's total step count (None: 5 without data); lr: None for the plan's training.lr;
+    checkpoint: a folder to resume from and save to; export: a .pt or .onnx path for the trained weights."""
 
     topology_path: str | None = None
-    steps: int = 5
+    steps: int | None = None
     nproc: int | None = None
     seed: int = 0
     threads: int = 1
@@ -36,6 +41,12 @@ class DeployOptions:
     timeout_s: float = 300.0
     optimizer: str | None = None
     model: ModelOptions = ModelOptions()
+    data: str | None = None
+    loss: str | None = None
+    epochs: int | None = None
+    lr: float | None = None
+    checkpoint: str | None = None
+    export: str | None = None
 
 
 @dataclass
@@ -59,6 +70,12 @@ class Job:
     predicted_step_ms: float | None = None
     run_dir: str = ""
     extra: dict = field(default_factory=dict)
+    data: object = None  # tag.deploy.train.DataSource, None for synthetic data
+    loss: str = "mse"  # a loss name or module:function spec (resolved again on each rank)
+    start_step: int = 0  # the checkpoint's step this run continues from
+    checkpoint: str | None = None
+    export: str | None = None
+    identity: object = None  # tag.deploy.checkpoint.Identity with a checkpoint
 
     @property
     def batch_size(self) -> int:
@@ -100,15 +117,13 @@ def prepare_job(plan_path: str, model_path: str, options: DeployOptions = Deploy
     inp = load_inputs(model_path, topo, model, plan_path=plan_path, on_step=on_step)
     cluster = inp.cluster
     n_dev = cluster.n_devices
-    if options.steps < 1:
-        raise InputError("--steps", "N", "a positive integer", str(options.steps))
     nproc = n_dev if options.nproc is None else options.nproc
     if not 1 <= nproc <= n_dev:
         raise InputError("--nproc", "N", f"a number of ranks in 1..{n_dev} (the plan's devices)", str(nproc))
     training = inp.training
-    opt = options.optimizer
-    if opt and opt != training.optimizer:
-        training = TrainingConfig(optimizer=opt, lr=training.lr, loss=training.loss, precision=training.precision)
+    training = TrainingConfig(optimizer=options.optimizer or training.optimizer,
+                              lr=training.lr if options.lr is None else float(options.lr),
+                              loss=options.loss or training.loss, precision=training.precision)
     _check_convertible(inp.graph, model_path)
     groups = [list(g.op_ids) for g in inp.gg.groups]
     machines = [d.machine for d in cluster.devices]
@@ -116,11 +131,79 @@ def prepare_job(plan_path: str, model_path: str, options: DeployOptions = Deploy
     predicted = None
     if inp.plan is not None and isinstance(inp.plan.predicted, dict):
         predicted = inp.plan.predicted.get("iteration_ms")
+    batch_rows = sum(inp.strategy.decisions[0].rows)
+    user = user_training(options, inp.graph, model_path, plan_path, training, batch_rows)
     return Job(plan_path=plan_path, model_path=model_path, topology_path=topo, graph=inp.graph, groups=groups,
                strategy=inp.strategy, device_ids=[d.id for d in cluster.devices], device_machines=machines,
-               device_kinds=[d.type.kind for d in cluster.devices], training=training, steps=options.steps,
+               device_kinds=[d.type.kind for d in cluster.devices], training=training, steps=user.steps,
                nproc=nproc, seed=options.seed, threads=options.threads, warmup=options.warmup,
-               timeout_s=float(options.timeout_s), predicted_step_ms=predicted)
+               timeout_s=float(options.timeout_s), predicted_step_ms=predicted, data=user.data, loss=user.loss,
+               start_step=user.start_step, checkpoint=options.checkpoint, export=options.export,
+               identity=user.identity)
+
+
+@dataclass(frozen=True)
+class UserTraining:
+    """The resolved user-training settings of a job (see `user_training`)."""
+
+    steps: int
+    data: object  # DataSource | None
+    loss: str
+    start_step: int
+    identity: object  # checkpoint Identity | None
+
+
+def user_training(options: DeployOptions, graph, model_path: str, plan_path: str, training: TrainingConfig,
+                  batch_rows: int) -> UserTraining:
+    """Check --data/--loss/--steps/--epochs/--checkpoint/--export and resolve them (InputError on bad input).
+
+    The dataset factory is called here once, so a bad spec, a dataset that does not fit the model or labels
+    out of range stop the run before any rank starts.
+    """
+    from tag.deploy.checkpoint import Identity, file_sha256, resume_step
+    from tag.deploy.dataset import absolute_spec, check_dataset, data_shapes, make_dataset, resolve_loss
+    from tag.deploy.sampler import EpochOrder
+    from tag.deploy.train import DataSource
+    from tag.fileio import check_output_path
+
+    if options.steps is not None and options.epochs is not None:
+        raise InputError("--epochs", "N", "either --epochs or --steps (--steps is the total step count)",
+                         f"--epochs {options.epochs} with --steps {options.steps}")
+    for flag, value in (("--steps", options.steps), ("--epochs", options.epochs)):
+        if value is not None and value < 1:
+            raise InputError(flag, "N", "a positive integer", str(value))
+    loss_spec = options.loss or "mse"
+    loss = resolve_loss(loss_spec)
+    data = None
+    if options.data is None:
+        if loss_spec != "mse":
+            raise InputError("--loss", loss_spec, "mse without --data (synthetic targets are standard normal)",
+                             loss_spec)
+        if options.epochs is not None:
+            raise InputError("--epochs", "N", "--data to count epochs of (or --steps)", str(options.epochs))
+        steps = 5 if options.steps is None else options.steps
+    else:
+        spec = absolute_spec(options.data)
+        shapes = data_shapes(graph, model_path)
+        ds = make_dataset(spec)
+        check_dataset(ds, shapes, loss, batch_rows, options.data)
+        data = DataSource(spec, shapes, EpochOrder(len(ds), batch_rows, options.seed))
+        steps = options.steps if options.steps is not None else (options.epochs or 1) * data.order.steps_per_epoch
+    if options.export is not None:
+        if not options.export.endswith((".pt", ".pth", ".onnx")):
+            raise InputError("--export", options.export, "a path ending in .pt, .pth or .onnx", options.export)
+        check_output_path(options.export, "--export", inputs=[model_path, plan_path])
+    identity = None
+    start = 0
+    if options.checkpoint is not None:
+        identity = Identity(model_sha256=file_sha256(model_path), plan_sha256=file_sha256(plan_path),
+                            optimizer=training.optimizer, lr=training.lr, seed=options.seed, loss=loss_spec,
+                            data=options.data, dataset_rows=None if data is None else data.order.n_rows,
+                            batch_rows=batch_rows)
+        start = resume_step(options.checkpoint, identity, steps)
+    if loss.fn is not None:
+        loss_spec = absolute_spec(loss_spec)
+    return UserTraining(steps, data, loss_spec, start, identity)
 
 
 def _check_convertible(graph, model_path: str) -> None:

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tag.deploy.job import Job, save_job
 from tag.deploy.torchrun import torchrun_command
@@ -39,6 +39,7 @@ class DeployResult:
     measured_step_ms: float
     backend: str
     world: int
+    extra: dict = field(default_factory=dict)  # the worker's further results (epochs, first_step, correct)
 
 
 def launch_commands(job: Job, master: str = "MASTER_HOST:29500") -> list[tuple[str, str]]:
@@ -85,7 +86,8 @@ def launch(job: Job, keep_dir: str | None = None, on_step=None) -> DeployResult:
         if failure is None and proc.returncode == 0 and os.path.exists(os.path.join(run_dir, "result.json")):
             with open(os.path.join(run_dir, "result.json")) as f:
                 r = json.load(f)
-            return DeployResult(r["losses"], r["step_ms"], r["measured_step_ms"], r["backend"], r["world"])
+            return DeployResult(r["losses"], r["step_ms"], r["measured_step_ms"], r["backend"], r["world"],
+                                r.get("extra", {}))
         raise DeployFailed(failure or _first_error(run_dir, job.nproc, log_path, proc.returncode))
     finally:
         if keep_dir is None:

@@ -14,9 +14,9 @@ half of every transfer). Because all ranks walk the same group order, no exchang
 Gradients of parameters synced by a bucket accumulate straight into slices of one flat buffer per bucket,
 which the collective sums in place (`_bucket_views`).
 
-Loss = sum over float graph outputs of sum((y - target)^2) / numel(target over the global batch), so each
-rank's term is its rows' share and the replicas' gradients add up to the full-batch gradient: every sync
-method sums. SFB ops (`SFBOp`) keep X and dY, all-gather both over the group's replicas and form
+Loss (`tag.deploy.loss`): by default the sum over float graph outputs of sum((y - target)^2) / numel(target
+over the global batch); with user data the chosen loss of the first output. Each rank's term is its rows'
+share and the replicas' gradients add up to the full-batch gradient: every sync method sums. SFB ops (`SFBOp`) keep X and dY, all-gather both over the group's replicas and form
 dW = X_all^T dY_all on every replica instead of all-reducing dW.
 """
 
@@ -29,15 +29,19 @@ from tag.deploy.schedule import Schedule, SFBOp
 from tag.deploy.sfb import sfb_forward, sfb_weight_grad
 from tag.graph.opgraph import OpGraph
 from tag.deploy.data import torch_dtype
+from tag.deploy.loss import MSE, Loss
 
 
 class RankRuntime:
     """The training step of rank `rank`. `data`/`targets` hold the full global batch (sliced per group)."""
 
     def __init__(self, schedule: Schedule, graph: OpGraph, program, rank: int, comm: Comm,
-                 data: dict[str, torch.Tensor], targets: dict[str, torch.Tensor], optimizer_factory):
+                 data: dict[str, torch.Tensor], targets: dict[str, torch.Tensor], optimizer_factory, loss: Loss = MSE):
         self.s, self.g, self.p, self.rank, self.comm = schedule, graph, program, rank, comm
         self.data, self.targets = data, targets
+        # user data (tag.deploy.train): data/targets hold global rows [row_base, ...) only; `correct` counts the
+        # step's rows classified right (classification losses)
+        self.loss, self.row_base, self.correct = loss, 0, 0
         self.my_params = [n for n, users in schedule.param_users.items() if rank in users]
         self.optimizer = optimizer_factory([program.param(n) for n in self.my_params]) if self.my_params else None
         self.sfb_by_op = {op.op_id: op for op in schedule.sfb}
@@ -105,7 +109,7 @@ class RankRuntime:
             self.leaves[(g, t)] = x
             env[t] = x
         for t in io.data_inputs:
-            env[t] = self.data[t].narrow(self._axis(t) or 0, off, n)
+            env[t] = self.data[t].narrow(self._axis(t) or 0, off - self.row_base, n)
         for t in io.params:
             env[t] = self.p.param(t)
         if io.recompute:
@@ -118,11 +122,12 @@ class RankRuntime:
                 ax = self._axis(t)
                 if ax is None and self.rank != self.s.ranks_of(g)[0]:
                     continue
-                target = self.targets[t] if ax is None else self.targets[t].narrow(ax, off, n)
-                if tuple(env[t].shape) != tuple(target.shape):
+                target = self.targets[t] if ax is None else self.targets[t].narrow(ax, off - self.row_base, n)
+                if self.loss.name in ("mse", "bce") and tuple(env[t].shape) != tuple(target.shape):
                     raise RuntimeError(f"output {t!r} has shape {tuple(env[t].shape)} on {n} rows, expected "
                                        f"{tuple(target.shape)} from the model's shapes and batch axis")
-                term = ((env[t] - target) ** 2).sum() / self.targets[t].numel()
+                term = self.loss.term(env[t], target, self.s.batch_size, None if ax is None else n)
+                self.correct += self.loss.correct(env[t], target)
                 loss = term if loss is None else loss + term
         if loss is not None:
             self.losses[g] = loss
@@ -263,6 +268,7 @@ class RankRuntime:
     def step(self) -> float:
         """One training step (forward, backward, sync, optimizer update); returns this rank's loss term."""
         self.outs, self.leaves, self.losses, self.grad_buf, self.sfb_store = {}, {}, {}, {}, {}
+        self.correct = 0
         for n in self.my_params:
             self.p.param(n).grad = None
         for _, flat, views in self.grad_buckets:

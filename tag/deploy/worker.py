@@ -71,7 +71,6 @@ def main(job_path: str) -> int:
 
         from tag.deploy.onnx_torch import TorchProgram
         from tag.deploy.schedule import build_schedule
-        from tag.deploy.train import train_rank
 
         program = TorchProgram(onnx.load(job.model_path), job.graph, seed=job.seed).to(device)
         sched = build_schedule(job.graph, job.groups, job.strategy, job.device_machines, job.nproc, job.plan_path)
@@ -88,12 +87,12 @@ def main(job_path: str) -> int:
                 if fault[1] == "kill":
                     os.kill(os.getpid(), 9)
 
-        res = train_rank(sched, job.graph, program, rank, job.steps, job.seed, job.training.optimizer,
-                         job.training.lr, device, on_progress)
+        res = _train(job, sched, program, rank, world, device, on_progress)
         if rank == 0:
             _write_atomic(os.path.join(run_dir, "result.json"), json.dumps({
                 "losses": res.losses, "step_ms": res.step_ms, "measured_step_ms": res.measured_step_ms(job.warmup),
-                "backend": "nccl" if use_cuda else "gloo", "world": world}))
+                "backend": "nccl" if use_cuda else "gloo", "world": world,
+                "extra": {"epochs": res.epochs, "first_step": job.start_step, "correct": res.correct}}))
         dist.destroy_process_group()
         return 0
     except BaseException as e:  # noqa: BLE001 - every failure is reported to the launcher
@@ -101,6 +100,30 @@ def main(job_path: str) -> int:
         _write_atomic(os.path.join(run_dir, f"rank{rank}.error"), f"{time.time()}\n{line}\n{traceback.format_exc()}")
         sys.stderr.write(f"rank {rank}: {line}\n")
         return 1
+
+
+def _train(job, sched, program, rank: int, world: int, device, on_progress):
+    """train_rank with the job's loss, data and checkpoint (resume before, saves at epoch ends), then --export."""
+    from tag.deploy import checkpoint as ckpt
+    from tag.deploy.dataset import resolve_loss
+    from tag.deploy.train import train_rank
+
+    resume = ckpt.load_state(job.checkpoint) if job.checkpoint and job.start_step > 0 else None
+    on_epoch_end = None
+    if job.checkpoint:
+        def on_epoch_end(rt, step_done):
+            state = ckpt.gather_state(program, rt.my_params, rt.optimizer, rank, world)
+            if state is not None:
+                ckpt.save(job.checkpoint, job.identity, step_done, *state)
+
+    res = train_rank(sched, job.graph, program, rank, job.steps, job.seed, job.training.optimizer, job.training.lr,
+                     device, on_progress, loss=resolve_loss(job.loss), data=job.data, start_step=job.start_step,
+                     resume=resume, on_epoch_end=on_epoch_end)
+    if job.export:
+        state = ckpt.gather_state(program, list(res.params), None, rank, world)
+        if state is not None:
+            ckpt.export_weights(job.export, state[0], job.model_path)
+    return res
 
 
 def job_from_flags(argv: list[str]) -> str:

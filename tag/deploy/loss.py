@@ -1,0 +1,77 @@
+"""Training losses of deploy: each rank's share of the global-batch mean, so the ranks' terms add up.
+
+For a global batch of B rows and per-row losses l_i, the loss is L = (1/B) sum_i l_i. A rank holding rows
+[off, off + n) contributes T = (1/B) sum_{i in its rows} l_i, so sum over ranks of T = L and the gradients
+of the terms add up to the full-batch gradient (every sync method sums). Per-row losses:
+
+- ``mse``: mean over the row's elements of (y - t)^2 (the synthetic-data loss; there the sum runs over every
+  float output with a target);
+- ``cross_entropy``: -log softmax(y)[t] with y = [rows, C] logits and t = [rows] integer classes in [0, C);
+- ``nll``: -y[t] with y = [rows, C] log-probabilities;
+- ``bce``: mean over the row's elements of -(t log y + (1 - t) log(1 - y)), y probabilities in [0, 1];
+- a callable ``fn(y_rows, t_rows) -> [rows]`` per-row losses (``module:function`` or ``file.py:function``).
+
+Accuracy (classification losses only) counts rows whose argmax over classes equals the label
+(cross_entropy, nll) or whose every element is on the label's side of 0.5 (bce).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+LOSS_NAMES = ("mse", "cross_entropy", "nll", "bce")
+CLASS_LABEL_LOSSES = ("cross_entropy", "nll")  # targets are integer class indices
+
+
+@dataclass(frozen=True)
+class Loss:
+    """A named loss, or a user callable returning per-row losses (``name`` is then its spec)."""
+
+    name: str
+    fn: Callable | None = None
+
+    @property
+    def classifies(self) -> bool:
+        """Does the loss have an accuracy (a classification loss)?"""
+        return self.fn is None and self.name in CLASS_LABEL_LOSSES + ("bce",)
+
+    def term(self, y: torch.Tensor, target: torch.Tensor, global_rows: int, rows: int | None) -> torch.Tensor:
+        """This rank's share of the global-batch loss: (1/global_rows) x sum of per-row losses of y's rows.
+
+        rows: y's row count, or None for an output without a batch axis (then the term is the whole loss,
+        which one rank of the group adds). For mse the division is by the target's element count over the
+        global batch, the same number as (1/B) x per-row means.
+        """
+        if self.fn is not None:
+            per_row = self.fn(y, target)
+            if not isinstance(per_row, torch.Tensor) or tuple(per_row.shape) != (y.shape[0],):
+                found = tuple(per_row.shape) if isinstance(per_row, torch.Tensor) else type(per_row).__name__
+                raise ValueError(f"loss {self.name} returned {found}; expected per-row losses of shape ({y.shape[0]},)")
+            return per_row.sum() / global_rows
+        if self.name in ("mse", "bce"):
+            numel = target.numel() if rows is None else target.numel() // max(rows, 1) * global_rows
+            if self.name == "mse":
+                return ((y - target) ** 2).sum() / numel
+            return F.binary_cross_entropy(y, target, reduction="sum") / numel
+        if self.name == "cross_entropy":
+            return F.cross_entropy(y, target, reduction="sum") / global_rows
+        if self.name == "nll":
+            return F.nll_loss(y, target, reduction="sum") / global_rows
+        raise ValueError(f"unknown loss {self.name!r}")
+
+    def correct(self, y: torch.Tensor, target: torch.Tensor) -> int:
+        """Rows of y classified right (see the module docstring); 0 for a loss that does not classify."""
+        if not self.classifies:
+            return 0
+        with torch.no_grad():
+            if self.name == "bce":
+                ok = (y >= 0.5) == (target >= 0.5)
+                return int(ok.reshape(ok.shape[0], -1).all(dim=1).sum())
+            return int((y.argmax(dim=1) == target).sum())
+
+
+MSE = Loss("mse")
