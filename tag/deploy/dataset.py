@@ -45,12 +45,18 @@ def load_callable(spec: str, flag: str) -> Callable:
         raise
     except Exception as e:  # noqa: BLE001 - the user's module failed to import
         raise InputError(flag, "spec", f"an importable module ({mod_part})",
-                         f"{type(e).__name__}: {short_repr(str(e), 80)}") from None
+                         _one_line(e)) from None
     fn = getattr(module, name, None)
     if not callable(fn):
         raise InputError(flag, "spec", f"a callable named {name!r} in {mod_part}",
                          "nothing" if fn is None else type(fn).__name__)
     return fn
+
+
+def _one_line(e: Exception) -> str:
+    """'Type: message' of an exception from user code, on one line and at most ~100 characters."""
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text[:97] + '...' if len(text) > 100 else text}"
 
 
 def absolute_spec(spec: str) -> str:
@@ -118,7 +124,7 @@ def make_dataset(spec: str):
         ds = factory()
     except Exception as e:  # noqa: BLE001 - the user's factory failed
         raise InputError("--data", spec, "a factory that returns a dataset",
-                         f"{type(e).__name__}: {short_repr(str(e), 80)}") from None
+                         _one_line(e)) from None
     if isinstance(ds, tuple) and len(ds) == 2:  # (X, y)
         x = ds[0]
         nx = len(next(iter(x.values()))) if isinstance(x, dict) else len(x[0]) \
