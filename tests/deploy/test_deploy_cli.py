@@ -39,6 +39,10 @@ def plans(tmp_path_factory):
         dec.update(rows=rows, sync=sync if gemm[dec["group"]] and len(rows) > 1 else None,
                    server=server if gemm[dec["group"]] and len(rows) > 1 else None,
                    sfb=gemm[dec["group"]] if sync == "ps" else [])
+    # written as a version-1 plan (v1 names: hierarchical = the leader form): deploy derives one bucket per group
+    raw["version"] = 1
+    raw.pop("bucket_mb", None)
+    raw.pop("buckets", None)
     hybrid = d / "hybrid.json"
     hybrid.write_text(json.dumps(raw))
     return {"dir": d, "topo": topo, "dp": dp, "hybrid": hybrid, "raw": raw}
