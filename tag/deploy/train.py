@@ -31,6 +31,7 @@ class DataSource:
     spec: str
     shapes: object  # tag.deploy.dataset.DataShapes
     order: EpochOrder
+    dataset: object = None  # a dataset object (the Python API); None: call the `spec` factory on each rank
 
 
 @dataclass
@@ -80,7 +81,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
     else:
         from tag.deploy.dataset import make_dataset
 
-        ds = make_dataset(data.spec)
+        ds = make_dataset(data.spec) if data.dataset is None else data.dataset
         lo, hi = data_span(schedule, rank, data.shapes.output)
         sampler = RankBatchSampler(data.order, lo, hi, stop_step=steps, start_step=start_step)
         batch, targets = {}, {}
