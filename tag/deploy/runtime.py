@@ -11,8 +11,10 @@ in reverse order: the rank back-propagates g from its loss term and the output g
 returned, then sends each input leaf's gradient slice back to the rank it came from (the autograd-aware
 half of every transfer). Because all ranks walk the same group order, no exchange can deadlock.
 
-Gradients of parameters synced by a bucket accumulate straight into slices of one flat buffer per bucket,
-which the collective sums in place (`_bucket_views`).
+Gradients sync by the plan's buckets (`Schedule.buckets`, `tag.deploy.bucket_plan`): after the SFB all-gathers,
+each bucket in the plan's order (reverse backward order), then the tied parameters' own syncs. The gradients of a
+bucket's parameters accumulate straight into slices of one flat buffer, which the bucket's algorithm sums in place
+(`_bucket_views`, `Comm.sum_over`).
 
 Loss (`tag.deploy.loss`): by default the sum over float graph outputs of sum((y - target)^2) / numel(target
 over the global batch); with user data the chosen loss of the first output. Each rank's term is its rows'
