@@ -41,6 +41,15 @@ def _wait(works) -> None:
         w.wait()
 
 
+def _post_all(sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]], tag: int) -> None:
+    """Post every (tensor, peer) send and receive as one batch and wait for all of them (NCCL needs a batch for
+    sends and receives that depend on each other; gloo runs them one by one)."""
+    ops = [dist.P2POp(dist.isend, t, peer, tag=tag) for t, peer in sends]
+    ops += [dist.P2POp(dist.irecv, t, peer, tag=tag) for t, peer in recvs]
+    if ops:
+        _wait(dist.batch_isend_irecv(ops))
+
+
 def server_sum(flat: torch.Tensor, ranks: tuple[int, ...], server: int, me: int) -> None:
     """Sum `flat` in place over `ranks` through `server` (one of them): sends in, total back."""
     others = [r for r in sorted(ranks) if r != server]
@@ -98,12 +107,12 @@ def machine_scatter_sum(flat: torch.Tensor, local: tuple[int, ...], k: int, me: 
         return
     bounds = shard_bounds(flat.numel(), k)
     li = local.index(me)
-    sends = [dist.isend(flat[a:b], local[j], tag=TAG + 3) for j, (a, b) in enumerate(bounds) if j != li and b > a]
+    sends = [(flat[a:b], local[j]) for j, (a, b) in enumerate(bounds) if j != li and b > a]
     got = []
     if li < k and bounds[li][1] > bounds[li][0]:
         a, b = bounds[li]
         got = [(r, torch.empty_like(flat[a:b])) for r in local if r != me]
-    _wait(sends + [dist.irecv(buf, r, tag=TAG + 3) for r, buf in got])
+    _post_all(sends, [(buf, r) for r, buf in got], TAG + 3)
     if got:
         a, b = bounds[li]
         total = None
@@ -119,9 +128,8 @@ def machine_gather(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int) 
         return
     bounds = shard_bounds(flat.numel(), k)
     li = local.index(me)
-    works = []
+    sends = []
     if li < k and bounds[li][1] > bounds[li][0]:
         a, b = bounds[li]
-        works += [dist.isend(flat[a:b], r, tag=TAG + 4) for r in local if r != me]
-    works += [dist.irecv(flat[a:b], local[j], tag=TAG + 4) for j, (a, b) in enumerate(bounds) if j != li and b > a]
-    _wait(works)
+        sends = [(flat[a:b], r) for r in local if r != me]
+    _post_all(sends, [(flat[a:b], local[j]) for j, (a, b) in enumerate(bounds) if j != li and b > a], TAG + 4)
