@@ -93,3 +93,23 @@ def test_buckets_mixing_replica_sets_are_an_input_error():
             Decision((3, 3, 3, 3), "ring")]
     with pytest.raises(InputError, match=r"p.json: buckets\[0\].groups"):
         _sched(decs, buckets=(Bucket((3, 1), "ring"), Bucket((0,), "ring")))
+
+
+def test_process_groups_each_algorithm_needs():
+    from tag.deploy.comm import Comm
+    from tag.deploy.schedule import SyncBucket
+
+    machines = ["m0", "m0", "m1", "m1", "m1"]
+
+    def sets(method, ranks):
+        return sorted(set(Comm.needed_sets([SyncBucket(method, ranks, None, ("w",))], [], machines)))
+
+    everyone = (0, 1, 2, 3, 4)
+    # hierarchical: machines hold 2 and 3 ranks -> 2 shards; shard j is all-reduced by the j-th rank of each machine
+    assert sets("hierarchical", everyone) == [(0, 1, 2, 3, 4), (0, 2), (1, 3)]
+    # leader: each machine's ranks, and the leaders (first rank of each machine)
+    assert sets("leader", everyone) == [(0, 1), (0, 1, 2, 3, 4), (0, 2), (2, 3, 4)]
+    # ring, tree and ps run on the bucket's own ranks only (tree and ps on CPU as point-to-point messages)
+    assert sets("tree", (1, 2)) == [(0, 1, 2, 3, 4), (1, 2)]
+    # one machine: hierarchical has no across-machine step
+    assert sets("hierarchical", (2, 3, 4)) == [(0, 1, 2, 3, 4), (2, 3, 4)]
