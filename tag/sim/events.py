@@ -91,9 +91,10 @@ class _SyncState:
 class _Run:
     """One execution of a task graph (see the module docstring)."""
 
-    def __init__(self, tg: TaskGraph, link_caps_bytes_per_ms: list[float], log_flows: bool):
+    def __init__(self, tg: TaskGraph, link_caps_bytes_per_ms: list[float], log_flows: bool, member_ms=None):
         self.tg = tg
         self.dur = tg.tasks.duration_ms
+        self.member_ms = member_ms if member_ms is not None else [None] * len(self.dur)
         self.tdev = tg.tasks.device
         self.pend = list(tg.inputs)
         self.ready = [0.0] * len(self.dur)
@@ -120,7 +121,7 @@ class _Run:
     def advance(self, d: int) -> None:
         """Run device d's program from its current position while the next task has all its inputs."""
         prog, i, t = self.tg.programs[d], self.ptr[d], self.free[d]
-        pend, ready, start, dur = self.pend, self.ready, self.start, self.dur
+        pend, ready, start, dur, members = self.pend, self.ready, self.start, self.dur, self.member_ms
         first, deps, syncs = self.tg.first_sync, self.tg.dependents, self.syncs
         n = len(prog)
         while i < n:
@@ -130,7 +131,12 @@ class _Run:
             if ready[k] > t:
                 t = ready[k]
             start[k] = t
-            t += dur[k]
+            m = members[k]
+            if m is None:
+                t += dur[k]
+            else:  # a fused chain: its members' durations one by one, as the unfused stream adds them
+                for ms in m:
+                    t += ms
             j = first[k]
             if j >= 0:
                 s = syncs[j]
@@ -269,6 +275,11 @@ _HANDLERS = {EventKind.FLOW_START: _Run._on_flow_start, EventKind.TRANSFER_ARRIV
              EventKind.SYNC_STEP: _Run._on_sync_step}
 
 
-def run_task_graph(tg: TaskGraph, link_caps_bytes_per_ms: list[float], log_flows: bool = False) -> Timeline:
-    """Run `tg` on links of these capacities (bytes per ms, indexed as the FlowSpecs' links); see the module."""
-    return _Run(tg, link_caps_bytes_per_ms, log_flows).run()
+def run_task_graph(tg: TaskGraph, link_caps_bytes_per_ms: list[float], log_flows: bool = False,
+                   member_ms: list | None = None) -> Timeline:
+    """Run `tg` on links of these capacities (bytes per ms, indexed as the FlowSpecs' links); see the module.
+
+    member_ms (from `tag.sim.fuse.fuse_chains`): per task None, or for a fused chain's task the durations of the
+    tasks folded into it, which its stream adds one by one instead of its total duration, so that the fused run's
+    times are bit-identical to the unfused run's."""
+    return _Run(tg, link_caps_bytes_per_ms, log_flows, member_ms).run()

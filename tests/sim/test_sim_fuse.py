@@ -1,0 +1,193 @@
+"""Chain fusion (`tag.sim.fuse`): a hand-built graph whose fused form is written down by hand, and exactness of
+the fused run against the unfused one over baselines and random row maps on the tiny models."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+
+import pytest
+
+from tag.sim.build import BuildOptions, build_task_graph
+from tag.sim.collectives import FlowSpec
+from tag.sim.context import sim_context
+from tag.sim.events import run_task_graph
+from tag.sim.fuse import fuse_chains, member_starts_ms, run_fused
+from tag.sim.taskgraph import (ComputeTasks, DependentKind, MemoryInputs, SyncUnit, TaskGraph, TaskKind,
+                               Transfer)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CAP = 1e5  # bytes per ms of every link
+F, B, U = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.UPDATE
+SYNC, XFER = DependentKind.SYNC, DependentKind.TRANSFER
+
+
+def _graph(tasks, n_devices, syncs=(), transfers=()) -> TaskGraph:
+    """tasks: (device, kind, ms) in program order per device; syncs: (wait, release, phases) with the first
+    listing of each task in first_sync; transfers: (spec, producer, consumer)."""
+    ct = ComputeTasks()
+    for i, (d, kind, ms) in enumerate(tasks):
+        ct.add([d], kind, i, [ms])
+    programs = [[k for k in range(len(ct)) if ct.device[k] == d] for d in range(n_devices)]
+    inputs, first, deps = [0] * len(ct), [-1] * len(ct), [None] * len(ct)
+    units = []
+    for j, (wait, release, phases) in enumerate(syncs):
+        for k in wait:
+            if first[k] < 0:
+                first[k] = j
+            else:
+                deps[k] = (deps[k] or []) + [(SYNC, j)]
+        for k in release:
+            inputs[k] += 1
+        units.append(SyncUnit((j,), tuple(range(n_devices)), 1.0, "ring", None, f"s{j}", list(wait), list(release),
+                              phases))
+    xs = []
+    for i, (spec, p, c) in enumerate(transfers):
+        xs.append(Transfer(spec, p, c, (p,), (c,), f"x{i}"))
+        deps[p] = (deps[p] or []) + [(XFER, i)]
+        inputs[c] += 1
+    return TaskGraph(n_devices, ct, programs, xs, units, inputs, first, deps, MemoryInputs([], [0.0] * n_devices))
+
+
+def test_one_bucket_fuses_forward_and_backward_into_one_task_per_device():
+    # device 0: f0 (1 ms), f1 (2), b1 (4), b0 (3), u (0.5); device 1: f0 (1), f1 (1), b1 (2), b0 (2), u (0.5).
+    # sync 0 (one bucket: both groups) waits for b1 and b0 of both devices, a 1e5-byte flow over link 0 (1 ms),
+    # then releases both steps.
+    tasks = [(0, F, 1.0), (0, F, 2.0), (0, B, 4.0), (0, B, 3.0), (0, U, 0.5),
+             (1, F, 1.0), (1, F, 1.0), (1, B, 2.0), (1, B, 2.0), (1, U, 0.5)]
+    flow = FlowSpec((0,), (1.0,), 1e5, 0.0, 0, 1)
+    tg = _graph(tasks, 2, syncs=[([2, 3, 7, 8], [4, 9], [[flow]])])
+    fz = fuse_chains(tg)
+    g = fz.graph
+    # by hand: programs [0, 4] and [5, 9]; task 0 lasts 1 + 2 + 4 + 3 = 10, task 5 lasts 6; both count towards
+    # sync 0 once, which now waits for [0, 5]
+    assert g.programs == [[0, 4], [5, 9]]
+    assert (fz.heads, fz.lasts, fz.n_fused) == ([0, 5], [3, 8], 6)
+    assert g.tasks.duration_ms[0] == 10.0 and g.tasks.duration_ms[5] == 6.0
+    assert g.first_sync[0] == 0 and g.first_sync[5] == 0
+    assert g.syncs[0].wait == [0, 5] and g.syncs[0].release == [4, 9]
+    assert tg.syncs[0].wait == [2, 3, 7, 8] and tg.programs[0] == [0, 1, 2, 3, 4]  # the input is unchanged
+    # sync ready at max(10, 6) = 10, flow 1 ms, steps start at 11 and end at 11.5
+    tl = run_fused(fz, [CAP])
+    assert tl.device_end_ms == pytest.approx([11.5, 11.5])
+    assert member_starts_ms(fz, tg, tl.start_ms) == pytest.approx([0, 1, 3, 7, 11, 0, 1, 2, 4, 11])
+
+
+def test_two_syncs_keep_the_backward_apart_and_a_transfer_ends_a_chain():
+    # device 0: f0 (1), b1 (2, sync 0), b0 (3, sync 1), u; device 1: g (2, sends to device 0's b0), h (1).
+    # b1 feeds sync 0 that b0 does not: b1 stays the last of [f0, b1]; b0 waits for the transfer: a head.
+    # g starts a transfer: the last of its chain; h follows it alone.
+    flow = FlowSpec((0,), (1.0,), 1e5, 0.0, 0, 1)
+    tasks = [(0, F, 1.0), (0, B, 2.0), (0, B, 3.0), (0, U, 0.5), (1, F, 2.0), (1, F, 1.0)]
+    tg = _graph(tasks, 2, syncs=[([1], [3], [[flow]]), ([2], [3], [[flow]])],
+                transfers=[(FlowSpec((1,), (1.0,), 1e5, 0.0, 1, 0), 4, 2)])
+    fz = fuse_chains(tg)
+    assert fz.graph.programs == [[0, 2, 3], [4, 5]]
+    assert (fz.heads, fz.lasts) == ([0], [1])
+    assert fz.graph.tasks.duration_ms[0] == 3.0
+    assert fz.graph.syncs[0].wait == [0] and fz.graph.syncs[1].wait == [2]
+    # by hand: f0+b1 end at 3, sync 0 runs 3..4; g ends at 2, transfer 2..3; b0 runs 3..6; sync 1 runs 6..7;
+    # u runs 7..7.5; device 1 ends at 3
+    tl = run_fused(fz, [CAP, CAP])
+    assert tl.device_end_ms == pytest.approx([7.5, 3.0])
+    assert member_starts_ms(fz, tg, tl.start_ms) == pytest.approx([0, 1, 3, 7, 0, 2])
+
+
+def test_nothing_to_fold_returns_the_graph_itself():
+    tg = _graph([(0, F, 1.0), (1, F, 1.0)], 2)
+    fz = fuse_chains(tg)
+    assert fz.graph is tg and fz.n_fused == 0
+
+
+def _inputs(model: str, topology: str):
+    from tag.cost import make_cost_model
+    from tag.graph import load_model
+    from tag.graph.coarsen import coarsen
+    from tag.strategy import TrainingConfig
+    from tag.topology import load_topology
+
+    cluster = load_topology(os.path.join(ROOT, "datasets", "topologies", f"{topology}.json"))
+    graph = load_model(os.path.join(ROOT, "datasets", "models", f"{model}.onnx"), n_devices=cluster.n_devices)
+    gg = coarsen(graph, n_devices=cluster.n_devices)
+    training = TrainingConfig(optimizer="momentum")
+    return gg, cluster, make_cost_model(gg, training), training, graph.batch_size
+
+
+def _random_strategy(gg, n_dev: int, batch: int, rng: random.Random):
+    """Three random row maps (each over a random subset of devices) spread over the groups, random sync methods
+    and ps servers: transfers, several communicators and syncs of every method."""
+    from tag.strategy import SYNC_METHODS, Decision, Strategy
+
+    maps = []
+    for _ in range(3):
+        devs = sorted(rng.sample(range(n_dev), rng.randint(1, n_dev)))
+        rows = [0] * n_dev
+        for _ in range(batch):
+            rows[rng.choice(devs)] += 1
+        maps.append(tuple(rows))
+    decs = []
+    for _ in range(gg.n_groups):
+        rows = rng.choice(maps)
+        sync = rng.choice(SYNC_METHODS)
+        server = rng.choice([d for d in range(n_dev) if rows[d] > 0]) if sync == "ps" else None
+        decs.append(Decision(rows, sync, server))
+    return Strategy(tuple(decs))
+
+
+def _with_buckets(st, mb: float):
+    """The strategy with gradient buckets of `mb` MiB where the Strategy has them (strategy version 2)."""
+    if "bucket_mb" in {f.name for f in dataclasses.fields(st)}:
+        return dataclasses.replace(st, bucket_mb=mb)
+    return st
+
+
+def _assert_same_run(ctx, cluster, st, options: BuildOptions, where: str):
+    tg = build_task_graph(ctx, st, options)
+    caps = [l.bytes_per_ms for l in cluster.links]
+    plain = run_task_graph(tg, caps)
+    fz = fuse_chains(tg)
+    fused = run_fused(fz, caps)
+    # bit-identical: the fused stream adds its members' durations one by one (tag.sim.fuse)
+    assert fused.device_end_ms == plain.device_end_ms, where
+    assert member_starts_ms(fz, tg, fused.start_ms) == plain.start_ms, where
+    assert fused.link_bytes == plain.link_bytes, where
+    return fz.n_fused
+
+
+CASES = [(m, t) for t in ("cpu4", "heterog8", "hap64")
+         for m in ("mlp", "resnet_tiny", "transformer_tiny", "small_cnn", "gpt2_tiny", "bert_tiny")]
+
+
+@pytest.mark.parametrize("model,topology", CASES)
+def test_fused_run_equals_unfused_run(model, topology):
+    from tag.search.baselines import BASELINES, build_baseline
+
+    gg, cluster, cost, training, batch = _inputs(model, topology)
+    ctx = sim_context(gg, cluster, cost, training)
+    strategies = {name: build_baseline(name, gg, cluster, cost, training) for name in BASELINES}
+    strategies["dp-even 25 MiB buckets"] = _with_buckets(strategies["dp-even"], 25.0)
+    rng = random.Random(f"{model}|{topology}")
+    for i in range(1 if cluster.n_devices > 8 else 4):
+        strategies[f"random {i}"] = _random_strategy(gg, cluster.n_devices, max(batch, cluster.n_devices), rng)
+    folded = 0
+    for name, st in strategies.items():
+        for mode, options in (("async", BuildOptions()), ("deploy", BuildOptions(False, True))):
+            folded += _assert_same_run(ctx, cluster, st, options, f"{model} {topology} {name} {mode}")
+    assert folded > 0  # the comparison saw fused graphs
+
+
+@pytest.mark.parametrize("model,topology", [("resnet_tiny", "heterog8"), ("gpt2_tiny", "cpu4")])
+def test_simulate_without_trace_equals_simulate_with_trace(model, topology):
+    """simulate() fuses unless a trace is asked for; both give the same result."""
+    from tag.search.baselines import BASELINES, build_baseline
+    from tag.sim import simulate
+
+    gg, cluster, cost, training, _ = _inputs(model, topology)
+    for name in BASELINES:
+        st = build_baseline(name, gg, cluster, cost, training)
+        for kw in ({}, {"overlap_sync": False, "blocking_sends": True}):
+            a = simulate(gg, cluster, cost, st, training, **kw)
+            b = simulate(gg, cluster, cost, st, training, trace=True, **kw)
+            assert (a.iteration_ms, a.fit_iteration_ms) == (b.iteration_ms, b.fit_iteration_ms), name
+            assert (a.busy_ms, a.peak_memory_gb, a.link_bytes) == (b.busy_ms, b.peak_memory_gb, b.link_bytes), name
