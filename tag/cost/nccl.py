@@ -1,7 +1,8 @@
 """NCCL's latency constants (Simple protocol) and the nccl-tests bus-bandwidth factors, each with its source.
 
-Source of the latency tables: NVIDIA/nccl ``src/graph/tuning.cc`` (commit b6475625, the NCCL 2.19-2.21 line),
-``baseLat`` and ``hwLat`` for the Simple protocol (the one NCCL uses for large gradient buckets), in microseconds:
+Source of the latency tables: NVIDIA/nccl ``src/graph/tuning.cc`` at commit b6475625 (the tables with NVLS and
+MNNVL entries), ``baseLat`` and ``hwLat`` for the Simple protocol (the one NCCL uses for large gradient buckets), in
+microseconds (older releases differ: at commit 01afd20 the network step was Tree 50, Ring 9.6):
 
 * ``baseLat`` (per collective call): Tree 0, Ring 8.4;
 * ``hwLat`` (per step, by hardware of the step): NVLink: Tree 28, Ring 3.4; PCI: Tree 28, Ring 5.7;

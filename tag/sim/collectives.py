@@ -17,8 +17,11 @@ machines of a sync are those of its devices, in topology order, each with its de
   rooted at machine 0, tree 2 its mirror for an even machine count, its shift by one for an odd count); each
   half of S is reduced up one tree (chains included) and broadcast down it, pipelined: one coflow of volume S/2
   whose hops are every tree edge in both directions, for both trees (each chain hop therefore twice). Alone:
-  ``S/2 x max_l (w_l / cap_l) + max over the two trees of (deepest up path + deepest down path)``, where a path's
-  latency sums its hops' step latencies. On one machine both trees are the chain.
+  ``S/2 / e x max_l (w_l / cap_l) + max over the two trees of (deepest up path + deepest down path)``, where a
+  path's latency sums its hops' step latencies (route latency, plus NCCL's tree step on GPUs) and e = 0.92 on GPUs
+  (1 otherwise). On one machine both trees are the chain. Uniform, k machines of m GPUs, k a power of two >= 4:
+  a NIC carries 4 hops, ``2S / (0.92 B_nic) + 2((m-1)(alpha_intra + t_intra) + log2(k) (alpha_inter + 14 us))``,
+  t_intra = 24.6 us (NVLink) or 22.3 us (PCIe).
 * ``hierarchical`` (NCCL/Horovod form): with L the largest replica count of the sync's machines, S is cut into L
   shards of S/L; in machine i (m_i devices) shard s belongs to local rank ``s mod m_i`` (all local ranks own one
   shard when every machine holds L devices; on a machine with fewer, some devices own several, on a machine with
@@ -27,13 +30,16 @@ machines of a sync are those of its devices, in topology order, each with its de
   reduce-scatter with unequal shares), m_i - 1 steps; (2) for every shard, a ring all-reduce of S/L over its
   owners on every machine, all L rings as one coflow (each ring volume 2(k-1)/k x S/L on k machines, 2(k-1) x
   largest hop latency of all rings: the rings share each NIC); (3) in each machine, a ring all-gather coflow
-  mirroring (1). Machines run (1) and (3) in parallel. Alone on k machines of m devices each:
-  ``2 x ((m-1)/m x S x max_l(w_l/cap_l) + (m-1) max alpha) + 2(k-1)/k x S/m x max_l(w_l/cap_l) + 2(k-1) max alpha``.
+  mirroring (1). Machines run (1) and (3) in parallel. Alone on k machines of m devices each (phase (2)'s coflow
+  crosses each NIC m times): ``2 x ((m-1)/m x S / B_intra + (m-1) alpha_intra + c) + 2(k-1)/k x S / B_nic +
+  2(k-1) alpha_inter`` (when the NIC, not the ports, bounds phase (2)), c = 8.4 us on GPUs, 0 otherwise.
 * ``leader`` (version 1's "hierarchical"): (1) in each machine, a chain reduce towards the machine leader (its
   first replica), volume S, latency the sum of hop latencies; (2) a ring all-reduce across the leaders; (3) a
-  chain broadcast from each leader. Machines run phases (1) and (3) in parallel.
+  chain broadcast from each leader. Machines run phases (1) and (3) in parallel. Alone, uniform:
+  ``2 (S / B_intra + (m-1) alpha_intra) + 2(k-1)/k x S / B_nic + 2(k-1) alpha_inter``.
 * ``ps``: (1) push: every replica other than the server sends S to the server (incast: they share the
-  server's links); (2) pull: the server sends S to each. A tensor's pull waits for its push.
+  server's links); (2) pull: the server sends S to each. A tensor's pull waits for its push. Alone, when all w
+  workers' routes share the server's narrowest link B: ``2 (w S / B + alpha)`` (max-min filling otherwise).
 * ``allgather`` (for sufficient factors): one ring coflow, volume (n-1)/n x S_total, n-1 steps.
 
 **NCCL's latencies** (`tag.cost.nccl`, from NVIDIA/nccl ``tuning.cc``) apply when every device of the sync is a
