@@ -111,3 +111,10 @@ def test_tree_is_capped_at_the_measured_collective_rate():
     # chain of 2, both trees: each port direction carries 2 hops of S/2 (rate 1.25e8 / 2 B/ms, above the 1 Gbit/s =
     # 1.25e5 B/ms cap), so the coflow takes S/2 / 1.25e5 ms; 1 step up, 1 down
     assert algorithm_ms("tree", cl, (0, 1), S, ring_gbps=1.0) == pytest.approx(S / 2 / 1.25e5 + 2 * A_IN, rel=1e-12)
+
+
+def test_tree_steps_inside_a_pcie_machine():
+    # 128 Gbit/s = 1.6e7 B/ms fabric (PCIe class, not above PCIe 4.0 x16): a tree step adds 28 - 5.7 = 22.3 us
+    cl = make_cluster([4], intra_gbps=128.0)
+    chain = 4 * 0.5 * (S / 1.6e7) / 0.92  # inner devices' ports carry 4 hops of S/2 / 0.92
+    assert algorithm_ms("tree", cl, (0, 1, 2, 3), S) == pytest.approx(chain + 6 * (A_IN + 0.0223), rel=1e-12)
