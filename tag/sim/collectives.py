@@ -22,17 +22,17 @@ machines of a sync are those of its devices, in topology order, each with its de
   (1 otherwise). On one machine both trees are the chain. Uniform, k machines of m GPUs, k a power of two >= 4:
   a NIC carries 4 hops, ``2S / (0.92 B_nic) + 2((m-1)(alpha_intra + t_intra) + log2(k) (alpha_inter + 14 us))``,
   t_intra = 24.6 us (NVLink) or 22.3 us (PCIe).
-* ``hierarchical`` (NCCL/Horovod form): with L the largest replica count of the sync's machines, S is cut into L
-  shards of S/L; in machine i (m_i devices) shard s belongs to local rank ``s mod m_i`` (all local ranks own one
-  shard when every machine holds L devices; on a machine with fewer, some devices own several, on a machine with
-  one device it owns all). (1) In each machine, a ring reduce-scatter coflow: volume ``(1 - f_min) x S`` per hop
-  (f_min the smallest owned share of the machine: (m-1)/m x S for equal shares; the busiest hop of a ring
-  reduce-scatter with unequal shares), m_i - 1 steps; (2) for every shard, a ring all-reduce of S/L over its
-  owners on every machine, all L rings as one coflow (each ring volume 2(k-1)/k x S/L on k machines, 2(k-1) x
-  largest hop latency of all rings: the rings share each NIC); (3) in each machine, a ring all-gather coflow
-  mirroring (1). Machines run (1) and (3) in parallel. Alone on k machines of m devices each (phase (2)'s coflow
-  crosses each NIC m times): ``2 x ((m-1)/m x S / B_intra + (m-1) alpha_intra + c) + 2(k-1)/k x S / B_nic +
-  2(k-1) alpha_inter`` (when the NIC, not the ports, bounds phase (2)), c = 8.4 us on GPUs, 0 otherwise.
+* ``hierarchical`` (NCCL/Horovod form, sharded as deploy shards it, `tag.deploy.comm`): with k the fewest
+  replicas any of the sync's machines holds, S is cut into k shards of S/k, and in every machine its j-th device
+  (j < k) owns shard j; devices past the k-th own none. (1) In each machine, a ring reduce-scatter coflow:
+  volume ``(1 - f_min) x S`` per hop, f_min the smallest share a device of the machine owns ((m-1)/m x S when
+  the machine holds k devices; S when it holds more: a ring reduce-scatter's hop out of a device carries every
+  share but its own), m_i - 1 steps; (2) for every shard j, a ring all-reduce of S/k over the j-th devices of
+  all machines, the k rings as one coflow (each ring volume 2(K-1)/K x S/k on K machines, 2(K-1) x the largest
+  hop latency of all rings: the rings share each NIC); (3) in each machine, a ring all-gather coflow
+  mirroring (1). Machines run (1) and (3) in parallel. Alone on K machines of m devices each (k = m; phase (2)'s
+  coflow crosses each NIC m times): ``2 x ((m-1)/m x S / B_intra + (m-1) alpha_intra + c) + 2(K-1)/K x S / B_nic
+  + 2(K-1) alpha_inter`` (when the NIC, not the ports, bounds phase (2)), c = 8.4 us on GPUs, 0 otherwise.
 * ``leader`` (version 1's "hierarchical"): (1) in each machine, a chain reduce towards the machine leader (its
   first replica), volume S, latency the sum of hop latencies; (2) a ring all-reduce across the leaders; (3) a
   chain broadcast from each leader. Machines run phases (1) and (3) in parallel. Alone, uniform:
@@ -246,18 +246,18 @@ def hierarchical_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: floa
     if len(devices) < 2:
         return []
     members = machine_members(cluster, devices)
-    n_shards = max(len(m) for m in members)
+    n_shards = min(len(m) for m in members)
     call_ms = nccl.extra_call_us() / 1e3 if uses_nccl(cluster, devices) else 0.0
     intra: list[FlowSpec] = []
     for m in members:
         if len(m) > 1:
-            owned = [sum(1 for s in range(n_shards) if s % len(m) == j) / n_shards for j in range(len(m))]
+            owned = [1.0 / n_shards if j < n_shards else 0.0 for j in range(len(m))]
             volume = comm.reduce_scatter_volume_bytes(nbytes, owned)
             intra.append(_with_latency(ring_spec(cluster, tuple(m), volume, len(m) - 1, ring_gbps), call_ms))
     phases = [intra] if intra else []
     k = len(members)
     if k > 1:
-        rings = [tuple(m[s % len(m)] for m in members) for s in range(n_shards)]
+        rings = [tuple(m[j] for m in members) for j in range(n_shards)]
         volume = comm.ring_allreduce_volume_bytes(nbytes / n_shards, k)
         phases.append([rings_spec(cluster, rings, volume, comm.ring_allreduce_steps(k), ring_gbps)])
     if intra:

@@ -13,6 +13,7 @@ import pytest
 
 from simkit_builders import make_cluster
 from tag.sim.algorithms import algorithm_ms
+from tag.sim.collectives import sync_phases
 from tag.topology.cluster import DeviceType
 
 S = 1e8
@@ -91,19 +92,27 @@ def test_on_cpus_no_nccl_latencies(cpus):
 
 
 def test_hierarchical_on_uneven_machines():
-    # 3 devices + 1 device: 3 shards; in m0 each device owns one (reduce-scatter 2/3 S, 2 steps); the lone device
-    # of m1 owns all three, so the 3 rings (d0,d3), (d1,d3), (d2,d3) of S/3 each cross both NICs 3 times: S / B_nic
+    # shards as deploy cuts them: k = the fewest devices a machine holds; the j-th device of each machine (j < k)
+    # owns shard j. 3 devices + 1 device: k = 1, d0 owns all of m0's S: its ring reduce-scatter's hop out of d1
+    # carries all of S (d1 owns nothing), 2 steps; one ring (d0, d3) of S across: 2 x 1/2 x S through each NIC
     cl = make_cluster([3, 1], intra_gbps=1000.0, nic_gbps=100.0)
-    intra = 2 / 3 * PORT_MS + 2 * A_IN + CALL
+    intra = PORT_MS + 2 * A_IN + CALL
     assert algorithm_ms("hierarchical", cl, (0, 1, 2, 3), S) == pytest.approx(2 * intra + NIC_MS + 2 * A_NET,
                                                                                rel=1e-12)
-    # 2 + 3: 3 shards; in m0 device 0 owns shards 0 and 2, device 1 shard 1: its reduce-scatter hop out of device 1
-    # carries the 2/3 it does not own (m1: 2/3 too); d0 sits in two of the three rings (d0,d2), (d1,d3), (d0,d4)
+    # 2 + 3: k = 2; m0 reduce-scatters S/2 per hop in 1 step, m1 all of S in 2 steps (its third device owns
+    # nothing): m1 bounds the phase; rings (d0, d2) and (d1, d3) of S/2 each, 2 x 1/2 x S/2, both through each NIC
     cl = make_cluster([2, 3], intra_gbps=1000.0, nic_gbps=100.0)
-    intra = 2 / 3 * PORT_MS + 2 * A_IN + CALL  # m1's 2 steps of 2 us bound m0's 1 step
-    cross = 3 * (S / 3) / 1.25e7  # 3 rings of 2 x 1/2 x S/3, all through each NIC
-    assert algorithm_ms("hierarchical", cl, (0, 1, 2, 3, 4), S) == pytest.approx(2 * intra + cross + 2 * A_NET,
+    intra = max(0.5 * PORT_MS + A_IN, PORT_MS + 2 * A_IN) + CALL
+    assert algorithm_ms("hierarchical", cl, (0, 1, 2, 3, 4), S) == pytest.approx(2 * intra + NIC_MS + 2 * A_NET,
                                                                                   rel=1e-12)
+    # the across-machine rings are the ones deploy opens process groups for (tests/deploy: (0, 2) and (1, 3))
+    (cross,) = sync_phases("hierarchical", cl, (0, 1, 2, 3, 4), S)[1]
+    hops = {(a, b) for a, b in ((0, 2), (2, 0), (1, 3), (3, 1))}
+    want = {}
+    for a, b in hops:
+        for l in cl.routes[a][b]:
+            want[l] = want.get(l, 0) + 1
+    assert dict(zip(cross.links, cross.weights)) == want
 
 
 def test_tree_is_capped_at_the_measured_collective_rate():
