@@ -10,6 +10,7 @@ at its rate; its latency is added after it drains (the ``alpha`` of alpha-beta).
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,43 +84,53 @@ def link_components(flows: list[Flow]) -> list[list[Flow]]:
 
 
 def _max_min_rates_py(flows: list[Flow], caps_bytes_per_ms) -> None:
-    """`max_min_rates` with dicts: raise all unfrozen flows to the lowest link saturation level, freeze."""
-    rem: dict[int, float] = {}
+    """`max_min_rates` by progressive filling with a heap of link saturation levels.
+
+    While every unfrozen flow runs at the common level x, link l carries load_l + x W_l (load_l: the frozen flows'
+    w x rate on it, W_l: the unfrozen flows' weights), so it saturates at x_l = (cap_l - load_l) / W_l; x_l changes
+    only when a flow on l freezes. Pop the lowest x_l (a stale entry is skipped by its version), freeze the
+    unfrozen flows on l at x_l, update load and W of their links and push their new levels:
+    O(sum of links per flow x log links) instead of a scan of every link per bottleneck."""
+    load: dict[int, float] = {}
     wsum: dict[int, float] = {}
-    on_link: dict[int, list[Flow]] = {}
-    for f in flows:
+    on_link: dict[int, list[int]] = {}
+    for i, f in enumerate(flows):
         for l, w in zip(f.links, f.weights):
-            if l not in rem:
-                rem[l] = caps_bytes_per_ms[l]
-                wsum[l] = 0.0
-                on_link[l] = []
-            wsum[l] += w
-            on_link[l].append(f)
-    unfrozen = {id(f) for f in flows}
-    level = 0.0
-    while unfrozen:
-        best, best_share = -1, INF
-        for l, w in wsum.items():
-            if w > 1e-12:
-                share = rem[l] / w
-                if share < best_share:
-                    best, best_share = l, share
-        if best < 0:  # remaining flows cross no link
-            for f in flows:
-                if id(f) in unfrozen:
-                    f.rate = INF
-            return
-        level += best_share
-        for l, w in wsum.items():
-            if w > 1e-12:
-                rem[l] -= best_share * w
-        for f in on_link[best]:
-            if id(f) in unfrozen:
-                unfrozen.discard(id(f))
-                f.rate = level
-                for l, w in zip(f.links, f.weights):
-                    wsum[l] -= w
-        wsum[best] = 0.0
+            if l in wsum:
+                wsum[l] += w
+                on_link[l].append(i)
+            else:
+                load[l], wsum[l], on_link[l] = 0.0, w, [i]
+    version = dict.fromkeys(wsum, 0)
+    heap = [(caps_bytes_per_ms[l] / w, l, 0) for l, w in wsum.items() if w > 1e-12]
+    heapq.heapify(heap)
+    frozen = [False] * len(flows)
+    left, level = len(flows), 0.0
+    while left and heap:
+        x, l, v = heapq.heappop(heap)
+        if v != version[l]:
+            continue
+        level = max(level, x)  # levels only rise (guards rounding)
+        touched = []
+        for i in on_link[l]:
+            if frozen[i]:
+                continue
+            frozen[i] = True
+            left -= 1
+            f = flows[i]
+            f.rate = level
+            for l2, w2 in zip(f.links, f.weights):
+                load[l2] += w2 * level
+                wsum[l2] -= w2
+                touched.append(l2)
+        for l2 in dict.fromkeys(touched):
+            version[l2] += 1
+            if l2 != l and wsum[l2] > 1e-12:
+                heapq.heappush(heap, (max(caps_bytes_per_ms[l2] - load[l2], 0.0) / wsum[l2], l2, version[l2]))
+    if left:  # flows that cross no link
+        for i, f in enumerate(flows):
+            if not frozen[i]:
+                f.rate = INF
 
 
 def _max_min_rates_np(flows: list[Flow], caps_bytes_per_ms) -> None:
@@ -152,55 +163,119 @@ def _max_min_rates_np(flows: list[Flow], caps_bytes_per_ms) -> None:
 
 
 class Network:
-    """The flows in flight over a cluster's directed links, advanced in time by the engine."""
+    """The flows in flight over a cluster's directed links, advanced in time by the engine.
+
+    With more than `SMALL` flows in flight, rates are recomputed only for the flows connected, through shared
+    links, to a link whose flows changed since the last recomputation (a flow started or drained on it): other
+    components keep their allocation, which is max-min fair on its own (`max_min_rates`). With few flows (a
+    data-parallel sync's one ring) all are recomputed and the per-link index is not kept."""
+
+    SMALL = 8
 
     def __init__(self, caps_bytes_per_ms: list[float]):
         self.caps = caps_bytes_per_ms
-        self.active: list[Flow] = []
+        self.active: dict[int, Flow] = {}  # by seq, in start order
+        self.on_link: dict[int, dict[int, Flow]] | None = None  # link -> its flows by seq (many flows only)
+        self.changed: dict[int, None] = {}  # links whose flows changed since the last recomputation
         self.now = 0.0
         self._next = INF
-        self._dirty = False
+        self._seq = 0
 
     def _advance(self, t: float) -> None:
         dt = t - self.now
         if dt > 0:
-            if self._dirty:
+            if self.changed:
                 self._recompute()
-            for f in self.active:
+            for f in self.active.values():
                 f.remaining_bytes -= f.rate * dt
         self.now = t
 
+    def _affected(self) -> list[list[Flow]]:
+        """The connected components (flows linked through shared links) that hold a changed link, each in start
+        order."""
+        on_link, seen_links, comps = self.on_link, set(), []
+        for l0 in self.changed:
+            if l0 in seen_links:
+                continue
+            seen_links.add(l0)
+            links, comp = [l0], {}
+            while links:
+                for q, f in on_link[links.pop()].items():
+                    if q not in comp:
+                        comp[q] = f
+                        for l in f.links:
+                            if l not in seen_links:
+                                seen_links.add(l)
+                                links.append(l)
+            if comp:
+                comps.append([comp[q] for q in sorted(comp)])
+        return comps
+
+    def _index(self) -> None:
+        """Build the link -> flows index from the flows in flight; every link of theirs counts as changed."""
+        self.on_link = {}
+        for q, f in self.active.items():
+            for l in f.links:
+                self.on_link.setdefault(l, {})[q] = f
+        self.changed = dict.fromkeys(self.on_link)
+
     def _recompute(self) -> None:
-        self._dirty = False
-        if self.active:
-            max_min_rates(self.active, self.caps)
-            self._next = min(self.now + max(f.remaining_bytes, 0.0) / f.rate for f in self.active)
+        if len(self.active) <= self.SMALL:
+            self.on_link = None
+            if self.active:
+                max_min_rates(list(self.active.values()), self.caps)
+                now = self.now
+                self._next = min(now + max(f.remaining_bytes, 0.0) / f.rate for f in self.active.values())
+            else:
+                self._next = INF
         else:
-            self._next = INF
+            if self.on_link is None:
+                self._index()
+            caps = self.caps
+            for comp in self._affected():
+                if len(comp) == 1:
+                    _alone(comp[0], caps)
+                elif len(comp) > 400:
+                    _max_min_rates_np(comp, caps)
+                else:
+                    _max_min_rates_py(comp, caps)
+            now = self.now
+            self._next = min(now + max(f.remaining_bytes, 0.0) / f.rate for f in self.active.values())
+        self.changed = {}
 
     def add(self, flow: Flow, t: float) -> None:
         """Start `flow` at time t (ms); rates are recomputed lazily, once for flows starting together."""
         self._advance(t)
         flow.remaining_bytes = flow.volume_bytes
         flow.start_ms = t
-        self.active.append(flow)
-        self._dirty = True
+        self._seq += 1
+        flow.seq = self._seq
+        self.active[flow.seq] = flow
+        if self.on_link is None:
+            self.changed[-1] = None  # a recomputation is due (without the index every flow is recomputed)
+            return
+        for l in flow.links:
+            self.on_link.setdefault(l, {})[flow.seq] = flow  # links stay keyed once used
+            self.changed[l] = None
 
     def next_drain_ms(self) -> float:
         """Time the next active flow drains (inf if none)."""
-        if self._dirty:
+        if self.changed:
             self._recompute()
         return self._next
 
     def pop_drained(self, t: float) -> list[Flow]:
         """Advance to t and remove the flows that have drained by then."""
         self._advance(t)
-        done, keep = [], []
-        for f in self.active:
-            (done if f.remaining_bytes <= 1e-9 * f.volume_bytes + 1e-9 else keep).append(f)
+        done = [f for f in self.active.values() if f.remaining_bytes <= 1e-9 * f.volume_bytes + 1e-9]
         if not done:  # guard against rounding: drain the closest flow
-            f = min(self.active, key=lambda f: f.remaining_bytes / f.rate)
-            done, keep = [f], [g for g in self.active if g is not f]
-        self.active = keep
-        self._dirty = True
+            done = [min(self.active.values(), key=lambda f: f.remaining_bytes / f.rate)]
+        for f in done:
+            del self.active[f.seq]
+            if self.on_link is None:
+                self.changed[-1] = None
+                continue
+            for l in f.links:
+                del self.on_link[l][f.seq]
+                self.changed[l] = None
         return done
