@@ -32,6 +32,7 @@ from tag.deploy.sfb import sfb_forward, sfb_weight_grad
 from tag.graph.opgraph import OpGraph
 from tag.deploy.data import torch_dtype
 from tag.deploy.loss import MSE, Loss
+from tag.deploy.onnx_torch.ops_nn import TrainingContext, training_context
 
 
 class RankRuntime:
@@ -44,6 +45,8 @@ class RankRuntime:
         # user data (tag.deploy.train): data/targets hold global rows [row_base, ...) only; `correct` counts the
         # step's rows classified right (classification losses)
         self.loss, self.row_base, self.correct = loss, 0, 0
+        # training-mode ops (BatchNormalization, Dropout): mask seed and step, set by the step loop
+        self.seed, self.step_index = 0, 0
         self.my_params = [n for n, users in schedule.param_users.items() if rank in users]
         self.optimizer = optimizer_factory([program.param(n) for n in self.my_params]) if self.my_params else None
         self.sfb_by_op = {op.op_id: op for op in schedule.sfb}
@@ -116,7 +119,8 @@ class RankRuntime:
             env[t] = self.p.param(t)
         if io.recompute:
             env = self._recompute_shapes(io.recompute, env, n)
-        env = self._run_ops(io.op_ids, env, n)
+        with training_context(self._training_context(g, off)):
+            env = self._run_ops(io.op_ids, env, n)
         loss = None
         for t in io.outputs:
             self.outs[(g, t)] = env[t]
@@ -133,6 +137,17 @@ class RankRuntime:
                 loss = term if loss is None else loss + term
         if loss is not None:
             self.losses[g] = loss
+
+    def _training_context(self, g: int, off: int) -> TrainingContext:
+        """Group g's rows in the global batch, and the sum over its replicas for batch statistics."""
+        ranks = self.s.ranks_of(g)
+        stats_sum = None
+        if len(ranks) > 1:
+            from tag.deploy.batch_stats import group_sum
+
+            stats_sum = lambda t: group_sum(self.comm.group(ranks))(t)  # noqa: E731 - the group only when used
+        return TrainingContext(seed=self.seed, step=self.step_index, row_offset=off, global_rows=self.s.batch_size,
+                               stats_sum=stats_sum, batch_axis=self._axis)
 
     def _recompute_shapes(self, op_ids: list[int], env: dict, rows: int) -> dict:
         """Re-run shape subgraphs for this rank's rows: Shape ops from static shapes, the rest by the program."""

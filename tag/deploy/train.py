@@ -71,8 +71,9 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
 
     from tag.deploy.checkpoint import load_optimizer_state, optimizer_state_by_name
 
+    group_sets = [schedule.ranks_of(g) for g in range(len(schedule.groups))]  # batch statistics of replicated groups
     comm = Comm(rank, schedule.n_ranks, schedule.rank_machine,
-                Comm.needed_sets(schedule.buckets, schedule.sfb, schedule.rank_machine), device)
+                Comm.needed_sets(schedule.buckets, schedule.sfb, schedule.rank_machine) + group_sets, device)
     sampler = ds = None
     if data is None:
         batch, targets = synthetic_batch(graph, schedule.batch_size, seed)
@@ -86,6 +87,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
         sampler = RankBatchSampler(data.order, lo, hi, stop_step=steps, start_step=start_step)
         batch, targets = {}, {}
     rt = RankRuntime(schedule, graph, program, rank, comm, batch, targets, make_optimizer(optimizer, lr), loss)
+    rt.seed = seed
     if resume is not None:
         with torch.no_grad():
             for n in rt.my_params:
@@ -96,6 +98,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
     for i, step in enumerate(range(start_step, steps)):
         if on_progress is not None:
             on_progress(i, False)
+        rt.step_index = step
         if sampler is not None:
             _load_step(rt, ds, sampler, step, data, device)
         if schedule.n_ranks > 1:

@@ -1,13 +1,55 @@
-"""Converters for convolutions, pooling, normalisations, LRN, Dropout and resizing (Resize, Upsample)."""
+"""Converters for convolutions, pooling, normalisations, LRN, Dropout and resizing (Resize, Upsample).
+
+Training-mode ops (BatchNormalization ``training_mode=1``, Dropout with ``training_mode`` true) read the
+`TrainingContext` of the rows being run (`training_context`): where those rows sit in the global batch, the
+step and seed of the dropout masks, and how to sum batch statistics over the ranks that share the op's rows.
+Without a context the rows being run are the whole batch (one device), seed 0, step 0.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
 from tag.deploy.onnx_torch.registry import converter, ints, norm_axis
+
+
+@dataclass(frozen=True)
+class TrainingContext:
+    """seed, step: of the dropout masks; row_offset: the first global row of the rows being run; global_rows:
+    rows of the global batch (None: the rows being run); stats_sum: sums a tensor over the ranks that run this
+    op's other rows, autograd-aware (None: this process holds every row); batch_axis(tensor name) -> axis."""
+
+    seed: int = 0
+    step: int = 0
+    row_offset: int = 0
+    global_rows: int | None = None
+    stats_sum: Callable | None = None
+    batch_axis: Callable | None = None
+
+
+_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("tag_training_context", default=TrainingContext())
+
+
+@contextlib.contextmanager
+def training_context(ctx: TrainingContext):
+    """Run training-mode ops under `ctx` (the runtime sets it per group and step)."""
+    token = _CONTEXT.set(ctx)
+    try:
+        yield ctx
+    finally:
+        _CONTEXT.reset(token)
+
+
+def dropout_seed(seed: int, step: int, node_index: int) -> int:
+    """The generator seed of node `node_index`'s mask at `step`: one number per (seed, step, node), any plan."""
+    return ((int(seed) * 1_000_003 + int(step)) * 1_000_003 + int(node_index)) % (2 ** 63)
 
 
 class Unsupported(Exception):
@@ -137,13 +179,39 @@ def _channel_shape(x, stat):
 
 @converter("BatchNormalization")
 def _batchnorm(node, ins):
-    """Inference mode: y = (x - mean) / sqrt(var + eps) * scale + bias, per channel (axis 1)."""
+    """Inference mode: y = (x - mean) / sqrt(var + eps) * scale + bias, per channel (axis 1).
+
+    training_mode=1 (ONNX, opset >= 14): mean and var are the batch's, over every axis but 1 and over the global
+    batch (the context's stats_sum adds the other ranks' sums: SyncBatchNorm semantics, two passes: mean, then the
+    sum of squared deviations), var the population variance; the running statistics (inputs 3, 4) are updated in
+    place as running = running x momentum + batch x (1 - momentum) and returned as outputs 1 and 2.
+    """
     if node.attrs.get("training_mode", 0):
-        raise Unsupported("BatchNormalization with training_mode=1")
+        return _batchnorm_training(node, ins)
     x, scale, bias, mean, var = ins[:5]
     eps = node.attrs.get("epsilon", 1e-5)
     inv = torch.rsqrt(_channel_shape(x, var) + eps)
     return (x - _channel_shape(x, mean)) * inv * _channel_shape(x, scale) + _channel_shape(x, bias)
+
+
+def _batchnorm_training(node, ins):
+    x, scale, bias, running_mean, running_var = ins[:5]
+    ctx = _CONTEXT.get()
+    dims = [0] + list(range(2, x.dim()))
+    c = x.shape[1]
+    total = lambda t: ctx.stats_sum(t) if ctx.stats_sum is not None else t  # noqa: E731
+    first = total(torch.cat([x.sum(dim=dims), x.new_tensor([x.numel() // c])]))
+    count = first[c]
+    mean = first[:c] / count
+    centred = x - _channel_shape(x, mean)
+    var = total((centred * centred).sum(dim=dims)) / count
+    y = centred * torch.rsqrt(_channel_shape(x, var) + node.attrs.get("epsilon", 1e-5))
+    y = y * _channel_shape(x, scale) + _channel_shape(x, bias)
+    m = node.attrs.get("momentum", 0.9)
+    with torch.no_grad():
+        running_mean.mul_(m).add_(mean.detach() * (1 - m))
+        running_var.mul_(m).add_(var.detach() * (1 - m))
+    return y, running_mean.detach(), running_var.detach()
 
 
 @converter("InstanceNormalization")
@@ -203,11 +271,34 @@ def _lrn(node, ins):
 
 @converter("Dropout")
 def _dropout(node, ins):
-    """Inference graph: identity (and an all-true mask when requested)."""
+    """Inference (no training_mode input, or false): identity (and an all-true mask when requested).
+
+    training_mode true (opset >= 12): y = x * mask / (1 - ratio), mask = u >= ratio with u uniform in [0, 1) drawn
+    for the whole global batch by a generator seeded `dropout_seed(seed, step, node index)` and cut to the rows
+    being run, so every plan sees the masks of one device.
+    """
     x = ins[0]
+    training = ins[2] if len(ins) > 2 and ins[2] is not None else None
+    if training is None or not bool(training.reshape(-1)[0]):
+        if len(node.outputs) > 1 and node.outputs[1]:
+            return x, torch.ones_like(x, dtype=torch.bool)
+        return x
+    ratio = float(ins[1].reshape(-1)[0]) if len(ins) > 1 and ins[1] is not None else 0.5
+    ctx = _CONTEXT.get()
+    axis = ctx.batch_axis(node.inputs[0]) if ctx.batch_axis is not None else 0
+    gen = torch.Generator().manual_seed(dropout_seed(ctx.seed, ctx.step, node.index))
+    if axis is None:  # not batched: one mask for the whole tensor
+        u = torch.rand(tuple(x.shape), generator=gen)
+    else:
+        rows = x.shape[axis]
+        shape = list(x.shape)
+        shape[axis] = ctx.global_rows if ctx.global_rows is not None else rows
+        u = torch.rand(shape, generator=gen).narrow(axis, ctx.row_offset, rows)
+    keep = (u >= ratio).to(x.device)
+    y = x * keep.to(x.dtype) / (1.0 - ratio) if ratio < 1.0 else torch.zeros_like(x)
     if len(node.outputs) > 1 and node.outputs[1]:
-        return x, torch.ones_like(x, dtype=torch.bool)
-    return x
+        return y, keep
+    return y
 
 
 def _source_coords(node, mode, out_len, in_len, scale, dtype):
