@@ -206,6 +206,17 @@ def user_training(options: DeployOptions, graph, model_path: str, plan_path: str
     return UserTraining(steps, data, loss_spec, start, identity)
 
 
+def user_training_flags(job: Job) -> list[str]:
+    """The worker flags that repeat a job's user-training settings (multi-node launch commands)."""
+    flags = ["--lr", repr(job.training.lr), "--loss", job.loss]
+    if job.data is not None:
+        flags += ["--data", job.data.spec]
+    for flag, value in (("--checkpoint", job.checkpoint), ("--export", job.export)):
+        if value:
+            flags += [flag, value]
+    return flags
+
+
 def _check_convertible(graph, model_path: str) -> None:
     """InputError naming the first op the ONNX-to-torch converter cannot run (before any rank starts)."""
     from tag.deploy.onnx_torch import CONVERTERS

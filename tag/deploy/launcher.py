@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from tag.deploy.job import Job, save_job
+from tag.deploy.job import Job, save_job, user_training_flags
 from tag.deploy.torchrun import torchrun_command
 
 GRACE_S = 30.0  # after a first failure: time torchrun gets to stop the other ranks and report the root cause (slow under load)
@@ -55,6 +55,7 @@ def launch_commands(job: Job, master: str = "MASTER_HOST:29500") -> list[tuple[s
     flags = ["--plan", job.plan_path, "--model", job.model_path, "--topology", job.topology_path,
              "--steps", str(job.steps), "--seed", str(job.seed), "--threads", str(job.threads),
              "--warmup", str(job.warmup), "--timeout", f"{job.timeout_s:g}", "--optimizer", job.training.optimizer]
+    flags += user_training_flags(job)
     out = []
     for i, m in enumerate(machines):
         n = job.device_machines.count(m)

@@ -143,9 +143,15 @@ def job_from_flags(argv: list[str]) -> str:
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--optimizer", default=None, choices=["sgd", "momentum", "adam"])
     p.add_argument("--run-dir", default="tag-deploy-run")
+    p.add_argument("--data", default=None)
+    p.add_argument("--loss", default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--checkpoint", default=None)
+    p.add_argument("--export", default=None)
     a = p.parse_args(argv)
     opts = DeployOptions(topology_path=a.topology, steps=a.steps, nproc=int(os.environ.get("WORLD_SIZE", "1")),
-                         seed=a.seed, threads=a.threads, warmup=a.warmup, timeout_s=a.timeout, optimizer=a.optimizer)
+                         seed=a.seed, threads=a.threads, warmup=a.warmup, timeout_s=a.timeout, optimizer=a.optimizer,
+                         data=a.data, loss=a.loss, lr=a.lr, checkpoint=a.checkpoint, export=a.export)
     job = prepare_job(a.plan, a.model, opts)
     os.makedirs(a.run_dir, exist_ok=True)
     path = os.path.join(a.run_dir, f"job{os.environ.get('RANK', '0')}.pkl")

@@ -63,3 +63,41 @@ def test_batch_that_contradicts_the_plan_names_the_plan_field(plan):
         prepare_job(path, MODEL, DeployOptions(model=ModelOptions(batch_size=B + 1)))
     with pytest.raises(InputError, match="--steps"):
         prepare_job(path, MODEL, DeployOptions(steps=0))
+
+
+REGRESSION = '''
+import numpy as np
+
+def rows40():
+    x = np.zeros((40, 512), dtype=np.float32)
+    return x, x.copy()
+'''
+
+
+def test_user_training_steps_epochs_lr_and_the_launch_flags(plan, tmp_path, monkeypatch):
+    from tag.deploy.launcher import launch_commands
+
+    path, _ = plan
+    (tmp_path / "reg.py").write_text(REGRESSION)
+    spec = str(tmp_path / "reg.py") + ":rows40"
+    # 40 rows at a global batch of 12: 3 steps per epoch (rows 36-39 of every epoch dropped)
+    for opts, steps in ((DeployOptions(data=spec), 3), (DeployOptions(data=spec, epochs=4), 12),
+                        (DeployOptions(data=spec, steps=7), 7), (DeployOptions(), 5)):
+        job = prepare_job(path, MODEL, opts)
+        assert job.steps == steps and job.start_step == 0
+    job = prepare_job(path, MODEL, DeployOptions(data=spec, epochs=2, lr=0.05, loss="mse"))
+    assert (job.training.lr, job.loss, job.data.spec, job.data.order.steps_per_epoch) == (0.05, "mse", spec, 3)
+    assert job.training.lr != prepare_job(path, MODEL, DeployOptions()).training.lr  # the plan's 0.001 otherwise
+    for _, cmd in launch_commands(job):
+        assert f"--data {spec}" in cmd and "--lr 0.05" in cmd and "--steps 6" in cmd and "--loss mse" in cmd
+    # each machine's worker rebuilds the same job from those flags
+    import shlex
+
+    from tag.deploy.job import load_job
+    from tag.deploy.worker import job_from_flags
+
+    argv = shlex.split(launch_commands(job)[0][1])
+    argv = argv[argv.index("tag.deploy.worker") + 1:] + ["--run-dir", str(tmp_path / "run")]
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    again = load_job(job_from_flags(argv))
+    assert (again.steps, again.training.lr, again.loss, again.data.spec) == (6, 0.05, "mse", spec)
