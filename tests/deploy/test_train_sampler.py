@@ -1,0 +1,64 @@
+"""The data order and the loss shares, worked out independently: numpy's generator for the documented order,
+torch's mean-reduced losses for the shares (the ranks' terms of any row split add up to the whole batch's loss)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tag.deploy.loss import Loss
+from tag.deploy.sampler import EpochOrder, RankBatchSampler, rank_span
+
+
+def test_global_batches_follow_the_seeded_permutation_and_drop_the_last_partial_batch():
+    order = EpochOrder(n_rows=10, batch_rows=4, seed=5)
+    assert order.steps_per_epoch == 2  # rows 8 and 9 of every epoch's order are dropped
+    for epoch in range(3):
+        perm = np.random.default_rng([5, epoch]).permutation(10)
+        assert list(order.batch(2 * epoch)) == list(perm[0:4])
+        assert list(order.batch(2 * epoch + 1)) == list(perm[4:8])
+    assert list(order.batch(0)) != list(order.batch(2))  # a new order every epoch
+    assert order.epoch_of(5) == 2
+
+
+def test_rank_samplers_partition_every_global_batch_uneven_rows():
+    order = EpochOrder(n_rows=23, batch_rows=7, seed=1)
+    spans = [(0, 4), (4, 5), (5, 7)]  # rows 4 / 1 / 2 of each global batch
+    samplers = [RankBatchSampler(order, lo, hi, stop_step=6, start_step=2) for lo, hi in spans]
+    assert [len(s) for s in samplers] == [4, 4, 4]
+    for step, parts in zip(range(2, 6), zip(*samplers)):
+        assert [len(p) for p in parts] == [4, 1, 2]
+        assert sum(parts, []) == list(order.batch(step))
+    assert rank_span([(3, 0), (9, 2), (5, 1)]) == (5, 11) and rank_span([(0, 0)]) == (0, 0)
+
+
+@pytest.mark.parametrize("name", ["mse", "cross_entropy", "nll", "bce", "callable"])
+def test_rank_terms_add_up_to_the_whole_batch_loss(name):
+    g = torch.Generator().manual_seed(0)
+    B, C = 9, 4
+    logits = torch.randn(B, C, generator=g)
+    labels = torch.randint(0, C, (B,), generator=g)
+    if name == "mse":
+        y, t, whole = logits, torch.randn(B, C, generator=g), None
+        whole = F.mse_loss(y, t)
+    elif name == "cross_entropy":
+        y, t = logits, labels
+        whole = F.cross_entropy(y, t)
+    elif name == "nll":
+        y, t = F.log_softmax(logits, 1), labels
+        whole = F.nll_loss(y, t)
+    elif name == "bce":
+        y, t = torch.sigmoid(logits), (torch.rand(B, C, generator=g) > 0.5).float()
+        whole = F.binary_cross_entropy(y, t)
+    else:
+        y, t = logits, labels
+        whole = (logits.logsumexp(1) - logits[torch.arange(B), labels]).mean()  # cross entropy by hand
+    loss = Loss(name, (lambda yy, tt: F.cross_entropy(yy, tt, reduction="none")) if name == "callable" else None)
+    parts = [(0, 5), (5, 1), (6, 3)]
+    total = sum(loss.term(y[o:o + n], t[o:o + n], B, n) for o, n in parts)
+    assert float(total) == pytest.approx(float(whole), rel=1e-6)
+    if name in ("cross_entropy", "nll"):
+        right = int((logits.argmax(1) == labels).sum())
+        assert sum(loss.correct(y[o:o + n], t[o:o + n]) for o, n in parts) == right
