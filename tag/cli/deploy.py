@@ -7,8 +7,7 @@ from tag.cli.util import add_model_flags, add_output_flags, add_verb
 
 def add_parser(sub):
     p = add_verb(sub, "deploy", "run a plan with torch.distributed (gloo on CPU, NCCL on GPU)",
-                 "tag deploy plan.json model.onnx --data examples/digits/digits.py:train_set --loss cross_entropy "
-                 "--epochs 10 --lr 0.01 --export trained.onnx",
+                 "tag deploy plan.json datasets/models/mlp.onnx --steps 5 --nproc 2",
                  description=(
                      "Run every device of the plan as a local rank (torchrun underneath) and train. With --data, "
                      "each step is one global batch of the dataset (seeded shuffle per epoch, the last partial "
@@ -17,7 +16,9 @@ def add_parser(sub):
                      "only) with MSE. --nproc N maps the plan's devices onto N ranks in contiguous blocks of "
                      "topology order; the devices sharing a rank concatenate their rows. Each cpu rank runs "
                      "--threads threads. Prints the loss of every step (and per epoch with --data) and the measured "
-                     "step time (median after --warmup steps) beside the plan's prediction."))
+                     "step time (median after --warmup steps) beside the plan's prediction. Your own data: e.g. "
+                     "--data examples/digits/digits.py:train_set --loss cross_entropy --epochs 10 --lr 0.01 "
+                     "--export trained.onnx (docs/deploy.md)."))
     p.add_argument("plan", help="plan.json written by `tag plan`")
     p.add_argument("model", help="the ONNX model the plan was made for")
     p.add_argument("--topology", default=None, metavar="T.json",
