@@ -20,13 +20,14 @@ def describe_decision(dec, cluster) -> str:
     else:
         on = f"all {len(devs)} devices" if everyone else f"{len(devs)} devices ({_id_span(devs, cluster)})"
         rows = f"rows {row_runs_text(counts)} on {on}"
-    sync = dec.sync or "no sync"
+    sync = {None: "no sync", "auto": "collectives by cost"}.get(dec.sync, dec.sync)
     if dec.sync == "ps" and dec.server is not None:
         sync += f" on {cluster.devices[dec.server].id}"
     sfb = f", SFB on {len(dec.sfb)} op(s)" if dec.sfb else ""
     return f"{rows}, {sync}{sfb}"
 
 
+MAX_DECISION_LINES = 60  # the printed plan lists at most this many runs of groups (the plan file has them all)
 MAX_RUNS = 8  # more runs than this print as counts per row value
 
 
@@ -96,14 +97,32 @@ def _id_span(devs, cluster) -> str:
 
 
 def decision_runs(strategy) -> list[tuple[int, int, object]]:
-    """(first group, last group, decision) for runs of consecutive groups with equal decisions."""
-    runs = []
+    """(first group, last group, decision) for runs of consecutive groups with equal decisions; a group without a
+    sync (no parameters) joins a run of otherwise equal decisions, which shows the run's sync."""
+    runs: list[tuple[int, int, object]] = []
     for g, dec in enumerate(strategy.decisions):
-        if runs and runs[-1][2] == dec:
-            runs[-1] = (runs[-1][0], g, dec)
-        else:
-            runs.append((g, g, dec))
+        if runs:
+            a, _, cur = runs[-1]
+            same = cur.rows == dec.rows and cur.sfb == dec.sfb == ()
+            if cur == dec or (same and (dec.sync is None or cur.sync is None or
+                                        (dec.sync, dec.server) == (cur.sync, cur.server))):
+                runs[-1] = (a, g, cur if cur.sync is not None else dec)
+                continue
+        runs.append((g, g, dec))
     return runs
+
+
+def buckets_line(bucket_syncs, bucket_mb: float) -> str:
+    """One line on the gradient buckets, e.g. 'buckets: 4 (cap 25 MiB, 95.3 MiB in all): ring x 3, tree x 1'."""
+    if not bucket_syncs:
+        return "buckets: none (no gradients to sync)"
+    per: dict[str, int] = {}
+    for b in bucket_syncs:
+        per[b.bucket.algorithm] = per.get(b.bucket.algorithm, 0) + 1
+    cap = "one per group" if bucket_mb <= 0 else f"cap {bucket_mb:g} MiB"
+    total_mib = sum(b.nbytes for b in bucket_syncs) / 2 ** 20
+    return (f"buckets: {len(bucket_syncs)} ({cap}, {total_mib:.1f} MiB in all): "
+            + ", ".join(f"{a} x {n}" for a, n in per.items()))
 
 
 def comparison_rows(res, cluster) -> list[list]:
@@ -135,9 +154,18 @@ def report_text(inp, res, output_path: str | None) -> str:
     lines = [f"model {inp.model_path}: batch {inp.batch_size}, {inp.gg.n_groups} groups; cluster {cluster.name}: "
              f"{cluster.n_devices} devices; cost model {inp.cost.name}", ""]
     lines.append("decisions:")
-    for a, b, dec in decision_runs(res.strategy):
+    runs = decision_runs(res.strategy)
+    for a, b, dec in runs[:MAX_DECISION_LINES]:
         span = f"group {a}" if a == b else f"groups {a}-{b}"
         lines.append(f"  {span}: {describe_decision(dec, cluster)}")
+    if len(runs) > MAX_DECISION_LINES:
+        lines.append(f"  ... {len(runs) - MAX_DECISION_LINES} more runs of groups (every decision is in the plan file"
+                     " and in tag report's page)")
+    from tag.sim.context import sim_context
+
+    ctx = sim_context(inp.gg, cluster, inp.cost, inp.training)
+    lines.append("")
+    lines.append(buckets_line(ctx.bucket_syncs(res.strategy), res.strategy.bucket_mb))
     lines.append("")
     lines.append(table(comparison_rows(res, cluster),
                        ["strategy", "iteration ms", "samples/s", "vs dp-even", "vs dp-prop", "peak GB", "OOM"]))

@@ -120,9 +120,12 @@ def run(args) -> int:
                          "true and the plan may differ run to run: raise --budget or lower --playouts/--simulations\n")
     search = {"method": res.method, "playouts": res.playouts, "simulations": res.simulations, "capped": res.capped,
               "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name, "warnings": warnings}
+    from tag.sim.context import sim_context
+
+    buckets = sim_context(inp.gg, inp.cluster, inp.cost, inp.training).bucket_syncs(res.strategy)
     obj = plan_to_json(res.strategy, inp.gg, inp.cluster, inp.training, args.model, args.topology,
                        predicted=predicted_from_result(res.result, inp.cost.name),
-                       baselines=baselines_summary(res.baselines), search=search)
+                       baselines=baselines_summary(res.baselines), search=search, bucket_syncs=buckets)
     if args.output:
         write_plan(args.output, obj)
     if args.trace:

@@ -55,4 +55,4 @@ def with_sfb(strategy: Strategy, chosen: list[Candidate]) -> Strategy:
     for g, d in enumerate(strategy.decisions):
         names = tuple(by_group.get(g, ()))
         decs.append(d if d.sfb == names else type(d)(d.rows, d.sync, d.server, names))
-    return Strategy(tuple(decs))
+    return strategy.with_decisions(decs)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from tag.compression.eligibility import Candidate
 from tag.sim.context import sim_context
-from tag.sim.gradsync import group_syncs, shared_params, tensor_bytes
+from tag.sim.buckets import own_sync_bytes
+from tag.sim.gradsync import shared_params, sync_method, tensor_bytes
 from tag.sim.sfb import dw_ms
 
 
@@ -106,18 +107,17 @@ def build_terms(gg, cluster, cost, training, strategy, cands: list[Candidate], t
         units.append(SyncUnit(tuple(groups), tuple(devices), ready, t, slope, busy,
                               {l: 2 * (busy[l] - busy2.get(l, 0.0)) / nbytes for l in busy}))
 
-    shared_by_owner: dict[int, float] = {}
     for pname, gids in shared_params(gg).items():
         nbytes = tensor_bytes(gg, pname)
-        shared_by_owner[gids[0]] = shared_by_owner.get(gids[0], 0.0) + nbytes
         union = tuple(sorted({d for g in gids for d in decs[g].devices}))
         if len(union) > 1 and nbytes > 0:
-            add(gids, union, decs[gids[0]].sync or "allreduce", nbytes, decs[gids[0]].server)
-    for g, grp in enumerate(gg.groups):
-        if grp.param_bytes > 0 and decs[g].replicated:
-            for method, nbytes, _ in group_syncs(gg, g, decs[g], grp.param_bytes - shared_by_owner.get(g, 0.0)):
-                own_unit[g] = len(units)
-                add((g,), decs[g].devices, method, nbytes, decs[g].server)
+            add(gids, union, ctx.resolve_method(sync_method(decs[gids[0]]), union, nbytes), nbytes,
+                decs[gids[0]].server)
+    bucket_of = {g: bs.bucket for bs in ctx.bucket_syncs(strategy) for g in bs.bucket.groups}
+    for g, nbytes in enumerate(own_sync_bytes(gg, decs)):  # each group's own sync by its bucket's algorithm
+        if nbytes > 1e-9:
+            own_unit[g] = len(units)
+            add((g,), decs[g].devices, bucket_of[g].algorithm, nbytes, bucket_of[g].server)
     prec = getattr(training, "precision", "fp32")
     terms: list[CandidateTerms] = []
     for c in cands:

@@ -40,7 +40,8 @@ from tag.strategy import Decision, Strategy, TrainingConfig, slices
 
 FEATURE_VERSION = 3  # 2: global state features `u`, candidate load-after features, value = ln(scale/iteration)
 # 3: `u` gains the critical-path estimate (3 entries) and states carry `v_prior`; policy inputs as in 2
-SYNCS = (None, "allreduce", "hierarchical", "ps")
+SYNCS = (None, "allreduce", "hierarchical", "ps")  # the feature slots the shipped weights were trained with
+_SLOT = {"ring": "allreduce", "tree": "allreduce", "auto": "allreduce", "leader": "hierarchical"}  # v2 names
 GROUP_DIM = 16
 DEVICE_DIM = 8
 LINK_DIM = 5
@@ -65,6 +66,7 @@ def _l(x):
 
 
 def _sync_onehot(sync: str | None) -> list[float]:
+    sync = _SLOT.get(sync, sync)
     return [1.0 if sync == s else 0.0 for s in SYNCS]
 
 

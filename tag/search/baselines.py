@@ -1,10 +1,11 @@
 """Baseline strategies: pure builders ``(gg, cluster, cost, training, batch) -> Strategy``.
 
-- ``dp-even``: DDP. Every group on every device, rows even (remainder rows to the first devices), allreduce.
+- ``dp-even``: DDP. Every group on every device, rows even (remainder rows to the first devices), gradients in
+  25 MiB buckets, each bucket's collective (ring, tree, hierarchical) chosen by cost as NCCL chooses.
 - ``dp-proportional``: rows proportional to each device's speed on this model (HAP's DP-CP, Cannikin),
-  then single-row moves while the slowest device's predicted compute time drops; allreduce, or
-  hierarchical when the cluster has several machines and that simulates faster.
-- ``ps``: like dp-even, gradients through parameter servers: each group's server is the device with
+  then single-row moves while the slowest device's predicted compute time drops; buckets as dp-even (on
+  identical devices the two are the same plan).
+- ``ps``: like dp-even, gradients through parameter servers (a bucket fuses groups of one server): each group's server is the device with
   the fewest parameter bytes assigned so far, groups taken by decreasing parameter bytes (a
   bytes-balanced round robin).
 - ``single-device``: the whole model on the fastest device (by predicted compute) that fits in memory
@@ -19,7 +20,7 @@ one device.
 from __future__ import annotations
 
 from tag.search.baselines_baechi import m_etf, m_topo
-from tag.strategy import Decision, Strategy
+from tag.strategy import AUTO, DEFAULT_BUCKET_MB, Decision, Strategy
 from tag.graph.groups import group_has_params
 from tag.search.space import even_rows as space_even_rows
 
@@ -49,10 +50,11 @@ def largest_remainder(batch: int, weights: list[float]) -> tuple[int, ...]:
 
 
 def replicated_strategy(gg, rows: tuple[int, ...], sync: str, host: int = 0,
-                        servers: dict[int, int] | None = None) -> Strategy:
+                        servers: dict[int, int] | None = None, bucket_mb: float = DEFAULT_BUCKET_MB) -> Strategy:
     """Every splittable group on the row map `rows`, unsplittable groups whole on device `host`.
 
-    Replicated groups with parameters sync with `sync` (server from `servers[group]` for ps).
+    Replicated groups with parameters sync with `sync` (server from `servers[group]` for ps), in buckets of
+    `bucket_mb` MiB.
     """
     batch = sum(rows)
     whole = tuple(batch if d == host else 0 for d in range(len(rows)))
@@ -63,12 +65,13 @@ def replicated_strategy(gg, rows: tuple[int, ...], sync: str, host: int = 0,
         s = sync if replicated and group_has_params(gg, g.id) else None
         server = servers.get(g.id) if (s == "ps" and servers) else None
         decisions.append(Decision(rows=r, sync=s, server=server))
-    return Strategy(tuple(decisions))
+    return Strategy(tuple(decisions), bucket_mb)
 
 
 def dp_even(gg, cluster, cost, training, batch: int) -> Strategy:
-    """DDP: all groups on all devices with even rows, ring allreduce of gradients."""
-    return replicated_strategy(gg, even_rows(batch, cluster.n_devices), "allreduce")
+    """DDP: all groups on all devices with even rows, gradients in 25 MiB buckets, each bucket's collective chosen
+    by cost (as NCCL chooses ring or tree)."""
+    return replicated_strategy(gg, even_rows(batch, cluster.n_devices), AUTO)
 
 
 def ps_servers(gg, n_devices: int) -> dict[int, int]:
@@ -165,24 +168,9 @@ def _lex_less(a: list[float], b: list[float], tol: float = 1e-9) -> bool:
 
 
 def dp_proportional(gg, cluster, cost, training, batch: int) -> Strategy:
-    """Rows ∝ device speed (see `proportional_rows`); allreduce, or hierarchical if it simulates faster."""
+    """Rows ∝ device speed (see `proportional_rows`); buckets and their collectives as `dp_even`."""
     rows, host = proportional_rows(gg, cluster, cost, batch)
-    flat = replicated_strategy(gg, rows, "allreduce", host=host)
-    if len({d.machine for d in cluster.devices}) <= 1:
-        return flat
-    from tag.sim import simulate
-
-    hier = replicated_strategy(gg, rows, "hierarchical", host=host)
-    r_flat = simulate(gg, cluster, cost, flat, training)
-    r_hier = simulate(gg, cluster, cost, hier, training)
-    return hier if _better(r_hier, r_flat) else flat
-
-
-def _better(a, b) -> bool:
-    """True when SimResult a beats b: fits where b does not, or fits equally and is strictly faster."""
-    if a.oom != b.oom:
-        return not a.oom
-    return a.iteration_ms < b.iteration_ms
+    return replicated_strategy(gg, rows, AUTO, host=host)
 
 
 def single_device(gg, cluster, cost, training, batch: int) -> Strategy:
@@ -204,7 +192,7 @@ def single_device(gg, cluster, cost, training, batch: int) -> Strategy:
     candidates.sort()
     strategies = []
     for _, d in candidates:
-        s = replicated_strategy(gg, tuple(batch if i == d else 0 for i in range(cluster.n_devices)), "allreduce", host=d)
+        s = replicated_strategy(gg, tuple(batch if i == d else 0 for i in range(cluster.n_devices)), AUTO, host=d)
         strategies.append(s)
         if not simulate(gg, cluster, cost, s, training).oom:
             return s

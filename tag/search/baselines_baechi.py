@@ -113,8 +113,12 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
     Ties: earlier finish, then lower group id, then lower device index. Room is checked on the device and
     on the devices of the group's predecessors (they receive its gradients). If no pair fits, the pair
     with the smallest overflow (bytes over usable memory on any device it touches) is taken.
+
+    Empty devices of one type in one machine are interchangeable (same speed, memory and routes), so only the
+    first of them (the one the tie-break would pick) is tried: the schedule is the same as trying them all.
     """
     n, k = cluster.n_devices, gg.n_groups
+    used = [False] * n
     usable = [d.type.usable_memory_bytes for d in cluster.devices]
     preds: list[list] = [[] for _ in range(k)]
     for e in gg.edges:
@@ -134,8 +138,17 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
     while done < k:
         ready = [g for g in range(k) if device[g] < 0 and all(device[e.src] >= 0 for e in preds[g])]
         best = None
+        empty_seen: set = set()
+        devices = []
+        for d in range(n):
+            if not used[d]:
+                cls = (cluster.devices[d].machine, cluster.devices[d].type)
+                if cls in empty_seen:
+                    continue
+                empty_seen.add(cls)
+            devices.append(d)
         for g in ready:
-            for d in range(n):
+            for d in devices:
                 s = free[d]
                 for e in preds[g]:
                     s = max(s, finish[e.src] + transfer_ms(cluster, device[e.src], d, edge_bytes(e, batch)))
@@ -148,6 +161,7 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
         s, f, g, d = best[1]
         device[g], start[g], finish[g] = d, s, f
         free[d] = f
+        used[d] = True
         done += 1
     return device, start, finish
 

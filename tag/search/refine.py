@@ -1,6 +1,7 @@
 """Local refinement: coordinate descent over neighbouring decisions, one group at a time.
 
-Each sweep first tries moving rows for every group on the most common row map at once
+Each sweep first tries every other gradient bucket size (`BUCKET_SIZES_MB`, DisCo's tensor fusion as a plan-level
+choice), then moving rows for every group on the most common row map at once
 (`shared_shift_neighbours`); then, for each group (in the search order), every candidate of the space,
 the decisions of the groups next to it in topological order (so runs of groups can share a row map and
 skip re-partition transfers), and row shifts of the current row map (move one row, or about 5% of the
@@ -16,8 +17,11 @@ from typing import Sequence
 from tag.search.budget import WallCap
 from tag.search.evaluate import Evaluator
 from tag.search.space import SearchSpace
-from tag.strategy import Decision, Strategy
+from tag.strategy import AUTO, Decision, Strategy
 
+# Bucket caps (MiB) the refinement tries: 0 = one bucket per group; 25 = PyTorch DDP's default bucket_cap_mb;
+# 64 and 128 = Horovod's fusion buffer (HOROVOD_FUSION_THRESHOLD 64 MiB, 128 MiB in later releases).
+BUCKET_SIZES_MB = (0.0, 1.0, 5.0, 25.0, 64.0, 128.0, 512.0)
 MAX_PAIRWISE_SHIFT_DEVICES = 8  # larger replica sets shift rows only across machine/type boundaries
 MIN_SWEEP_GAIN = 1e-3  # stop refining when a whole sweep gains less (value units: ln of speedup)
 
@@ -99,7 +103,7 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
     while improved and not out_of_budget():
         improved = False
         sweep_start_v = cur_v
-        for cand in shared_shift_neighbours(current, space.device_class):
+        for cand in bucket_neighbours(current) + shared_shift_neighbours(current, space.device_class):
             if out_of_budget():
                 return current
             v = ev.value(cand)
@@ -126,6 +130,11 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
     return current
 
 
+def bucket_neighbours(strategy: Strategy, sizes_mb: Sequence[float] = BUCKET_SIZES_MB) -> list[Strategy]:
+    """The strategy with each other bucket cap of `sizes_mb` (decisions unchanged), in that order."""
+    return [Strategy(strategy.decisions, float(mb)) for mb in sizes_mb if float(mb) != strategy.bucket_mb]
+
+
 def shared_shift_neighbours(strategy: Strategy, device_class: Sequence | None = None) -> list[Strategy]:
     """Strategies that apply one `row_shift_neighbours` move to every group on the most common replicated
     row map at once (ties: the first in group order), so a run of groups rebalances without re-partition
@@ -141,8 +150,8 @@ def shared_shift_neighbours(strategy: Strategy, device_class: Sequence | None = 
         return []
     out = []
     for nb in dict.fromkeys(n.rows for n in row_shift_neighbours(Decision(shared), device_class)):
-        out.append(Strategy(tuple(Decision(nb, d.sync, d.server, d.sfb) if d.rows == shared else d
-                                  for d in strategy.decisions)))
+        out.append(strategy.with_decisions(Decision(nb, d.sync, d.server, d.sfb) if d.rows == shared else d
+                                           for d in strategy.decisions))
     return out
 
 
@@ -150,6 +159,6 @@ def with_rows_of(other: Decision, has_params: bool) -> Decision:
     """A decision with another group's row map, and a sync method only where this group needs one."""
     if not has_params or not other.replicated:
         return Decision(other.rows)
-    sync = other.sync or "allreduce"
+    sync = other.sync or AUTO
     return Decision(other.rows, sync, other.server if sync == "ps" else None)
 

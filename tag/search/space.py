@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tag.graph.groups import group_has_params
-from tag.strategy import Decision, Strategy
+from tag.strategy import AUTO, Decision, Strategy
 
 
 @dataclass
@@ -139,15 +139,12 @@ def sync_options(cluster, devices: Sequence[int], has_params: bool) -> list[tupl
     """The (sync, server) pairs that apply to a replica set."""
     if not has_params or len(devices) < 2:
         return [(None, None)]
-    opts: list[tuple[str | None, int | None]] = [("allreduce", None)]
-    machines: dict[str, int] = {}
-    for d in devices:
-        m = cluster.devices[d].machine
-        machines[m] = machines.get(m, 0) + 1
-    if len(machines) > 1 and max(machines.values()) > 1:
-        opts.append(("hierarchical", None))
-    bw = cluster.bandwidth_gbps
-    server = max(devices, key=lambda s: (sum(bw[s, o] + bw[o, s] for o in devices if o != s), -s))
+    opts: list[tuple[str | None, int | None]] = [(AUTO, None)]  # ring, tree or hierarchical per bucket, by cost
+    idx = np.asarray(devices, dtype=np.int64)
+    sub = np.asarray(cluster.bandwidth_gbps, dtype=float)[np.ix_(idx, idx)]
+    np.fill_diagonal(sub, 0.0)  # the diagonal (a device to itself) is not a link
+    total = sub.sum(axis=1) + sub.sum(axis=0)  # each candidate server's bandwidth to and from the others
+    server = int(idx[int(np.flatnonzero(total == total.max())[0])])  # ties: the lowest device index
     opts.append(("ps", int(server)))
     return opts
 

@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 from tag.cost.optimizer import state_bytes_per_param
 from tag.graph.groups import group_has_params
 from tag.search.space import balanced_rows
-from tag.strategy import Decision, Strategy
+from tag.strategy import AUTO, DEFAULT_BUCKET_MB, Decision, Strategy
 
 MEMORY_SAFETY = 0.97  # fraction of usable memory a start plans to fill (transients the cap does not see)
 
@@ -103,10 +103,7 @@ def stage_decisions(gg, cluster, cost, training, batch: int, groups: Sequence[in
     devs = [d for d in range(n) if rows[d] > 0]
     host = max(devs, key=lambda d: (rows[d], -d))
     whole = tuple(batch if d == host else 0 for d in range(n))
-    machines = {}
-    for d in devs:
-        machines[cluster.devices[d].machine] = machines.get(cluster.devices[d].machine, 0) + 1
-    sync = "hierarchical" if len(machines) > 1 and max(machines.values()) > 1 else "allreduce"
+    sync = AUTO
     out = []
     for g in groups:
         r = rows if gg.groups[g].splittable else whole
@@ -212,7 +209,7 @@ def pipeline_starts(gg, cluster, cost, training, batch: int, max_stages: int = 1
                 decisions += part
             if len(decisions) != n_groups:
                 continue
-            strat = Strategy(tuple(decisions))
+            strat = Strategy(tuple(decisions), DEFAULT_BUCKET_MB)
             if strat not in seen:
                 seen.add(strat)
                 yield f"pipeline-{s}-{label}", strat
@@ -262,12 +259,11 @@ def tape_start(gg, cluster, training, batch: int, fill, into_weight: float = 1.0
             if left > 0:
                 dev += 1
         devs = [d for d in range(n) if rows[d] > 0]
-        machines = {cluster.devices[d].machine for d in devs}
         sync = None
         if len(devs) > 1 and group_has_params(gg, g.id):
-            sync = "hierarchical" if len(machines) > 1 and len(machines) < len(devs) else "allreduce"
+            sync = AUTO
         decisions.append(Decision(tuple(rows), sync))
-    return Strategy(tuple(decisions))
+    return Strategy(tuple(decisions), DEFAULT_BUCKET_MB)
 
 
 def tape_starts(gg, cluster, training, batch: int) -> list[tuple[str, Strategy]]:

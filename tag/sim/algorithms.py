@@ -24,9 +24,8 @@ from __future__ import annotations
 
 from tag.sim.collectives import FlowSpec, machine_members, sync_phases
 from tag.sim.network import Flow, max_min_rates
+from tag.strategy import BY_COST  # candidates of `choose_algorithm`, in tie-break order
 from tag.topology.cluster import Cluster
-
-BY_COST = ("ring", "tree", "hierarchical")  # candidates of `choose_algorithm`, in tie-break order
 
 
 def phase_ms(cluster: Cluster, specs: list[FlowSpec]) -> float:

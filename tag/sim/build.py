@@ -14,7 +14,7 @@ import numpy as np
 
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
 from tag.sim.context import SimContext
-from tag.sim.gradsync import group_syncs, sfb_compute_ms, shared_params, tensor_bytes
+from tag.sim.gradsync import group_sfb_syncs, sfb_compute_ms, shared_params, sync_method, tensor_bytes
 from tag.sim.rendezvous import exchange_gates
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, SyncUnit, TaskGraph, TaskKind, Transfer
 
@@ -112,31 +112,34 @@ def _transfers(ctx: SimContext, decs, fwd_id, bwd_id, draft: _Draft, asynchronou
     return out, recv
 
 
-def _sync_units(ctx: SimContext, decs, devs_of) -> tuple[list[SyncUnit], list[float]]:
-    """Shared parameters' syncs (over the union of their groups' devices), then every replicated group's own
-    syncs (`group_syncs`); and per device the persistent bytes of shared parameters held where their owner group
-    is absent."""
-    gg, training = ctx.gg, ctx.training
+def _sync_units(ctx: SimContext, strategy, devs_of) -> tuple[list[SyncUnit], list[float]]:
+    """Shared parameters' syncs (over the union of their groups' devices), then for each group in id order its SFB
+    all-gathers (`group_sfb_syncs`) and, at the lowest group of a bucket (the last whose gradients become ready),
+    that bucket's sync (`SimContext.bucket_syncs`); and per device the persistent bytes of shared parameters held
+    where their owner group is absent."""
+    gg, training, decs = ctx.gg, ctx.training, strategy.decisions
     units: list[SyncUnit] = []
     extra_static = [0.0] * len(ctx.dtypes)
-    shared_by_owner: dict[int, float] = {}
     for pname, gids in shared_params(gg).items():
         nbytes = tensor_bytes(gg, pname)
         owner = gids[0]
-        shared_by_owner[owner] = shared_by_owner.get(owner, 0.0) + nbytes
         union = tuple(sorted({d for g in gids for d in devs_of[g]}))
         for d in union:
             if d not in devs_of[owner]:  # weights, gradient and fp32 states where the owner group is absent
                 extra_static[d] += 2 * nbytes + nbytes / FP32_BYTES * state_bytes_per_param(training.optimizer)
         if len(union) > 1 and nbytes > 0:
             dc = decs[owner]
-            units.append(SyncUnit(gids, union, nbytes, dc.sync or "allreduce", dc.server, f"sync {pname}"))
-    groups = gg.groups
+            method = ctx.resolve_method(sync_method(dc), union, nbytes)
+            units.append(SyncUnit(gids, union, nbytes, method, dc.server, f"sync {pname}"))
+    at_lowest = {min(b.bucket.groups): b for b in ctx.bucket_syncs(strategy)}
     for g in range(len(decs)):
-        if groups[g].param_bytes > 0 and len(devs_of[g]) > 1:
-            own = groups[g].param_bytes - shared_by_owner.get(g, 0.0)
-            for method, nbytes, label in group_syncs(gg, g, decs[g], own):
-                units.append(SyncUnit((g,), tuple(devs_of[g]), nbytes, method, decs[g].server, label))
+        for method, nbytes, label in group_sfb_syncs(gg, g, decs[g]):
+            units.append(SyncUnit((g,), tuple(devs_of[g]), nbytes, method, None, label))
+        b = at_lowest.get(g)
+        if b is not None:
+            gs = b.bucket.groups
+            label = f"sync g{gs[0]}" if len(gs) == 1 else f"bucket g{gs[0]}..g{gs[-1]}"
+            units.append(SyncUnit(gs, b.devices, b.nbytes, b.bucket.algorithm, b.bucket.server, label))
     for u in units:
         u.phases = ctx.phases(u.method, u.devices, u.nbytes, u.server)
         u.copy_in_ms, u.copy_out_ms = ctx.sync_copy_ms(u.method, u.devices, u.nbytes)
@@ -229,7 +232,7 @@ def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOpt
     fwd_id, bwd_id, sfb_upd_ms, per_group = _compute_tasks(ctx, decs, draft)
     devs_of = [pg[0] for pg in per_group]
     transfers, recv = _transfers(ctx, decs, fwd_id, bwd_id, draft, not options.blocking_sends)
-    units, extra_static = _sync_units(ctx, decs, devs_of)
+    units, extra_static = _sync_units(ctx, strategy, devs_of)
     upd_id = _update_tasks(ctx, units, per_group, sfb_upd_ms, draft)
     _wire_syncs(units, devs_of, bwd_id, upd_id, draft, options.overlap_sync)
     programs = _programs(draft.tasks.device, n_dev)

@@ -12,8 +12,10 @@ from collections import OrderedDict
 import numpy as np
 
 from tag.cost.optimizer import state_bytes_per_param
+from tag.sim.algorithms import choose_algorithm
+from tag.sim.buckets import BucketSync, bucket_syncs, derive_buckets
 from tag.sim.collectives import p2p_spec, sync_phases
-from tag.strategy import slices
+from tag.strategy import AUTO, slices
 
 _MAX_ENTRIES = 200_000
 
@@ -43,8 +45,13 @@ class SimContext:
             c, dt = self.cost, self.dtypes
             devs = list(decision.devices)
             rows = decision.rows
-            hit = (devs, [c.group_fwd_ms(g, dt[d], rows[d]) for d in devs],
-                   [c.group_bwd_ms(g, dt[d], rows[d]) for d in devs], [c.update_ms(g, dt[d]) for d in devs])
+            per: dict = {}  # (device type, rows) -> (fwd, bwd, update): replicas of one type and rows cost alike
+            for d in devs:
+                k = (dt[d], rows[d])
+                if k not in per:
+                    per[k] = (c.group_fwd_ms(g, dt[d], rows[d]), c.group_bwd_ms(g, dt[d], rows[d]), c.update_ms(g, dt[d]))
+            trip = [per[(dt[d], rows[d])] for d in devs]
+            hit = (devs, [t[0] for t in trip], [t[1] for t in trip], [t[2] for t in trip])
             if len(self._group) > _MAX_ENTRIES:
                 self._group.clear()
             self._group[key] = hit
@@ -102,6 +109,26 @@ class SimContext:
         rates = [fn(self.dtypes[d], len(devices)) for d in devices]
         rates = [r for r in rates if r is not None]
         return min(rates) if rates else None
+
+    def choose_algorithm(self, devices: tuple, nbytes: float) -> str:
+        """The cheapest by-cost collective for `nbytes` over `devices` (`tag.sim.algorithms.choose_algorithm`),
+        cached."""
+        key = ("choose", devices, nbytes)
+        hit = self._phases.get(key)
+        if hit is None:
+            hit = self._phases[key] = choose_algorithm(self.cluster, devices, nbytes, self.ring_gbps(devices))
+        return hit
+
+    def resolve_method(self, method: str, devices: tuple, nbytes: float) -> str:
+        """`method`, or for ``"auto"`` the cheapest by cost."""
+        return self.choose_algorithm(devices, nbytes) if method == AUTO else method
+
+    def bucket_syncs(self, strategy) -> list[BucketSync]:
+        """The strategy's buckets (explicit, or derived from its decisions and bucket_mb) with devices and bytes."""
+        buckets = strategy.buckets
+        if buckets is None:
+            buckets = derive_buckets(self.gg, strategy.decisions, strategy.bucket_mb, self.choose_algorithm)
+        return bucket_syncs(self.gg, strategy, buckets)
 
     def phases(self, method: str, devices: tuple, nbytes: float, server) -> list:
         """The cached `sync_phases` of one sync."""

@@ -1,9 +1,9 @@
-"""Which gradient syncs an iteration has, and the SFB compute terms (read by the builder, `tag.sim.build`).
+"""Which gradient syncs an iteration has besides the buckets, and the SFB compute terms (read by the builder).
 
-A replicated group's gradients (its param_bytes) are synced over its devices by Decision.sync (None ->
-allreduce). A parameter shared by several groups (``GroupGraph.shared_params`` {name: group ids}) is synced
-once over the union of their devices, by its first group's method, and its bytes leave that group's own sync.
-`group_syncs` is the one place of the per-op sufficient-factor (SFB) path (`tag.sim.sfb`).
+A replicated group's own gradients are synced in its bucket (`tag.sim.buckets`). A parameter shared by several
+groups (``GroupGraph.shared_params`` {name: group ids}) is synced once over the union of their devices, by its
+first group's method, and its bytes leave that group's bucket. `group_sfb_syncs` is the one place of the per-op
+sufficient-factor (SFB) path (`tag.sim.sfb`).
 """
 
 from __future__ import annotations
@@ -11,14 +11,11 @@ from __future__ import annotations
 from tag.sim.sfb import dw_ms, group_sfb_factors
 
 
-def group_syncs(gg, gid: int, decision, nbytes: float) -> list[tuple[str, float, str]]:
-    """The syncs of group `gid`'s own (unshared) gradients: a list of (method, bytes, label), in order.
-
-    This is the one place of the per-op sufficient-factor path (`tag.sim.sfb`): each op in
-    ``decision.sfb`` moves its weight's bytes out of the group's sync and adds two all-gathers, of X and
-    of dY over the group's rows (as deploy runs them, before the buckets).
-    """
-    method = decision.sync or "allreduce"
+def group_sfb_syncs(gg, gid: int, decision) -> list[tuple[str, float, str]]:
+    """The sufficient-factor all-gathers of group `gid` (this is the one place of the per-op SFB path,
+    `tag.sim.sfb`): each op in ``decision.sfb`` adds two all-gathers, of X and of dY over the group's rows (as
+    deploy runs them, before the buckets); its weight leaves the group's bucket (`tag.sim.buckets.own_sync_bytes`).
+    A list of ("allgather", bytes, label)."""
     out: list[tuple[str, float, str]] = []
     if decision.replicated:
         batch = float(sum(decision.rows))
@@ -26,10 +23,12 @@ def group_syncs(gg, gid: int, decision, nbytes: float) -> list[tuple[str, float,
             name = gg.graph.ops[f.op_index].name
             out += [("allgather", batch * f.x_bytes_per_row, f"sfb X {name}"),
                     ("allgather", batch * f.dy_bytes_per_row, f"sfb dY {name}")]
-            nbytes -= f.weight_bytes
-    if nbytes > 1e-9:
-        out.append((method, nbytes, f"sync g{gid}"))
     return out
+
+
+def sync_method(decision) -> str:
+    """A decision's sync as a collective name: None reads as ring (`tag.strategy.Decision`)."""
+    return decision.sync or "ring"
 
 
 def sfb_compute_ms(ctx, gid: int, decision) -> tuple[list[float], list[float]]:

@@ -9,18 +9,31 @@ move when a consumer's row map differs from its producer's; the simulator and de
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
-SYNC_METHODS = ("allreduce", "hierarchical", "ps")
+# Gradient sync algorithms (plan.json version 2; `tag.sim.collectives` says what each puts on the wire):
+# ring all-reduce; NCCL's double binary tree; hierarchical = reduce-scatter inside each machine, all-reduce of each
+# 1/k shard across machines, all-gather inside; leader = version 1's "hierarchical" (chain reduce to each machine's
+# first replica, ring across those leaders, chain broadcast); ps = push to a server device, pull back.
+SYNC_METHODS = ("ring", "tree", "hierarchical", "leader", "ps")
+AUTO = "auto"  # Decision.sync: the bucket's algorithm is the cheapest of BY_COST (`tag.sim.algorithms`)
+BY_COST = ("ring", "tree", "hierarchical")
+V1_SYNC_NAMES = {"allreduce": "ring", "hierarchical": "leader", "ps": "ps"}  # plan.json version 1 -> version 2
+DEFAULT_BUCKET_MB = 25.0  # PyTorch DDP's bucket_cap_mb default (torch.nn.parallel.DistributedDataParallel)
 
 
 @dataclass(frozen=True)
 class Decision:
     rows: tuple[int, ...]  # per device, topology order
-    sync: str | None = None  # None | "allreduce" | "hierarchical" | "ps"
+    sync: str | None = None  # None (= ring when replicated) | one of SYNC_METHODS | AUTO
     server: int | None = None  # device index for "ps"
     sfb: tuple[str, ...] = ()  # op names whose weight gradients go as sufficient factors
 
-    @property
+    def __post_init__(self):
+        if self.sync == "allreduce":  # version 1's name of the ring all-reduce
+            object.__setattr__(self, "sync", "ring")
+
+    @cached_property
     def devices(self) -> tuple[int, ...]:
         """Indices of the devices with at least one row."""
         return tuple(d for d, r in enumerate(self.rows) if r > 0)
@@ -31,13 +44,39 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class Bucket:
+    """One fused gradient sync: the own (unshared) gradients of `groups`, which share one replica set, summed by
+    one collective. Groups are listed in reverse backward order (descending ids: the order their gradients become
+    ready); `server` is the device index of a `ps` bucket."""
+
+    groups: tuple[int, ...]
+    algorithm: str
+    server: int | None = None
+
+
+@dataclass(frozen=True)
 class Strategy:
+    """Per-group decisions plus the plan-level gradient buckets.
+
+    bucket_mb: the bucket cap in MiB (2^20 bytes, as DDP's bucket_cap_mb); 0 = one bucket per group (version 1).
+    buckets: explicit buckets (as read from a plan file) or None = derived from the decisions and bucket_mb
+    (`tag.sim.buckets.derive_buckets`). Changing a decision drops explicit buckets: they may no longer fit it.
+    Equality and hashing look at the decisions and bucket_mb only (explicit buckets record what they derive to;
+    plan checking rejects buckets that do not fit the decisions).
+    """
+
     decisions: tuple[Decision, ...]  # one per group, indexed by group id
+    bucket_mb: float = 0.0
+    buckets: tuple[Bucket, ...] | None = field(default=None, compare=False)
 
     def replace(self, group: int, decision: Decision) -> "Strategy":
         ds = list(self.decisions)
         ds[group] = decision
-        return Strategy(tuple(ds))
+        return Strategy(tuple(ds), self.bucket_mb)
+
+    def with_decisions(self, decisions) -> "Strategy":
+        """The same bucket cap over new decisions (explicit buckets dropped)."""
+        return Strategy(tuple(decisions), self.bucket_mb)
 
 
 def row_offsets(rows: tuple[int, ...]) -> list[int]:

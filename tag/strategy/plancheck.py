@@ -39,8 +39,8 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
         raw, path = plan, plan_path or "plan.json"
     else:
         raw, path = load_plan_json(plan), str(plan)
-    if raw.get("version") != 1:
-        raise InputError(path, "version", "1", short_repr(raw.get("version")))
+    if raw.get("version") not in (1, 2):
+        raise InputError(path, "version", "1 or 2", short_repr(raw.get("version")))
     check_plan_hashes(raw, path, model_path, topology_path)
     strategy, meta = parse_plan(raw, path, cluster)
     if meta.batch_size != graph.batch_size:
@@ -60,8 +60,8 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
         has_params = group_has_params(gg, g)
         if has_params and dec.replicated:
             if dec.sync is None:
-                raise InputError(path, f"{where}.sync", "allreduce, hierarchical or ps for a replicated group with parameters",
-                                 "null")
+                raise InputError(path, f"{where}.sync", "a sync method (ring, tree, hierarchical, leader, ps or auto) "
+                                 "for a replicated group with parameters", "null")
         elif dec.sync is not None:
             why = "without parameters" if not has_params else "on one device"
             raise InputError(path, f"{where}.sync", f"null for a group {why}", short_repr(dec.sync))
@@ -72,7 +72,31 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
                 raise InputError(path, f"{where}.sfb[{k}]", f"an op of group {g}", short_repr(op_name))
             if not op.params:
                 raise InputError(path, f"{where}.sfb[{k}]", "an op with parameters", short_repr(op_name))
+    if strategy.buckets is not None:
+        _check_buckets(raw, path, strategy, gg)
     return strategy, gg, meta
+
+
+def _check_buckets(raw: dict, path: str, strategy: Strategy, gg) -> None:
+    """A version-2 plan's buckets against its decisions: each syncing group in one bucket of one replica set
+    (`tag.sim.buckets.check_buckets`), each bucket's mb its groups' gradient MiB, and a group's explicit sync (not
+    auto) its bucket's algorithm (and server)."""
+    from tag.sim.buckets import MIB, bucket_syncs, check_buckets
+
+    why = check_buckets(gg, strategy, strategy.buckets)
+    if why is not None:
+        where, _, what = why.partition(": ")
+        raise InputError(path, where, "each syncing group in exactly one bucket of one replica set", what)
+    for i, bs in enumerate(bucket_syncs(gg, strategy, strategy.buckets)):
+        mb = raw["buckets"][i]["mb"]
+        if abs(mb - bs.nbytes / MIB) > 1e-3 + 1e-6 * abs(mb):
+            raise InputError(path, f"buckets[{i}].mb", f"{bs.nbytes / MIB:.4f} (its groups' gradient MiB)", str(mb))
+        for g in bs.bucket.groups:
+            dec = strategy.decisions[g]
+            sync = dec.sync or "ring"
+            if sync != "auto" and (sync != bs.bucket.algorithm or (sync == "ps" and dec.server != bs.bucket.server)):
+                raise InputError(path, f"buckets[{i}].algorithm", f"group {g}'s sync {sync!r} (and its server)",
+                                 short_repr(bs.bucket.algorithm))
 
 
 def _position(raw: dict, group: int) -> int:

@@ -1,4 +1,8 @@
-"""plan.json version 1 (DESIGN.md § plan.json): writing, reading and structural checks.
+"""plan.json (docs/plan.md): writing version 2, reading versions 1 and 2, and structural checks.
+
+Version 2 adds the gradient buckets: ``bucket_mb`` (the cap, MiB) and ``buckets`` (each: its size ``mb`` in MiB,
+its ``groups`` in reverse backward order, its ``algorithm`` and, for ps, its ``server``). Version 1 files read as
+one bucket per group (``bucket_mb`` 0) with sync ``allreduce`` as ``ring`` and ``hierarchical`` as ``leader``.
 
 A plan names devices by id (``m0/1``) and groups by their op names; a `Strategy` names devices by
 topology index. Reading therefore needs the device order: from the cluster when one is given,
@@ -15,9 +19,11 @@ from dataclasses import dataclass, field
 from tag.errors import InputError, short_repr
 from tag.fileio import write_text_atomic
 from tag.graph.reader import file_sha256
-from tag.strategy import OPTIMIZERS, SYNC_METHODS, Decision, Strategy, TrainingConfig
+from tag.strategy import AUTO, OPTIMIZERS, SYNC_METHODS, V1_SYNC_NAMES, Bucket, Decision, Strategy, TrainingConfig
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+READ_VERSIONS = (1, 2)
+_V2_SYNCS = SYNC_METHODS + (AUTO,)
 
 
 @dataclass
@@ -59,11 +65,14 @@ def baselines_summary(results: dict) -> dict:
 
 def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, model_path: str, topology_path: str,
                  *, predicted: dict | None = None, baselines: dict | None = None, search: dict | None = None,
-                 model_sha256: str | None = None, topology_sha256: str | None = None) -> dict:
+                 model_sha256: str | None = None, topology_sha256: str | None = None, bucket_syncs=None,
+                 cost=None) -> dict:
     """The plan.json object for `strategy` over the groups of `gg` on `cluster`.
 
     Rows are listed in topology order, only devices with rows > 0; SFB op names in the group's op
-    order; input shapes sorted by name. The batch is the strategy's row sum.
+    order; input shapes sorted by name. The batch is the strategy's row sum. `bucket_syncs` are the resolved
+    buckets (`tag.sim.context.SimContext.bucket_syncs`); without them the strategy's explicit buckets are used, or
+    its buckets are derived, an ``auto`` bucket's algorithm chosen by `cost` (required then).
     """
     graph = gg.graph
     if len(strategy.decisions) != gg.n_groups:
@@ -85,6 +94,8 @@ def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, mode
         })
     plan = {
         "version": PLAN_VERSION,
+        "bucket_mb": _num(strategy.bucket_mb),
+        "buckets": _buckets_json(strategy, gg, cluster, training, cost, bucket_syncs),
         "model": {"path": str(model_path),
                   "sha256": model_sha256 or file_sha256(model_path),
                   "batch_size": int(batch),
@@ -103,6 +114,32 @@ def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, mode
     return plan
 
 
+def _buckets_json(strategy: Strategy, gg, cluster, training, cost, bucket_syncs) -> list[dict]:
+    from tag.sim.buckets import MIB, bucket_syncs as resolve, derive_buckets
+
+    if bucket_syncs is None:
+        if cost is not None and strategy.buckets is None:
+            from tag.sim.context import sim_context
+
+            bucket_syncs = sim_context(gg, cluster, cost, training).bucket_syncs(strategy)
+        else:
+            def no_choice(devices, nbytes):
+                raise ValueError("an auto bucket needs the cost model's choice: pass cost or bucket_syncs")
+            buckets = strategy.buckets
+            if buckets is None:
+                buckets = derive_buckets(gg, strategy.decisions, strategy.bucket_mb, no_choice)
+            bucket_syncs = resolve(gg, strategy, buckets)
+    ids = [d.id for d in cluster.devices]
+    out = []
+    for bs in bucket_syncs:
+        b = bs.bucket
+        entry = {"mb": round(bs.nbytes / MIB, 4), "groups": list(b.groups), "algorithm": b.algorithm}
+        if b.server is not None:
+            entry["server"] = ids[b.server]
+        out.append(entry)
+    return out
+
+
 def dumps_plan(plan: dict) -> str:
     """The exact text written for a plan object (2-space indent, key order as built, newline at end)."""
     return json.dumps(plan, indent=2) + "\n"
@@ -117,7 +154,7 @@ def write_plan(path: str, plan, *args, **kwargs) -> dict:
 
 
 def load_plan_json(path: str) -> dict:
-    """Parse a plan file into its JSON object (InputError if unreadable, not JSON, or not version 1)."""
+    """Parse a plan file into its JSON object (InputError if unreadable, not JSON, or not version 1 or 2)."""
     try:
         with open(path) as f:
             raw = json.load(f)
@@ -129,8 +166,8 @@ def load_plan_json(path: str) -> dict:
         raise InputError(path, f"line {e.lineno} column {e.colno}", "valid JSON", e.msg) from None
     if not isinstance(raw, dict):
         raise InputError(path, "top level", "a JSON object", type(raw).__name__)
-    if raw.get("version") != PLAN_VERSION:
-        raise InputError(path, "version", str(PLAN_VERSION), short_repr(raw.get("version")))
+    if raw.get("version") not in READ_VERSIONS:
+        raise InputError(path, "version", "1 or 2", short_repr(raw.get("version")))
     return raw
 
 
@@ -146,6 +183,9 @@ def read_plan(path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
 
 def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
     """`read_plan` on an already parsed JSON object; `path` names the file in error messages."""
+    version = raw.get("version", PLAN_VERSION)
+    if version not in READ_VERSIONS:
+        raise InputError(path, "version", "1 or 2", short_repr(version))
     model = _obj(raw, "model", path)
     topo = _obj(raw, "topology", path)
     batch = _pos_int(model.get("batch_size"), path, "model.batch_size")
@@ -207,8 +247,13 @@ def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
                 raise InputError(path, f"decisions[{i}].rows.{dev}", "a device id of the topology", short_repr(dev))
             rows[index[dev]] = r
         sync, server = d.get("sync"), d.get("server")
-        if sync is not None and sync not in SYNC_METHODS:
-            raise InputError(path, f"decisions[{i}].sync", "null or one of " + ", ".join(SYNC_METHODS), short_repr(sync))
+        if version == 1:
+            if sync is not None and sync not in V1_SYNC_NAMES:
+                raise InputError(path, f"decisions[{i}].sync", "null or one of " + ", ".join(V1_SYNC_NAMES),
+                                 short_repr(sync))
+            sync = V1_SYNC_NAMES.get(sync)
+        elif sync is not None and sync not in _V2_SYNCS:
+            raise InputError(path, f"decisions[{i}].sync", "null or one of " + ", ".join(_V2_SYNCS), short_repr(sync))
         if sync == "ps":
             if server not in index:
                 raise InputError(path, f"decisions[{i}].server", "a device id of the topology for sync ps", short_repr(server))
@@ -226,7 +271,49 @@ def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
         topology_sha256=_str(topo, "sha256", path, "topology.sha256"),
         training=training, groups=groups, device_ids=device_ids, input_shapes=shapes,
         predicted=raw.get("predicted"), baselines=raw.get("baselines"), search=raw.get("search"))
-    return Strategy(tuple(decisions)), meta
+    if version == 1:
+        return Strategy(tuple(decisions)), meta
+    bucket_mb = raw.get("bucket_mb")
+    if not isinstance(bucket_mb, (int, float)) or isinstance(bucket_mb, bool) or not math.isfinite(bucket_mb) \
+            or bucket_mb < 0:
+        raise InputError(path, "bucket_mb", "a number >= 0 (the bucket cap in MiB; 0 = one bucket per group)",
+                         short_repr(bucket_mb))
+    return Strategy(tuple(decisions), float(bucket_mb), _parse_buckets(raw, path, len(groups), index)), meta
+
+
+def _parse_buckets(raw: dict, path: str, n_groups: int, index: dict) -> tuple[Bucket, ...]:
+    """The explicit buckets of a version-2 plan (structure only; `tag.strategy.plancheck` checks them against the
+    decisions)."""
+    blist = raw.get("buckets")
+    if not isinstance(blist, list):
+        raise InputError(path, "buckets", "a list of buckets", short_repr(blist))
+    out = []
+    for i, b in enumerate(blist):
+        if not isinstance(b, dict):
+            raise InputError(path, f"buckets[{i}]", "an object with mb, groups and algorithm", short_repr(b))
+        mb = b.get("mb")
+        if not isinstance(mb, (int, float)) or isinstance(mb, bool) or not math.isfinite(mb) or mb < 0:
+            raise InputError(path, f"buckets[{i}].mb", "the bucket's size in MiB (a number >= 0)", short_repr(mb))
+        gs = b.get("groups")
+        if not (isinstance(gs, list) and gs and all(isinstance(g, int) and not isinstance(g, bool)
+                                                    and 0 <= g < n_groups for g in gs)):
+            raise InputError(path, f"buckets[{i}].groups", f"a non-empty list of group ids in 0..{n_groups - 1}",
+                             short_repr(gs))
+        if any(a <= c for a, c in zip(gs, gs[1:])):
+            raise InputError(path, f"buckets[{i}].groups", "group ids in reverse backward order (descending)",
+                             short_repr(gs))
+        alg = b.get("algorithm")
+        if alg not in SYNC_METHODS:
+            raise InputError(path, f"buckets[{i}].algorithm", "one of " + ", ".join(SYNC_METHODS), short_repr(alg))
+        server = b.get("server")
+        if alg == "ps":
+            if server not in index:
+                raise InputError(path, f"buckets[{i}].server", "a device id of the topology for algorithm ps",
+                                 short_repr(server))
+        elif server is not None:
+            raise InputError(path, f"buckets[{i}].server", f"absent or null for algorithm {alg}", short_repr(server))
+        out.append(Bucket(tuple(gs), alg, index[server] if alg == "ps" else None))
+    return tuple(out)
 
 
 def _device_order(row_keys: list[list[str]], path: str) -> tuple[str, ...]:

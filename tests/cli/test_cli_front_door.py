@@ -35,7 +35,7 @@ def test_describe_decision_on_8_and_512_devices():
     part = Decision(rows=(0, 0, 0, 0, 16, 16, 16, 16), sync="ps", server=4)
     assert describe_decision(part, c8) == "16 rows x 4 devices (m0/4, m0/5, m0/6, m0/7), ps on m0/4"
     c512 = parse_topology(_gpus(64, 8), "g512.json")
-    assert describe_decision(Decision(rows=(64,) * 512, sync="allreduce"), c512) == "64 rows x 512 devices, allreduce"
+    assert describe_decision(Decision(rows=(64,) * 512, sync="allreduce"), c512) == "64 rows x 512 devices, ring"
 
 
 def test_plan_and_simulate_on_512_devices_print_compactly(tmp_path, capsys):

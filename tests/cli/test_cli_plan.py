@@ -21,7 +21,7 @@ def test_plan_json_output_and_baseline_plan_simulates(tmp_path, capsys):
     out = tmp_path / "dp.json"
     assert main(["plan", MODEL, TOPO, "--baseline", "dp-even", "-o", str(out), "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert obj["version"] == 1 and obj["search"]["method"] == "baseline:dp-even"
+    assert obj["version"] == 2 and obj["search"]["method"] == "baseline:dp-even"
     assert obj["predicted"]["iteration_ms"] == obj["baselines"]["dp-even"]["iteration_ms"]
     assert all(len(d["rows"]) == 8 for d in obj["decisions"])
     assert main(["simulate", MODEL, TOPO, "--plan", str(out), "--json"]) == 0

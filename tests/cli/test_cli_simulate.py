@@ -62,7 +62,7 @@ def _plan_from_baseline(model, topo, path, name="dp-proportional", batch=30):
 
     inp = load_inputs(model, topo, ModelOptions(batch_size=batch, optimizer="momentum"))
     s = build_baseline(name, inp.gg, inp.cluster, inp.cost, inp.training)
-    write_plan(str(path), s, inp.gg, inp.cluster, inp.training, model, topo)
+    write_plan(str(path), s, inp.gg, inp.cluster, inp.training, model, topo, cost=inp.cost)
     return s, inp
 
 

@@ -124,7 +124,8 @@ def test_identical_devices_aggregated(checked):
     by_sig = {}
     for d in inp.cluster.devices:
         kind = tuple(sorted(x.type.name for x in inp.cluster.devices if x.machine == d.machine))
-        sig = (d.type.name, kind, tuple(dec["rows"].get(d.id, 0) for dec in plan["decisions"]),
+        served = tuple(dec["group"] for dec in plan["decisions"] if dec.get("server") == d.id)  # a ps server differs
+        sig = (d.type.name, kind, tuple(dec["rows"].get(d.id, 0) for dec in plan["decisions"]), served,
                res.peak_memory_gb[d.id], res.busy_ms[d.id])
         by_sig.setdefault(sig, []).append(d.id)
     assert sorted(map(sorted, by_sig.values())) == sorted(map(sorted, cols))

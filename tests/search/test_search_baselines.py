@@ -102,7 +102,8 @@ def test_dp_even_and_unsplittable_groups():
     cl = make_cluster([16] * 4)
     s = dp_even(gg, cl, FakeCost([1] * 3, {"T": 1.0}), TrainingConfig(), 10)
     assert [d.rows for d in s.decisions] == [(3, 3, 2, 2), (3, 3, 2, 2), (10, 0, 0, 0)]
-    assert [d.sync for d in s.decisions] == ["allreduce", None, None]
+    assert [d.sync for d in s.decisions] == ["auto", None, None]
+    assert s.bucket_mb == 25.0  # DDP's default bucket_cap_mb
 
 
 def test_ps_servers_balance_parameter_bytes():
@@ -149,14 +150,14 @@ def test_single_device_skips_the_fast_device_that_does_not_fit():
     assert not res.oom and res.iteration_ms == pytest.approx(6.0)
 
 
-def test_dp_proportional_on_one_machine_uses_allreduce():
+def test_dp_proportional_chooses_collectives_by_cost():
     from tag.search.baselines import dp_proportional
 
     gg = make_gg(2, [(0, 1, 1.0)], param_bytes=[400, 0])
     cl = make_cluster([16, 16], names=["A", "B"])
     s = dp_proportional(gg, cl, FakeCost([1.0, 1.0], {"A": 1.0, "B": 3.0}, bwd_factor=2.0), TrainingConfig(), 8)
     assert [d.rows for d in s.decisions] == [(2, 6), (2, 6)]
-    assert [d.sync for d in s.decisions] == ["allreduce", None]
+    assert [d.sync for d in s.decisions] == ["auto", None]
 
 
 def test_proportional_rows_reach_the_brute_force_min_max():

@@ -34,7 +34,7 @@ def test_dp_proportional_beats_dp_even_on_heterog8(model, heterog8):
         assert len(strategy.decisions) == gg.n_groups, name
         for g, dec in enumerate(strategy.decisions):
             assert sum(dec.rows) == batch and min(dec.rows) >= 0, (name, g)
-            assert dec.sync is None or dec.sync in SYNC_METHODS
+            assert dec.sync is None or dec.sync in SYNC_METHODS + ("auto",)
             if not gg.groups[g].splittable:
                 assert len(dec.devices) == 1
         if name in ("m-etf", "m-topo", "single-device"):
@@ -45,16 +45,15 @@ def test_dp_proportional_beats_dp_even_on_heterog8(model, heterog8):
     # faster devices get more rows: a V100 (m0/0) gets more than a P100 (m3/0) in dp-proportional
     rows = results["dp-proportional"][0].decisions[0].rows
     assert rows[heterog8.device_index("m0/0")] > rows[heterog8.device_index("m3/0")]
-    # the sync it chose simulates no slower than the other one (heterog8 has 4 machines)
+    # each bucket's collective is chosen by cost: forcing any one algorithm on every bucket is no faster
     from tag.search.baselines import proportional_rows, replicated_strategy
     from tag.sim import simulate
 
     chosen = results["dp-proportional"][0]
-    syncs = {d.sync for d in chosen.decisions} - {None}
-    assert len(syncs) == 1
-    other = "hierarchical" if syncs == {"allreduce"} else "allreduce"
+    assert {d.sync for d in chosen.decisions} - {None} == {"auto"}
     prows, host = proportional_rows(gg, heterog8, cost, batch)
-    alt = simulate(gg, heterog8, cost, replicated_strategy(gg, prows, other, host=host), training)
-    assert prop.iteration_ms <= alt.iteration_ms
+    for other in ("ring", "tree", "hierarchical"):
+        alt = simulate(gg, heterog8, cost, replicated_strategy(gg, prows, other, host=host), training)
+        assert prop.iteration_ms <= alt.iteration_ms * (1 + 1e-9), other
     # m-ETF must fit in memory on this cluster at this batch (it checks the simulator's memory model)
     assert not results["m-etf"][1].oom

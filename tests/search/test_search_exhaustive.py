@@ -78,4 +78,4 @@ def test_search_finds_the_enumerated_optimum():
         # refinement's row shifts may even leave the space and beat its optimum
         hits += res.result.iteration_ms <= best * (1 + 1e-9)
     assert hits >= 19, (hits, sizes)
-    assert sum(sizes) / len(sizes) > 1000  # the cases are not trivially small
+    assert sum(sizes) / len(sizes) > 500  # the cases are not trivially small

@@ -54,7 +54,7 @@ def test_round_trip_gives_same_strategy(setup):
 def test_written_json_layout(setup):
     tmp, model, topo, cluster, graph, gg = setup
     plan = plan_to_json(strategy_a(), gg, cluster, TrainingConfig(), model, topo)
-    assert list(plan) == ["version", "model", "topology", "training", "groups", "decisions"]
+    assert list(plan) == ["version", "bucket_mb", "buckets", "model", "topology", "training", "groups", "decisions"]
     d0 = plan["decisions"][0]
     assert list(d0["rows"].items()) == [("m0/0", 3), ("m0/1", 3), ("m1/0", 1), ("m1/1", 1)]
     assert d0["sync"] == "ps" and d0["server"] == "m1/0" and d0["sfb"] == ["mm1"]
@@ -72,13 +72,13 @@ def _write_raw(tmp, plan):
 
 
 @pytest.mark.parametrize("mutate, where", [
-    (lambda p: p.update(version=2), "version"),
+    (lambda p: p.update(version=3), "version"),
     (lambda p: p["decisions"][0]["rows"].update({"m0/0": 4}), "decisions[0].rows"),
     (lambda p: p["decisions"][1].update(rows={"m9/0": 8}), "decisions[1].rows.m9/0"),
     (lambda p: p["decisions"][0]["rows"].update({"m0/1": 0}), "decisions[0].rows.m0/1"),
     (lambda p: p["decisions"][0].update(server="m7/7"), "decisions[0].server"),
     (lambda p: p["decisions"][1].update(server="m0/0"), "decisions[1].server"),
-    (lambda p: p["decisions"][0].update(sync="ring"), "decisions[0].sync"),
+    (lambda p: p["decisions"][0].update(sync="allreduce"), "decisions[0].sync"),  # a v1 name
     (lambda p: p["decisions"][1].update(group=0), "decisions[1].group"),
     (lambda p: p["groups"][1].update(id=5), "groups[1].id"),
     (lambda p: p["model"].update(batch_size=0), "model.batch_size"),
@@ -111,7 +111,7 @@ def test_contradictory_device_order_is_an_error(setup):
     plan = plan_to_json(strategy_a(), gg, cluster, TrainingConfig(), model, topo)
     plan["decisions"][0]["rows"] = {"m0/1": 4, "m0/0": 4}
     plan["decisions"][1]["rows"] = {"m0/0": 4, "m0/1": 4}
-    plan["decisions"][0].update(sync="allreduce", server=None)
+    plan["decisions"][0].update(sync="ring", server=None)
     with pytest.raises(InputError) as e:
         read_plan(_write_raw(tmp, plan))
     assert e.value.where == "decisions"

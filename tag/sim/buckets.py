@@ -1,0 +1,115 @@
+"""Gradient buckets: which groups' gradients one collective sums, and by which algorithm.
+
+A replicated group's **own sync bytes** are its parameter bytes minus the parameters it shares with other groups
+(those sync once over the union of the sharing groups' devices, `tag.sim.gradsync.shared_params`) minus the
+weights its SFB ops send as sufficient factors (`tag.sim.sfb`).
+
+Buckets are formed as DDP forms them (`bucket_cap_mb`): walk the groups in the order their gradients become ready
+(reverse backward order: group K-1 first); a group with own sync bytes joins the open bucket when it
+has the same replica set (devices), the same `Decision.sync` (and ps server) and the open bucket holds fewer than
+``cap = bucket_mb x 2^20`` bytes; otherwise it opens a new bucket. A group larger than the cap is a bucket of its
+own (tag fuses whole groups; DDP also fuses whole parameters). ``bucket_mb = 0`` gives one bucket per group.
+
+A bucket's algorithm is its groups' `Decision.sync` (None = ring), or for ``"auto"`` the cheapest of
+`tag.strategy.BY_COST` for the bucket's bytes on its devices (`tag.sim.algorithms.choose_algorithm`).
+
+Example: groups 2, 1, 0 of 10, 20 and 30 MiB on the same devices with a 25 MiB cap give buckets [2, 1] (30 MiB:
+group 1 joins at 10 MiB < 25) and [0].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tag.sim.gradsync import shared_params, tensor_bytes
+from tag.sim.sfb import group_sfb_factors
+from tag.strategy import AUTO, Bucket
+
+MIB = 2 ** 20
+
+
+@dataclass(frozen=True)
+class BucketSync:
+    """A bucket with what its collective needs: the replica set (device indices, topology order) and the bytes."""
+
+    bucket: Bucket
+    devices: tuple[int, ...]
+    nbytes: float
+
+
+def own_sync_bytes(gg, decisions) -> list[float]:
+    """Per group, the bytes of its own gradient sync (module docstring); 0 for groups on one device."""
+    owned_shared: dict[int, float] = {}
+    for name, gids in shared_params(gg).items():
+        owned_shared[gids[0]] = owned_shared.get(gids[0], 0.0) + tensor_bytes(gg, name)
+    out = []
+    for g, dec in enumerate(decisions):
+        grp = gg.groups[g]
+        if not dec.replicated or grp.param_bytes <= 0:
+            out.append(0.0)
+            continue
+        nbytes = grp.param_bytes - owned_shared.get(g, 0.0)
+        nbytes -= sum(f.weight_bytes for f in group_sfb_factors(gg, g, dec))
+        out.append(max(0.0, nbytes))
+    return out
+
+
+def derive_buckets(gg, decisions, bucket_mb: float, choose) -> tuple[Bucket, ...]:
+    """The buckets of `decisions` under a `bucket_mb` cap (module docstring); `choose(devices, nbytes) -> str`
+    names the algorithm of an ``"auto"`` bucket."""
+    cap = float(bucket_mb) * MIB
+    own = own_sync_bytes(gg, decisions)
+    open_: list = []  # [key, groups, bytes] of the bucket being filled, or empty
+    closed: list = []
+    for g in range(len(decisions) - 1, -1, -1):
+        if own[g] <= 1e-9:
+            continue
+        dec = decisions[g]
+        sync = dec.sync or "ring"
+        key = (dec.devices, sync, dec.server if sync == "ps" else None)
+        if open_ and open_[0] == key and open_[2] < cap:
+            open_[1].append(g)
+            open_[2] += own[g]
+        else:
+            if open_:
+                closed.append(open_)
+            open_ = [key, [g], own[g]]
+    if open_:
+        closed.append(open_)
+    out = []
+    for (devices, sync, server), groups, nbytes in closed:
+        algorithm = choose(devices, nbytes) if sync == AUTO else sync
+        out.append(Bucket(tuple(groups), algorithm, server))
+    return tuple(out)
+
+
+def bucket_syncs(gg, strategy, buckets: tuple[Bucket, ...]) -> list[BucketSync]:
+    """Each bucket with its devices (its first group's) and its bytes (the sum of its groups' own sync bytes)."""
+    own = own_sync_bytes(gg, strategy.decisions)
+    return [BucketSync(b, strategy.decisions[b.groups[0]].devices, float(sum(own[g] for g in b.groups)))
+            for b in buckets]
+
+
+def check_buckets(gg, strategy, buckets: tuple[Bucket, ...]) -> str | None:
+    """Why explicit `buckets` do not fit the strategy's decisions (None when they do): every group with own sync
+    bytes in exactly one bucket, no other group in any, and the groups of a bucket on one replica set. The message
+    names the bucket index and what is wrong."""
+    own = own_sync_bytes(gg, strategy.decisions)
+    seen: dict[int, int] = {}
+    for i, b in enumerate(buckets):
+        if not b.groups:
+            return f"buckets[{i}].groups: expected at least one group, found none"
+        devs = strategy.decisions[b.groups[0]].devices
+        for g in b.groups:
+            if g in seen:
+                return f"buckets[{i}].groups: group {g} is already in buckets[{seen[g]}]"
+            seen[g] = i
+            if own[g] <= 1e-9:
+                return f"buckets[{i}].groups: group {g} has no gradients to sync (one device or no own parameters)"
+            if strategy.decisions[g].devices != devs:
+                return (f"buckets[{i}].groups: group {g} runs on other devices than group {b.groups[0]}; a bucket's "
+                        "groups share one replica set")
+    missing = [g for g, b in enumerate(own) if b > 1e-9 and g not in seen]
+    if missing:
+        return f"buckets: group {missing[0]} syncs gradients but is in no bucket"
+    return None
