@@ -94,7 +94,7 @@ class _Run:
     def __init__(self, tg: TaskGraph, link_caps_bytes_per_ms: list[float], log_flows: bool, member_ms=None):
         self.tg = tg
         self.dur = tg.tasks.duration_ms
-        self.member_ms = member_ms if member_ms is not None else [None] * len(self.dur)
+        self.member_ms = member_ms or {}
         self.tdev = tg.tasks.device
         self.pend = list(tg.inputs)
         self.ready = [0.0] * len(self.dur)
@@ -131,7 +131,7 @@ class _Run:
             if ready[k] > t:
                 t = ready[k]
             start[k] = t
-            m = members[k]
+            m = members.get(k)
             if m is None:
                 t += dur[k]
             else:  # a fused chain: its members' durations one by one, as the unfused stream adds them
@@ -276,10 +276,10 @@ _HANDLERS = {EventKind.FLOW_START: _Run._on_flow_start, EventKind.TRANSFER_ARRIV
 
 
 def run_task_graph(tg: TaskGraph, link_caps_bytes_per_ms: list[float], log_flows: bool = False,
-                   member_ms: list | None = None) -> Timeline:
+                   member_ms: dict | None = None) -> Timeline:
     """Run `tg` on links of these capacities (bytes per ms, indexed as the FlowSpecs' links); see the module.
 
-    member_ms (from `tag.sim.fuse.fuse_chains`): per task None, or for a fused chain's task the durations of the
-    tasks folded into it, which its stream adds one by one instead of its total duration, so that the fused run's
-    times are bit-identical to the unfused run's."""
+    member_ms (from `tag.sim.fuse.fuse_chains`): fused chain's task id -> the durations of the tasks folded into
+    it, which its stream adds one by one instead of its total duration, so that the fused run's times are
+    bit-identical to the unfused run's."""
     return _Run(tg, link_caps_bytes_per_ms, log_flows, member_ms).run()

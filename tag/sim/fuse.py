@@ -1,20 +1,26 @@
 """Chain fusion: an exact reduction of a `TaskGraph` (`tag.sim.taskgraph`) before the event loop.
 
-A device's compute stream runs its program in order, so two consecutive tasks c, k of one program run back to
-back (k starts when c ends) unless something from outside arrives for k. c can be folded into k when:
+A device's compute stream runs its program in order, so consecutive tasks run back to back unless something
+from outside arrives for one of them. A run k_1 .. k_n of one program is a **chain** that can be folded into one
+task when
 
-* k waits for no transfer or sync (``inputs[k] == 0``) and lasts ``>= 0`` ms, so k starts exactly when c ends
-  and ends no earlier;
-* c starts no transfer, and every sync unit c's end counts towards (``first_sync[c]`` and the SYNC entries of
-  ``dependents[c]``) also counts k's end: such a sync cannot become ready before k has ended, and its ready
-  time is the max over the ends of the tasks it waits for, so c's listings change neither that time nor the
-  instant the sync is queued (the loop queues a sync when its last listed task is run, which is never c).
+* k_2 .. k_n wait for no transfer or sync (``inputs == 0``) and every duration is ``>= 0``, so each starts
+  exactly when its predecessor ends and k_n ends last;
+* k_1 .. k_{n-1} start no transfer, and every sync unit one of them counts towards (``first_sync`` and the SYNC
+  entries of ``dependents``) also counts k_n's end: such a sync cannot become ready before k_n has ended, its
+  ready time is the max over the ends of the tasks it waits for, and the loop queues it when its last listed task
+  is run, which is never one of k_1 .. k_{n-1} (k_n still has to count); so the other members' listings change
+  neither the time nor the order of anything the loop does.
 
-A **chain** is a maximal run of a program in which every consecutive pair can be folded. It becomes one task
-under the id of its first task (the **head**, which keeps the head's inputs): duration the sum of the members'
-durations, ``first_sync`` and ``dependents`` those of its last task; programs list heads only; every sync drops
-its listings of non-last members and lists a last member by its head; transfers that wait for a last member wait
-for its head. Task ids are kept, so deliveries, releases and every per-task list stay valid.
+`fuse_chains` cuts each program into such chains: between tasks that wait for an input, after tasks that start
+a transfer, and, for tasks without further dependents, so that the tasks of a chain feed one sync unit and the
+chain ends at the last of them (backwards of groups without parameters fold into their bucket's chain; a run
+that feeds nothing after the last feeder is a chain of its own); a pair where either task has further dependents
+is folded when the first's syncs are among the second's. A chain becomes one task under the id of its first task
+(the **head**, which keeps the head's inputs): ``first_sync`` and ``dependents`` those of its last task; programs
+list heads only; every sync drops its listings of non-last members and lists a last member by its head;
+transfers that wait for a last member wait for its head. Task ids are kept, so deliveries, releases and every
+per-task list stay valid.
 
 With durations d_1..d_n and the chain started at s, the unfused loop ends member i at (..(s + d_1) + ..) + d_i;
 `run_fused` has the chain's stream add d_1, .., d_n one by one too, so the chain ends at the same float, every sync's
@@ -25,9 +31,9 @@ The fused task's ``duration_ms`` is the sum, for readers other than the loop; bu
 timeline. Member i starts at s + d_1 + .. + d_{i-1} (`member_starts_ms`).
 The trace shows every task, so `tag.sim.engine` runs the unfused graph when a trace is asked for.
 
-Example: one device, forwards f0 f1, backwards b1 b0 both counting towards sync 0 (one bucket), the optimizer
-step u released by sync 0: the program [f0, f1, b1, b0, u] fuses to [f0, u] with f0 lasting f0 + f1 + b1 + b0
-and counting towards sync 0 once.
+Example: one device, forwards f0 f1 f2, backwards b2 b1 b0 where b2 and b0 count towards sync 0 (one bucket) and
+group 1 has no parameters, the optimizer step u released by sync 0: the program [f0, f1, f2, b2, b1, b0, u] fuses
+to [f0, u], f0 lasting f0 + f1 + f2 + b2 + b1 + b0 and counting towards sync 0 once.
 """
 
 from __future__ import annotations
@@ -46,14 +52,14 @@ _SYNC = DependentKind.SYNC
 @dataclass
 class FusedGraph:
     """A fused task graph and its chains: ``heads[i]`` / ``lasts[i]`` are the first and last task of the i-th
-    chain of two or more tasks (a task in no such chain is its own one-task chain), ``member_ms`` per task id
-    None or, for such a chain's head, its members' durations in program order (`run_fused`), ``n_fused`` how
-    many tasks were folded away."""
+    chain of two or more tasks (a task in no such chain is its own one-task chain), ``member_ms`` maps such a
+    chain's head to its members' durations in program order (`run_fused`), ``n_fused`` how many tasks were folded
+    away."""
 
     graph: TaskGraph
     heads: list[int]
     lasts: list[int]
-    member_ms: list[tuple[float, ...] | None] | None
+    member_ms: dict[int, tuple[float, ...]] | None
     n_fused: int
 
 
@@ -70,7 +76,8 @@ def _syncs_fed(tg: TaskGraph, k: int) -> set[int] | None:
 
 
 def _foldable(tg: TaskGraph, c: int, k: int) -> bool:
-    """Whether c can be folded into its successor k when either has dependents (the module's second rule)."""
+    """Whether c (the last task of a chain) can be folded into its successor k: c starts no transfer and its
+    syncs are among k's."""
     fed_c = _syncs_fed(tg, c)
     if fed_c is None:
         return False
@@ -79,6 +86,37 @@ def _foldable(tg: TaskGraph, c: int, k: int) -> bool:
     fed_k = set() if tg.first_sync[k] < 0 else {tg.first_sync[k]}
     fed_k.update(j for what, j in tg.dependents[k] or () if what is _SYNC)
     return fed_c <= fed_k
+
+
+def _merge_flags(tg: TaskGraph, order: np.ndarray, lens: list[int]) -> np.ndarray:
+    """merge[i]: position i of `order` (the programs concatenated) belongs to the chain of position i - 1."""
+    n = len(tg.tasks)
+    inputs = np.fromiter(tg.inputs, dtype=np.int64, count=n)[order]
+    first = np.fromiter(tg.first_sync, dtype=np.int64, count=n)[order]
+    has_dep = np.fromiter(map(bool, tg.dependents), dtype=bool, count=n)[order]
+    starts = np.cumsum([0] + lens[:-1])
+    hard = inputs > 0  # a cut before i, whatever else holds
+    hard[starts[np.asarray(lens) > 0]] = True
+    hard[0] = True
+    dep_pair = np.r_[False, has_dep[:-1] | has_dep[1:]]
+    merge = ~hard & ~dep_pair
+    # inside a segment of plain pairs: cut after a feeder when the segment's next feeder feeds another sync or
+    # no further feeder follows in the segment
+    seg = np.cumsum(~merge)
+    feeders = np.flatnonzero(first >= 0)
+    if len(feeders):
+        nxt = np.r_[feeders[1:], len(order)]
+        nxt_seg = seg[np.minimum(nxt, len(order) - 1)]
+        same_next = (nxt < len(order)) & (nxt_seg == seg[feeders]) & (first[np.minimum(nxt, len(order) - 1)]
+                                                                     == first[feeders])
+        after = feeders + 1
+        inside = after < len(order)
+        cut = after[inside & ~same_next]
+        cut = cut[cut < len(order)]
+        merge[cut[seg[cut] == seg[cut - 1]]] = False
+    for i in np.flatnonzero(~hard & dep_pair).tolist():
+        merge[i] = _foldable(tg, int(order[i - 1]), int(order[i]))
+    return merge
 
 
 def fuse_chains(tg: TaskGraph) -> FusedGraph:
@@ -90,20 +128,7 @@ def fuse_chains(tg: TaskGraph) -> FusedGraph:
     if n_prog < 2 or min(dur_l) < 0:  # a negative duration would end a member after its chain's last task
         return FusedGraph(tg, [], [], None, 0)
     order = np.fromiter(chain.from_iterable(tg.programs), dtype=np.int64, count=n_prog)
-    inputs = np.fromiter(tg.inputs, dtype=np.int64, count=n)[order]
-    first = np.fromiter(tg.first_sync, dtype=np.int64, count=n)[order]
-    has_dep = np.not_equal(np.fromiter(tg.dependents, dtype=object, count=n), None)[order]
-    # pair (i-1, i) of `order`: i may take its predecessor if it is not a program's first task and waits for
-    # nothing; without dependents on either side the sync rule reads first_sync only
-    starts = np.cumsum([0] + lens[:-1])
-    can = inputs == 0
-    can[starts[np.asarray(lens) > 0]] = False
-    can[0] = False
-    prev_dep, prev_first = np.r_[False, has_dep[:-1]], np.r_[-1, first[:-1]]
-    plain = ~prev_dep & ~has_dep
-    merge = can & plain & ((prev_first < 0) | (prev_first == first))
-    for i in np.flatnonzero(can & ~plain).tolist():
-        merge[i] = _foldable(tg, int(order[i - 1]), int(order[i]))
+    merge = _merge_flags(tg, order, lens)
     n_fused = int(np.count_nonzero(merge))
     if n_fused == 0:
         return FusedGraph(tg, [], [], None, 0)
@@ -112,29 +137,29 @@ def fuse_chains(tg: TaskGraph) -> FusedGraph:
     multi = np.flatnonzero(last_pos > head_pos)
     heads = order[head_pos[multi]].tolist()
     lasts = order[last_pos[multi]].tolist()
-    dur = np.fromiter(dur_l, dtype=float, count=n)[order]
-    sums = np.add.reduceat(dur, head_pos)[multi].tolist()
-    dur_in_order = dur.tolist()
-    member_ms: list = [None] * n
+    in_multi = np.repeat(last_pos > head_pos, np.diff(np.r_[head_pos, n_prog]))
+    member_dur = np.fromiter(dur_l, dtype=float, count=n)[order[in_multi]]  # multi chains' members in order
+    bounds = np.cumsum(np.r_[0, (last_pos - head_pos + 1)[multi]]).tolist()
+    md = member_dur.tolist()
+    member_tuples = list(map(tuple, map(md.__getitem__, map(slice, bounds[:-1], bounds[1:]))))
+    sums = np.add.reduceat(member_dur, bounds[:-1]).tolist() if heads else []
 
     durations, first_sync, dependents = list(dur_l), list(tg.first_sync), list(tg.dependents)
-    for h, l, ms, a, b in zip(heads, lasts, sums, head_pos[multi].tolist(), last_pos[multi].tolist()):
+    for h, l, ms in zip(heads, lasts, sums):
         durations[h] = ms
-        member_ms[h] = tuple(dur_in_order[a:b + 1])
         first_sync[h] = first_sync[l]
         dependents[h] = dependents[l]
     is_last = np.ones(n, dtype=bool)  # the last task of its chain (a one-task chain's task included)
     is_last[order[:-1][merge[1:]]] = False
-    head_of_dev = np.searchsorted(head_pos, np.r_[starts, n_prog]).tolist()
+    head_of_dev = np.searchsorted(head_pos, np.r_[np.cumsum([0] + lens[:-1]), n_prog]).tolist()
     all_heads = order[head_pos].tolist()
     programs = [all_heads[head_of_dev[d]:head_of_dev[d + 1]] for d in range(len(lens))]
-    head_of = dict(zip(lasts, heads))
     t = tg.tasks
     tasks = ComputeTasks(t.device, t.kind, t.group, durations)
-    fused = TaskGraph(tg.n_devices, tasks, programs, _transfers(tg.transfers, head_of),
-                      _syncs(tg.syncs, heads, lasts, is_last),
+    transfers = _transfers(tg.transfers, dict(zip(lasts, heads))) if tg.transfers else tg.transfers
+    fused = TaskGraph(tg.n_devices, tasks, programs, transfers, _syncs(tg.syncs, heads, lasts, is_last),
                       tg.inputs, first_sync, dependents, tg.memory, tg.batch_size)
-    return FusedGraph(fused, heads, lasts, member_ms, n_fused)
+    return FusedGraph(fused, heads, lasts, dict(zip(heads, member_tuples)), n_fused)
 
 
 def run_fused(fused: FusedGraph, link_caps_bytes_per_ms: list[float]) -> Timeline:

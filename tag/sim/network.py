@@ -11,6 +11,7 @@ at its rate; its latency is added after it drains (the ``alpha`` of alpha-beta).
 from __future__ import annotations
 
 import heapq
+from operator import truediv
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,7 +56,7 @@ def max_min_rates(flows: list[Flow], caps_bytes_per_ms: list[float]) -> None:
 
 def _alone(f: Flow, caps_bytes_per_ms) -> None:
     """The rate of a flow that shares none of its links: its narrowest link, min_l cap_l / w_l."""
-    f.rate = min((caps_bytes_per_ms[l] / w for l, w in zip(f.links, f.weights)), default=INF)
+    f.rate = min(map(truediv, map(caps_bytes_per_ms.__getitem__, f.links), f.weights), default=INF)
 
 
 def link_components(flows: list[Flow]) -> list[list[Flow]]:

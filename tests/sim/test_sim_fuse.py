@@ -94,6 +94,27 @@ def test_two_syncs_keep_the_backward_apart_and_a_transfer_ends_a_chain():
     assert member_starts_ms(fz, tg, tl.start_ms) == pytest.approx([0, 1, 3, 7, 0, 2])
 
 
+def test_a_group_without_parameters_folds_into_its_bucket_and_another_sync_cuts():
+    # one device: f0 f1 f2 (1 ms each), b2 (2, sync 0), b1 (2, no parameters: no sync), b0 (2, sync 0),
+    # c1 (1, no sync), c0 (1, sync 1), d (1, no sync), u (0.5, released by both syncs).
+    # by hand: [f0 f1 f2 b2 b1 b0] ends at b0, the last feeder of sync 0 (b1's nothing is among b0's {0});
+    # [c1 c0] feeds sync 1 only; d feeds nothing after the last feeder: its own chain; u waits: a head.
+    flow = FlowSpec((0,), (1.0,), 1e5, 0.0, 0, 1)
+    tasks = [(0, F, 1.0), (0, F, 1.0), (0, F, 1.0), (0, B, 2.0), (0, B, 2.0), (0, B, 2.0), (0, B, 1.0),
+             (0, B, 1.0), (0, B, 1.0), (0, U, 0.5)]
+    tg = _graph(tasks, 1, syncs=[([3, 5], [9], [[flow]]), ([7], [9], [[flow]])])
+    fz = fuse_chains(tg)
+    assert fz.graph.programs == [[0, 6, 8, 9]]
+    assert (fz.heads, fz.lasts, fz.n_fused) == ([0, 6], [5, 7], 6)
+    assert fz.member_ms == {0: (1.0, 1.0, 1.0, 2.0, 2.0, 2.0), 6: (1.0, 1.0)}
+    assert [fz.graph.syncs[0].wait, fz.graph.syncs[1].wait] == [[0], [6]]
+    assert (fz.graph.first_sync[0], fz.graph.first_sync[6], fz.graph.first_sync[8]) == (0, 1, -1)
+    # sync 0 ready at 9, flow 9..10; sync 1 ready at 11 (after c0), flow 11..12; d 11..12; u 12..12.5
+    tl = run_fused(fz, [CAP])
+    assert tl.device_end_ms == pytest.approx([12.5])
+    assert member_starts_ms(fz, tg, tl.start_ms) == pytest.approx([0, 1, 2, 3, 5, 7, 9, 10, 11, 12])
+
+
 def test_nothing_to_fold_returns_the_graph_itself():
     tg = _graph([(0, F, 1.0), (1, F, 1.0)], 2)
     fz = fuse_chains(tg)
