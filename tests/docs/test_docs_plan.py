@@ -65,7 +65,10 @@ def test_documented_optional_keys_are_optional(tmp_path, capsys):
 
 # documented key -> (path of the deletion in the example, JSON path the error must start with)
 _WHERE = {
-    "version": (("version",), "version"), "model": (("model",), "model"), "topology": (("topology",), "topology"),
+    "version": (("version",), "version"), "bucket_mb": (("bucket_mb",), "bucket_mb"),
+    "buckets": (("buckets",), "buckets"), "buckets[i].mb": (("buckets", 0, "mb"), "buckets[0].mb"),
+    "buckets[i].groups": (("buckets", 0, "groups"), "buckets[0].groups"),
+    "buckets[i].algorithm": (("buckets", 0, "algorithm"), "buckets[0].algorithm"), "model": (("model",), "model"), "topology": (("topology",), "topology"),
     "groups": (("groups",), "groups"), "decisions": (("decisions",), "decisions"),
     "model.path": (("model", "path"), "model.path"), "model.sha256": (("model", "sha256"), "model.sha256"),
     "model.batch_size": (("model", "batch_size"), "model.batch_size"),
@@ -116,6 +119,7 @@ def test_every_key_tag_plan_writes_is_documented_and_back(tmp_path, capsys):
     paths = set(written)
     for block in ("model", "topology", "predicted", "search"):
         paths |= {f"{block}.{k}" for k in written[block]}
+    paths |= {f"buckets.{k}" for b in written["buckets"] for k in b}
     paths |= {f"decisions.{k}" for k in written["decisions"][0]} | {f"groups.{k}" for k in written["groups"][0]}
     paths |= set(written["training"])  # the training table names its keys bare
     assert not paths - documented, f"written by tag plan but not in docs/{PAGE}: {sorted(paths - documented)}"
