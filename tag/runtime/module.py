@@ -8,7 +8,9 @@ device on the whole batch. Parameters an SFB entry covers are summed with a ring
 replicas (the same gradient; SFB's saving applies to the ONNX runtime only).
 
 The plan's parameters (the ONNX model's, as the exporter named them from the module: ``0.weight``) are matched to
-``module.named_parameters()`` by name and shape; one that matches nothing is an InputError naming it.
+``module.named_parameters()`` by name and shape (a float buffer such as ``1.running_mean`` matches a plan parameter
+too; it is not trained by gradients); one that matches nothing is an InputError naming it. BatchNorm and Dropout
+layers are swapped for global-batch versions (`tag.runtime.layers`), so they train like one device too.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from tag.deploy.loss import Loss
+from tag.deploy.onnx_torch.ops_nn import TrainingContext, training_context
 from tag.errors import InputError
 
 
@@ -23,13 +26,17 @@ class ModuleTrainer:
     """`step(inputs, target)` trains `module` one global-batch step on this rank's rows; returns the global loss.
 
     plan: a `RankPlan`; optimizer: a torch optimizer over ``module.parameters()`` (identical on every rank);
-    loss: a loss name (mse, cross_entropy, nll, bce) or a `tag.deploy.loss.Loss`.
+    loss: a loss name (mse, cross_entropy, nll, bce) or a `tag.deploy.loss.Loss`; seed, start_step: of the dropout
+    masks (step k of the run uses the masks of step k; `step_index` counts on from start_step).
     """
 
-    def __init__(self, plan, module: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: str | Loss = "mse"):
+    def __init__(self, plan, module: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: str | Loss = "mse",
+                 seed: int = 0, start_step: int = 0):
         from tag.deploy.dataset import resolve_loss
+        from tag.runtime.layers import prepare_module
 
-        self.plan, self.module, self.optimizer = plan, module, optimizer
+        self.plan, self.module, self.optimizer = plan, prepare_module(module), optimizer
+        self.seed, self.step_index = seed, start_step
         self.loss = loss if isinstance(loss, Loss) else resolve_loss(loss)
         self.offset, self.rows = plan.data_parallel_rows()
         self.params = match_parameters(module, plan.job.graph, plan.job.model_path)
@@ -38,6 +45,12 @@ class ModuleTrainer:
         self.syncs = [(b.params, b.method, b.ranks, b.server) for b in s.buckets if plan.rank in b.ranks]
         self.syncs += [((op.param,), "ring", op.ranks, None) for op in s.sfb if plan.rank in op.ranks]
         self.correct = 0  # rows of the last step classified right, over all ranks (classification losses)
+        ranks = s.ranks_of(0)
+        self.stats_sum = None
+        if len(ranks) > 1:
+            from tag.deploy.batch_stats import group_sum
+
+            self.stats_sum = group_sum(self.comm.group(ranks))
 
     def step(self, inputs, target: torch.Tensor) -> float:
         """One step on this rank's rows: `inputs` a tensor or a tuple of them (module arguments), rows on dim 0."""
@@ -46,12 +59,16 @@ class ModuleTrainer:
         self.optimizer.zero_grad(set_to_none=False)
         local, correct = 0.0, 0
         if self.rows > 0:
-            y = self.module(*args)
+            ctx = TrainingContext(seed=self.seed, step=self.step_index, row_offset=self.offset, global_rows=B,
+                                  stats_sum=self.stats_sum)
+            with training_context(ctx):
+                y = self.module(*args)
             term = self.loss.term(y, target, B, self.rows)
             term.backward()
             local, correct = float(term.detach()), self.loss.correct(y.detach(), target)
         self._sync()
         self.optimizer.step()
+        self.step_index += 1
         self.correct = int(round(self.comm.sum_scalar(float(correct)))) if self.loss.classifies else 0
         return self.comm.sum_scalar(local)
 
@@ -74,6 +91,7 @@ class ModuleTrainer:
 def match_parameters(module: torch.nn.Module, graph, model_path: str) -> dict[str, torch.nn.Parameter]:
     """{plan parameter name: the module's parameter of that name}; InputError for a name or shape that does not match."""
     mine = dict(module.named_parameters())
+    buffers = {n: b for n, b in module.named_buffers() if b.is_floating_point()}
     plan_params = list(graph.param_names)
     for name in mine:
         if name not in plan_params:
@@ -82,6 +100,8 @@ def match_parameters(module: torch.nn.Module, graph, model_path: str) -> dict[st
                              f"no such parameter in the model (it has {', '.join(plan_params[:4])}...)")
     out = {}
     for name in plan_params:
+        if name in buffers and name not in mine:
+            continue
         if name not in mine:
             raise InputError(model_path, f"parameter '{name}'", "a parameter of that name in the module",
                              "none (the module does not match the plan's model)")
