@@ -9,7 +9,7 @@ a `git archive e44188d` copy of the tree. Inputs are loaded as `tag simulate` lo
 defaults, and ``overlap_sync=False, blocking_sends=True`` as deploy runs) must agree to 1e-9 relative.
 
 The baselines now sync in 25 MiB buckets with each bucket's collective chosen by cost; the recorded figures are of
-their version-1 forms (one sync per group: `_as_version_1`), which plan.json version 1 still describes.
+their version-1 forms (one sync per group: `version_1_form` of benchmarks/sim_equivalence.py), which plan.json version 1 still describes.
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 
 import pytest
 
 from tag.search.baselines import BASELINES, build_baseline
 from tag.sim import simulate
 from tag.sim.critical_path import estimate
-from tag.strategy import Decision, Strategy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from sim_equivalence import version_1_form  # noqa: E402  (the one place of the version-1 forms)
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_reference.json")) as _f:
     REFERENCE = json.load(_f)
 MODES = {"async": {}, "deploy": {"overlap_sync": False, "blocking_sends": True}}
@@ -48,23 +50,6 @@ def _inputs(model: str, topology: str):
     return gg, cluster, make_cost_model(gg, training), training
 
 
-def _as_version_1(baseline: str, st, gg, cluster, cost, training):
-    """The baseline as the recorded engine built it: one bucket per group; dp-even and the single-device
-    baselines by ring all-reduce; dp-proportional by ring, or on several machines by version 1's hierarchical
-    (now `leader`) when that simulated strictly faster and fit; ps unchanged."""
-    def with_sync(sync):
-        return Strategy(tuple(Decision(d.rows, sync if d.sync in ("auto", "ring") else d.sync, d.server, d.sfb)
-                              for d in st.decisions), 0.0)
-
-    flat = with_sync("ring")
-    if baseline != "dp-proportional" or len({d.machine for d in cluster.devices}) <= 1:
-        return flat
-    hier = with_sync("leader")
-    a, b = simulate(gg, cluster, cost, hier, training), simulate(gg, cluster, cost, flat, training)
-    better = (not a.oom) if a.oom != b.oom else a.iteration_ms < b.iteration_ms
-    return hier if better else flat
-
-
 def _same(recorded, value: float) -> bool:
     expected = float(recorded)  # "inf" for an OOM iteration
     if math.isinf(expected) or math.isinf(value):
@@ -82,7 +67,7 @@ def test_every_baseline_matches_the_pre_refactor_engine(model, topology):
     gg, cluster, cost, training = _inputs(model, topology)
     for baseline in BASELINES:
         ref = REFERENCE[f"{model}|{topology}|{baseline}"]
-        st = _as_version_1(baseline, build_baseline(baseline, gg, cluster, cost, training), gg, cluster, cost,
+        st = version_1_form(baseline, build_baseline(baseline, gg, cluster, cost, training), gg, cluster, cost,
                            training)
         for mode, kw in MODES.items():
             r = simulate(gg, cluster, cost, st, training, **kw)
