@@ -172,7 +172,7 @@ def user_training(options: DeployOptions, graph, model_path: str, plan_path: str
     for flag, value in (("--steps", options.steps), ("--epochs", options.epochs)):
         if value is not None and value < 1:
             raise InputError(flag, "N", "a positive integer", str(value))
-    loss_spec = options.loss or "mse"
+    loss_spec = options.loss or training.loss or "mse"
     loss = resolve_loss(loss_spec)
     data = None
     if options.data is None:

@@ -22,11 +22,13 @@ from __future__ import annotations
 from tag.deploy.checkpoint import load_weights
 from tag.deploy.loss import LOSS_NAMES, Loss
 from tag.deploy.sampler import EpochOrder, RankBatchSampler
+from tag.runtime.layers import GlobalBatchNorm, GlobalDropout, prepare_module
 from tag.runtime.module import ModuleTrainer, match_parameters
 from tag.runtime.plan import RankPlan, load_plan
 
 __all__ = ["load_plan", "RankPlan", "ModuleTrainer", "match_parameters", "train_onnx", "EpochOrder",
-           "RankBatchSampler", "Loss", "LOSS_NAMES", "load_weights"]
+           "RankBatchSampler", "Loss", "LOSS_NAMES", "load_weights", "prepare_module", "GlobalBatchNorm",
+           "GlobalDropout"]
 
 
 def train_onnx(plan: RankPlan, dataset, loss: str = "mse", *, steps: int | None = None, epochs: int | None = None,
