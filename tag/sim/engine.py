@@ -3,12 +3,10 @@
 The model is documented in `tag.sim`; the parts are `tag.sim.build` (the builder), `tag.sim.fuse` (chain fusion,
 an exact reduction of the task graph, skipped when a trace is asked for), `tag.sim.events` (the event loop),
 `tag.sim.memory` (peak memory in program order) and `tag.sim.trace` (Chrome-trace events). Only the trace reads
-per-task start times; busy time reads the unfused durations.
+per-task start times.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from tag.sim.build import BuildOptions, build_task_graph
 from tag.sim.context import SimContext, sim_context
@@ -35,20 +33,28 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
     tg = build_task_graph(ctx, strategy, BuildOptions(overlap_sync=overlap_sync, blocking_sends=blocking_sends))
     caps = [l.bytes_per_ms for l in cluster.links]
     if trace:  # the trace shows every task
-        timeline = run_task_graph(tg, caps, log_flows=True)
+        ran, timeline = tg, run_task_graph(tg, caps, log_flows=True)
     else:  # the exact reduction; bit-identical times
-        timeline = run_fused(fuse_chains(tg), caps)
-    return _result(ctx, strategy, tg, timeline, trace)
+        fused = fuse_chains(tg)
+        ran, timeline = fused.graph, run_fused(fused, caps)
+    return _result(ctx, strategy, tg, timeline, trace, busy_ms(ran))
 
 
-def _result(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeline, trace: bool) -> SimResult:
-    """The SimResult of one run: times, memory and OOM, busy time, link bytes, and the trace if asked."""
+def busy_ms(tg: TaskGraph) -> list[float]:
+    """Compute-stream busy time per device (ms): the sum of the durations of its program's tasks (a fused
+    chain's task lasts its members' sum)."""
+    dur = tg.tasks.duration_ms
+    return [sum(map(dur.__getitem__, prog), 0.0) for prog in tg.programs]
+
+
+def _result(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeline, trace: bool,
+            busy: list[float]) -> SimResult:
+    """The SimResult of one run: times, memory and OOM, busy time (`busy_ms`), link bytes, and the trace if
+    asked."""
     cluster = ctx.cluster
     ids = [d.id for d in cluster.devices]
     n_dev = tg.n_devices
     fit_ms = max(tl.device_end_ms) if tl.device_end_ms else 0.0
-    busy = np.bincount(np.asarray(tg.tasks.device, dtype=np.int64), weights=np.asarray(tg.tasks.duration_ms, dtype=float),
-                       minlength=n_dev).tolist()
     peak = peak_memory_bytes(ctx, strategy.decisions, tg.memory.recv, ctx.training.optimizer,
                              tg.memory.extra_static_bytes)
     oom_devices = [ids[d] for d in range(n_dev) if peak[d] > ctx.dtypes[d].usable_memory_bytes]
