@@ -7,8 +7,8 @@ dp-even on hap64 <= 20 ms per simulation.
 
 Run: python benchmarks/sim_bench.py --scale [--repeat N] [--models inception_v3,resnet50] [--devices 8,64,512,1024]
 Builds clusters of identical machines of 4 P100-16GB behind one switch (25 Gb/s NICs, `scale_topology`) and
-simulates the dp-even baseline (its gradient buckets, or --bucket-mb) at 64 rows per device with momentum, on one
-core (the loop is single-threaded Python; BLAS threads are pinned to 1). Per (model, devices): groups, sync units,
+simulates the dp-even baseline (or --baseline; its gradient buckets, or --bucket-mb; 0 = one sync per group) at 64 rows per device
+with momentum, on one core (the loop is single-threaded Python; BLAS threads are pinned to 1). Per (model, devices): groups, sync units,
 compute tasks before and after chain fusion (`tag.sim.fuse`), CPU and wall ms per simulation (median of N after a
 warm-up run), simulations per CPU second, iteration ms. Targets (issue 20): 512 devices <= 1 s, 1,024 devices
 <= 2 s, >= 50 simulations/s at 64 devices.
@@ -66,10 +66,13 @@ def scale(args) -> int:
     from tag.sim import simulate
     from tag.sim.build import build_task_graph
     from tag.sim.context import sim_context
-    from tag.sim.fuse import fuse_chains
     from tag.strategy import TrainingConfig
     from tag.topology import load_topology
 
+    try:
+        from tag.sim.fuse import fuse_chains
+    except ImportError:  # a tree from before chain fusion (for a before/after comparison)
+        fuse_chains = None
     tc = TrainingConfig(optimizer="momentum")
     models = args.models.split(",") if args.models else ["inception_v3", "resnet50"]
     sizes = [int(n) for n in args.devices.split(",")]
@@ -83,16 +86,16 @@ def scale(args) -> int:
                 graph = load_model(os.path.join(ROOT, "datasets/models", f"{m}.onnx"), batch_size=64 * n, n_devices=n)
                 gg = coarsen(graph, n_devices=n)
                 cost = make_cost_model(gg, tc)
-                st = baselines.dp_even(gg, cluster, cost, tc, graph.batch_size)
+                st = getattr(baselines, args.baseline.replace("-", "_"))(gg, cluster, cost, tc, graph.batch_size)
                 if args.bucket_mb is not None and "bucket_mb" in {f.name for f in dataclasses.fields(st)}:
                     st = dataclasses.replace(st, bucket_mb=args.bucket_mb)
                 r = simulate(gg, cluster, cost, st, tc)  # warm-up: fills the caches
                 tg = build_task_graph(sim_context(gg, cluster, cost, tc), st)
-                fused = fuse_chains(tg).graph
+                fused = f"{sum(map(len, fuse_chains(tg).graph.programs)):>6}" if fuse_chains else f"{'-':>6}"
                 wall, cpu = _median_ms(lambda: simulate(gg, cluster, cost, st, tc), args.repeat)
                 it = f"{r.iteration_ms:.2f}" if not r.oom else "OOM"
                 print(f"{m:<14} {n:>7} {gg.n_groups:>6} {len(tg.syncs):>5} {len(tg.tasks):>7} "
-                      f"{sum(map(len, fused.programs)):>6} {cpu:>8.1f} {wall:>8.1f} {1e3 / cpu:>7.1f} {it:>9}",
+                      f"{fused} {cpu:>8.1f} {wall:>8.1f} {1e3 / cpu:>7.1f} {it:>9}",
                       flush=True)
     return 0
 
@@ -103,7 +106,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="", help="comma-separated model stems (default: all; --scale: "
                                                  "inception_v3,resnet50)")
     ap.add_argument("--topologies", default="", help="comma-separated topology stems (default: all)")
-    ap.add_argument("--baseline", default="dp-even", choices=["dp-even", "ps"])
+    ap.add_argument("--baseline", default="dp-even", choices=["dp-even", "dp-proportional", "ps"])
     ap.add_argument("--scale", action="store_true", help="dp-even on generated P100 clusters (module docstring)")
     ap.add_argument("--devices", default="8,64,512,1024", help="with --scale: comma-separated device counts")
     ap.add_argument("--bucket-mb", type=float, default=None,
@@ -127,7 +130,7 @@ def main(argv=None) -> int:
     if args.topologies:
         topos = [t for t in topos if stem(t) in args.topologies.split(",")]
     tc = TrainingConfig()
-    build = baselines.dp_even if args.baseline == "dp-even" else baselines.ps
+    build = getattr(baselines, args.baseline.replace("-", "_"))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall ms/sim grows with load; cpu ms/sim less)")
     print(f"{'model':<18} {'topology':<10} {'groups':>6} {'devices':>7} {'ms/sim':>8} {'cpu_ms':>8} {'sims/s':>8} {'iter_ms':>10}")
     for t in topos:

@@ -257,7 +257,7 @@ class _Run:
                 t = heap[0][0]
                 while heap and heap[0][0] == t:  # every event at this instant before rates are recomputed
                     ev = heapq.heappop(heap)[2]
-                    handlers[ev.kind](self, ev, t)
+                    handlers[type(ev)](self, ev, t)
             elif tn < INF:
                 for f in net.pop_drained(tn):
                     if self.log_flows:
@@ -270,9 +270,9 @@ class _Run:
         return Timeline(self.start, self.free, self.link_bytes, self.flows)
 
 
-_HANDLERS = {EventKind.FLOW_START: _Run._on_flow_start, EventKind.TRANSFER_ARRIVED: _Run._on_transfer,
-             EventKind.PHASE_FLOW_ARRIVED: _Run._on_phase_flow, EventKind.SYNC_READY: _Run._on_sync_ready,
-             EventKind.SYNC_STEP: _Run._on_sync_step}
+_HANDLERS = {FlowStart: _Run._on_flow_start, TransferArrived: _Run._on_transfer,
+             PhaseFlowArrived: _Run._on_phase_flow, SyncReady: _Run._on_sync_ready, SyncStep: _Run._on_sync_step}
+# keyed by event class: a class hashes in C, an Enum member in Python (each event's `kind` names the class)
 
 
 def run_task_graph(tg: TaskGraph, link_caps_bytes_per_ms: list[float], log_flows: bool = False,

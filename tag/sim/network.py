@@ -45,6 +45,13 @@ def max_min_rates(flows: list[Flow], caps_bytes_per_ms: list[float]) -> None:
     if len(flows) == 1:
         _alone(flows[0], caps_bytes_per_ms)
         return
+    used: set[int] = set()
+    for f in flows:
+        used.update(f.links)
+    if len(used) == sum(len(f.links) for f in flows):  # no link shared: every flow alone
+        for f in flows:
+            _alone(f, caps_bytes_per_ms)
+        return
     for comp in link_components(flows):
         if len(comp) == 1:
             _alone(comp[0], caps_bytes_per_ms)
@@ -166,10 +173,11 @@ def _max_min_rates_np(flows: list[Flow], caps_bytes_per_ms) -> None:
 class Network:
     """The flows in flight over a cluster's directed links, advanced in time by the engine.
 
-    With more than `SMALL` flows in flight, rates are recomputed only for the flows connected, through shared
-    links, to a link whose flows changed since the last recomputation (a flow started or drained on it): other
-    components keep their allocation, which is max-min fair on its own (`max_min_rates`). With few flows (a
-    data-parallel sync's one ring) all are recomputed and the per-link index is not kept."""
+    When few of many flows in flight changed since the last recomputation (less than half of more than `SMALL`),
+    rates are recomputed only for the flows connected, through shared links, to a link whose flows changed (a
+    flow started or drained on it): other components keep their allocation, which is max-min fair on its own
+    (`max_min_rates`). Otherwise (a data-parallel sync's one ring; a phase of 128 chains that start together)
+    all are recomputed and the per-link index is dropped until it is needed again."""
 
     SMALL = 8
 
@@ -181,6 +189,7 @@ class Network:
         self.now = 0.0
         self._next = INF
         self._seq = 0
+        self._n_changed = 0  # flows started or drained since the last recomputation
 
     def _advance(self, t: float) -> None:
         dt = t - self.now
@@ -221,7 +230,8 @@ class Network:
         self.changed = dict.fromkeys(self.on_link)
 
     def _recompute(self) -> None:
-        if len(self.active) <= self.SMALL:
+        n = len(self.active)
+        if n <= self.SMALL or 2 * self._n_changed >= n:
             self.on_link = None
             if self.active:
                 max_min_rates(list(self.active.values()), self.caps)
@@ -243,6 +253,7 @@ class Network:
             now = self.now
             self._next = min(now + max(f.remaining_bytes, 0.0) / f.rate for f in self.active.values())
         self.changed = {}
+        self._n_changed = 0
 
     def add(self, flow: Flow, t: float) -> None:
         """Start `flow` at time t (ms); rates are recomputed lazily, once for flows starting together."""
@@ -252,6 +263,7 @@ class Network:
         self._seq += 1
         flow.seq = self._seq
         self.active[flow.seq] = flow
+        self._n_changed += 1
         if self.on_link is None:
             self.changed[-1] = None  # a recomputation is due (without the index every flow is recomputed)
             return
@@ -271,6 +283,7 @@ class Network:
         done = [f for f in self.active.values() if f.remaining_bytes <= 1e-9 * f.volume_bytes + 1e-9]
         if not done:  # guard against rounding: drain the closest flow
             done = [min(self.active.values(), key=lambda f: f.remaining_bytes / f.rate)]
+        self._n_changed += len(done)
         for f in done:
             del self.active[f.seq]
             if self.on_link is None:
