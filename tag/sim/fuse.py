@@ -105,15 +105,11 @@ def _merge_flags(tg: TaskGraph, order: np.ndarray, lens: list[int]) -> np.ndarra
     seg = np.cumsum(~merge)
     feeders = np.flatnonzero(first >= 0)
     if len(feeders):
-        nxt = np.r_[feeders[1:], len(order)]
-        nxt_seg = seg[np.minimum(nxt, len(order) - 1)]
-        same_next = (nxt < len(order)) & (nxt_seg == seg[feeders]) & (first[np.minimum(nxt, len(order) - 1)]
-                                                                     == first[feeders])
-        after = feeders + 1
-        inside = after < len(order)
-        cut = after[inside & ~same_next]
+        nxt = np.r_[feeders[1:], feeders[-1]]  # the next feeder (the last: itself, never "the same")
+        same_next = (nxt > feeders) & (seg[nxt] == seg[feeders]) & (first[nxt] == first[feeders])
+        cut = feeders[~same_next] + 1
         cut = cut[cut < len(order)]
-        merge[cut[seg[cut] == seg[cut - 1]]] = False
+        merge[cut[seg[cut] == seg[cut - 1]]] = False  # only inside a segment (else already cut)
     for i in np.flatnonzero(~hard & dep_pair).tolist():
         merge[i] = _foldable(tg, int(order[i - 1]), int(order[i]))
     return merge
