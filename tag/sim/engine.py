@@ -33,27 +33,26 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
     tg = build_task_graph(ctx, strategy, BuildOptions(overlap_sync=overlap_sync, blocking_sends=blocking_sends))
     caps = [l.bytes_per_ms for l in cluster.links]
     if trace:  # the trace shows every task
-        ran, timeline = tg, run_task_graph(tg, caps, log_flows=True)
+        timeline = run_task_graph(tg, caps, log_flows=True)
     else:  # the exact reduction; bit-identical times
-        fused = fuse_chains(tg)
-        ran, timeline = fused.graph, run_fused(fused, caps)
-    return _result(ctx, strategy, tg, timeline, trace, busy_ms(ran))
+        timeline = run_fused(fuse_chains(tg), caps)
+    return _result(ctx, strategy, tg, timeline, trace)
 
 
 def busy_ms(tg: TaskGraph) -> list[float]:
-    """Compute-stream busy time per device (ms): the sum of the durations of its program's tasks (a fused
-    chain's task lasts its members' sum)."""
+    """Compute-stream busy time per device (ms): the durations of its program's tasks added in program order
+    (of the unfused graph, so that it does not depend on whether a trace was asked for)."""
     dur = tg.tasks.duration_ms
     return [sum(map(dur.__getitem__, prog), 0.0) for prog in tg.programs]
 
 
-def _result(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeline, trace: bool,
-            busy: list[float]) -> SimResult:
+def _result(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeline, trace: bool) -> SimResult:
     """The SimResult of one run: times, memory and OOM, busy time (`busy_ms`), link bytes, and the trace if
     asked."""
     cluster = ctx.cluster
     ids = [d.id for d in cluster.devices]
     n_dev = tg.n_devices
+    busy = busy_ms(tg)
     fit_ms = max(tl.device_end_ms) if tl.device_end_ms else 0.0
     peak = peak_memory_bytes(ctx, strategy.decisions, tg.memory.recv, ctx.training.optimizer,
                              tg.memory.extra_static_bytes)

@@ -11,7 +11,8 @@ at its rate; its latency is added after it drains (the ``alpha`` of alpha-beta).
 from __future__ import annotations
 
 import heapq
-from operator import truediv
+from itertools import chain
+from operator import attrgetter, truediv
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,6 +52,9 @@ def max_min_rates(flows: list[Flow], caps_bytes_per_ms: list[float]) -> None:
     if len(used) == sum(len(f.links) for f in flows):  # no link shared: every flow alone
         for f in flows:
             _alone(f, caps_bytes_per_ms)
+        return
+    if len(flows) > 400:  # numpy fills every component at once, one step per distinct level
+        _max_min_rates_np(flows, caps_bytes_per_ms)
         return
     for comp in link_components(flows):
         if len(comp) == 1:
@@ -144,8 +148,8 @@ def _max_min_rates_py(flows: list[Flow], caps_bytes_per_ms) -> None:
 def _max_min_rates_np(flows: list[Flow], caps_bytes_per_ms) -> None:
     """`max_min_rates` with numpy arrays (same allocation; links that tie as bottleneck freeze together)."""
     counts = [len(f.links) for f in flows]
-    link = np.fromiter((l for f in flows for l in f.links), dtype=np.int64, count=sum(counts))
-    w = np.fromiter((x for f in flows for x in f.weights), dtype=float, count=len(link))
+    link = np.fromiter(chain.from_iterable(map(attrgetter("links"), flows)), dtype=np.int64, count=sum(counts))
+    w = np.fromiter(chain.from_iterable(map(attrgetter("weights"), flows)), dtype=float, count=len(link))
     fid = np.repeat(np.arange(len(flows)), counts)
     used, inv = np.unique(link, return_inverse=True)
     rem = np.asarray(caps_bytes_per_ms, dtype=float)[used]

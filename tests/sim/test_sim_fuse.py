@@ -211,7 +211,7 @@ def test_simulate_without_trace_equals_simulate_with_trace(model, topology):
             a = simulate(gg, cluster, cost, st, training, **kw)
             b = simulate(gg, cluster, cost, st, training, trace=True, **kw)
             assert (a.iteration_ms, a.fit_iteration_ms) == (b.iteration_ms, b.fit_iteration_ms), name
-            assert (a.peak_memory_gb, a.link_bytes) == (b.peak_memory_gb, b.link_bytes), name
+            assert (a.busy_ms, a.peak_memory_gb, a.link_bytes) == (b.busy_ms, b.peak_memory_gb, b.link_bytes), name
             # busy time: every task's duration added up per device, independently of both runs
             tasks = build_task_graph(sim_context(gg, cluster, cost, training), st, BuildOptions(**kw)).tasks
             want = {d.id: 0.0 for d in cluster.devices}
