@@ -61,7 +61,7 @@ def run(args) -> int:
     from tag.errors import InputError
     from tag.cli.inputs import load_verb_inputs
     from tag.search.budget import default_counts
-    from tag.search.planner import plan
+    from tag.search.planner import SFB_MAX_DEVICES, plan
     from tag.strategy.planfile import baselines_summary, plan_to_json, predicted_from_result, write_plan
     from tag.cli._plan_report import report_text
 
@@ -85,6 +85,12 @@ def run(args) -> int:
             warnings.append(f"SFB skipped: its solver cannot be imported ({missing}); "
                             "install ortools, or pass --no-sfb to plan without SFB")
             sys.stderr.write(f"tag plan: warning: {warnings[-1]}\n")
+    if use_sfb and inp.cluster.n_devices > SFB_MAX_DEVICES:
+        use_sfb = False
+        warnings.append(f"SFB not tried: {inp.cluster.n_devices} devices is above its selection model's size limit "
+                        f"({SFB_MAX_DEVICES}); sufficient factors cover the global batch, so their all-gathers grow "
+                        "with the replica count and rarely pay at this scale")
+        sys.stderr.write(f"tag plan: note: {warnings[-1]}\n")
     if not args.json:
         sys.stderr.write(f"tag plan: batch {inp.batch_size}, {inp.gg.n_groups} groups, {inp.cluster.n_devices} devices\n")
 

@@ -43,6 +43,24 @@ def _placement_strategy(gg, cluster, placement: list[int], batch: int) -> Strate
     return Strategy(tuple(decisions))
 
 
+_EDGES: dict = {}
+
+
+def _edges_by_group(gg) -> tuple[list[list], list[list]]:
+    """(edges into each group, edges out of each group), in edge order; cached for the last few graphs."""
+    hit = _EDGES.get(id(gg))
+    if hit is None or hit[0] is not gg:
+        ins: list[list] = [[] for _ in range(gg.n_groups)]
+        outs: list[list] = [[] for _ in range(gg.n_groups)]
+        for e in gg.edges:
+            ins[e.dst].append(e)
+            outs[e.src].append(e)
+        if len(_EDGES) > 8:
+            _EDGES.clear()
+        hit = _EDGES[id(gg)] = (gg, ins, outs)
+    return hit[1], hit[2]
+
+
 def placement_peak_bytes(gg, device: list[int], d: int, batch: int, optimizer: str,
                          extra: tuple[int, int] | None = None) -> float:
     """Peak bytes on device d of a whole-group placement (`device[g]` = device or -1 if not placed yet),
@@ -56,14 +74,17 @@ def placement_peak_bytes(gg, device: list[int], d: int, batch: int, optimizer: s
     where = list(device)
     if extra is not None:
         where[extra[0]] = extra[1]
-    on_d = [g for g in range(gg.n_groups) if where[g] == d]
+    on_d = [g for g, x in enumerate(where) if x == d]
+    ins, outs = _edges_by_group(gg)
     recv_fwd = {g: 0.0 for g in on_d}
     recv_bwd = {g: 0.0 for g in on_d}
-    for e in gg.edges:
-        if e.dst in recv_fwd and where[e.src] not in (-1, d):
-            recv_fwd[e.dst] += edge_bytes(e, batch)
-        if e.src in recv_bwd and where[e.dst] != d:  # unplaced consumers count as remote: headroom
-            recv_bwd[e.src] += e.bytes_per_row * batch
+    for g in on_d:
+        for e in ins[g]:
+            if where[e.src] not in (-1, d):
+                recv_fwd[g] += edge_bytes(e, batch)
+        for e in outs[g]:
+            if where[e.dst] != d:  # unplaced consumers count as remote: headroom
+                recv_bwd[g] += e.bytes_per_row * batch
     return device_peak_bytes([gg.groups[g] for g in on_d], [batch] * len(on_d), optimizer,
                              [recv_fwd[g] for g in on_d], [recv_bwd[g] for g in on_d])
 

@@ -27,6 +27,7 @@ from tag.strategy import Strategy, TrainingConfig
 
 REFINE_SIMULATIONS = DEFAULT_REFINE_SIMULATIONS  # the name older callers import
 MIN_STARTS_WHEN_OOM = 4  # starts simulated even past the safety cap when no baseline fits
+SFB_MAX_DEVICES = 128  # tag plan skips SFB selection above this many devices (its CP-SAT model grows with them)
 SFB_EXTRA_STARTS = 2  # strategies SFB selection runs on besides the searched plan and the best baseline
 SFB_SOLVE_LIMIT_S = 600.0  # the CP-SAT solver's time limit without a cap (its solves take milliseconds)
 
