@@ -30,7 +30,7 @@ B, EPOCHS, LR, SEED = 64, 10, 0.01, 0
 def _reference():
     """Single process, plain torch: the documented order (default_rng([seed, epoch]) permutation, drop_last),
     mean cross entropy over the global batch, Adam."""
-    x, y = (torch.from_numpy(a) for a in train_set())
+    x, y = (torch.from_numpy(a) for a in digits.train_set())
     model = mlp(0)
     opt = torch.optim.Adam(model.parameters(), lr=LR)
     losses = []
@@ -47,7 +47,7 @@ def _reference():
 
 
 def _accuracy(model) -> float:
-    x, y = (torch.from_numpy(a) for a in test_set())
+    x, y = (torch.from_numpy(a) for a in digits.test_set())
     with torch.no_grad():
         return float((model(x).argmax(1) == y).float().mean())
 
