@@ -23,6 +23,7 @@ from tag.strategy import AUTO, OPTIMIZERS, SYNC_METHODS, V1_SYNC_NAMES, Bucket, 
 
 PLAN_VERSION = 2
 READ_VERSIONS = (1, 2)
+PLAN_LOSSES = ("mse", "cross_entropy", "nll", "bce")  # the named losses tag deploy trains with (`tag.deploy.loss`)
 _V2_SYNCS = SYNC_METHODS + (AUTO,)
 
 
@@ -354,8 +355,8 @@ def _training(obj: dict, path: str) -> TrainingConfig:
     if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
         raise InputError(path, "training.lr", "a positive number", short_repr(lr))
     loss = obj.get("loss", "mse")
-    if loss != "mse":
-        raise InputError(path, "training.loss", "mse", short_repr(loss))
+    if loss not in PLAN_LOSSES:
+        raise InputError(path, "training.loss", "one of " + ", ".join(PLAN_LOSSES), short_repr(loss))
     precision = obj.get("precision", "fp32")
     if not isinstance(precision, str):
         raise InputError(path, "training.precision", "a string such as fp32", short_repr(precision))
