@@ -38,13 +38,13 @@ to [f0, u], f0 lasting f0 + f1 + f2 + b2 + b1 + b0 and counting towards sync 0 o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 
 import numpy as np
 
 from tag.sim.events import Timeline, run_task_graph
-from tag.sim.taskgraph import ComputeTasks, DependentKind, SyncUnit, TaskGraph, Transfer
+from tag.sim.taskgraph import DependentKind, SyncUnit, TaskGraph, Transfer
 
 _SYNC = DependentKind.SYNC
 
@@ -150,11 +150,10 @@ def fuse_chains(tg: TaskGraph) -> FusedGraph:
     head_of_dev = np.searchsorted(head_pos, np.r_[np.cumsum([0] + lens[:-1]), n_prog]).tolist()
     all_heads = order[head_pos].tolist()
     programs = [all_heads[head_of_dev[d]:head_of_dev[d + 1]] for d in range(len(lens))]
-    t = tg.tasks
-    tasks = ComputeTasks(t.device, t.kind, t.group, durations)
+    tasks = replace(tg.tasks, duration_ms=durations)
     transfers = _transfers(tg.transfers, dict(zip(lasts, heads))) if tg.transfers else tg.transfers
-    fused = TaskGraph(tg.n_devices, tasks, programs, transfers, _syncs(tg.syncs, heads, lasts, is_last),
-                      tg.inputs, first_sync, dependents, tg.memory, tg.batch_size)
+    fused = replace(tg, tasks=tasks, programs=programs, transfers=transfers,
+                    syncs=_syncs(tg.syncs, heads, lasts, is_last), first_sync=first_sync, dependents=dependents)
     return FusedGraph(fused, heads, lasts, dict(zip(heads, member_tuples)), n_fused)
 
 
@@ -178,8 +177,7 @@ def _syncs(units: list[SyncUnit], heads: list[int], lasts: list[int], is_last: n
     for j, u in enumerate(units):
         a, b = bounds[j], bounds[j + 1]
         wait = mapped[a:b][keep[a:b]].tolist()
-        out.append(SyncUnit(u.groups, u.devices, u.nbytes, u.method, u.server, u.label, wait, u.release, u.phases,
-                            u.copy_in_ms, u.copy_out_ms))
+        out.append(replace(u, wait=wait))
     return out
 
 
@@ -190,8 +188,7 @@ def _transfers(transfers: list[Transfer], head_of: dict[int, int]) -> list[Trans
         if any(k in head_of for k in x.wait):
             if out is transfers:
                 out = list(transfers)
-            out[i] = Transfer(x.spec, x.producer, x.consumer, tuple(head_of.get(k, k) for k in x.wait), x.deliver,
-                              x.label)
+            out[i] = replace(x, wait=tuple(head_of.get(k, k) for k in x.wait))
     return out
 
 
