@@ -119,16 +119,20 @@ def slices(producer_rows: tuple[int, ...], consumer_rows: tuple[int, ...]) -> li
     p_off = row_offsets(producer_rows)
     c_off = row_offsets(consumer_rows)
     out: list[Slice] = []
+    n_src = len(producer_rows)
+    src = 0  # both row maps tile [0, batch) in device order, so the first overlapping producer only moves forward
     for dst, (c_start, c_n) in enumerate(zip(c_off, consumer_rows)):
         if c_n == 0:
             continue
         c_end = c_start + c_n
-        for src, (p_start, p_n) in enumerate(zip(p_off, producer_rows)):
-            if p_n == 0 or src == dst:
-                continue
-            lo, hi = max(c_start, p_start), min(c_end, p_start + p_n)
-            if hi > lo:
-                out.append(Slice(src, dst, lo, hi - lo))
+        while src < n_src and p_off[src] + producer_rows[src] <= c_start:
+            src += 1
+        k = src
+        while k < n_src and p_off[k] < c_end:
+            lo, hi = max(c_start, p_off[k]), min(c_end, p_off[k] + producer_rows[k])
+            if hi > lo and k != dst:
+                out.append(Slice(k, dst, lo, hi - lo))
+            k += 1
     return out
 
 
