@@ -24,19 +24,19 @@ and its delivery unblocks the consumer's forward. In backward the same pairs car
 other way, from the consumer's backward to the producer's backward. A device pair on an edge with no
 bytes still gets a latency-only message (a control dependency).
 
-Gradient sync. A replicated group's gradients (its param_bytes; a parameter shared by several groups, per
-``GroupGraph.shared_params`` {name: group ids} if present, is synced once over the union of their devices
-and counted in the first group) are synced when the group's backward has finished on all its replicas,
-while other backwards continue (DDP buckets); with ``simulate(..., overlap_sync=False)``, as the `tag deploy`
-runtime runs them, a sync also waits until each of its devices has finished its whole backward. Syncs over the same device set run one at a time in the
-order they become ready (one communicator per device set); syncs over different sets run concurrently.
-The method is Decision.sync (None -> allreduce): see `tag.sim.collectives` for the flows each method
-puts on the network (ring coflow; hierarchical = chain reduce, leader ring, chain broadcast; ps = push
-then pull through the server). `tag.sim.gradsync.group_syncs` is the
+Gradient sync. A replicated group's own gradients (its param_bytes less the parameters it shares with other
+groups, per ``GroupGraph.shared_params`` {name: group ids}, which sync once over the union of their devices) go
+into a gradient bucket (`tag.sim.buckets`: DDP's rule, reverse backward order, one replica set and sync per
+bucket, Strategy.bucket_mb the cap; 0 = one bucket per group). A bucket syncs when the backward of all its groups
+has finished on all its replicas, while other backwards continue; with ``simulate(..., overlap_sync=False)``, as
+the `tag deploy` runtime runs them, a sync also waits until each of its devices has finished its whole backward.
+Syncs over the same device set run one at a time in the order they become ready (one communicator per device
+set); syncs over different sets run concurrently. A bucket's algorithm is its groups' Decision.sync (None ->
+ring; "auto" -> the cheapest of ring, tree and hierarchical by `tag.sim.algorithms.choose_algorithm`): see
+`tag.sim.collectives` for the flows each algorithm puts on the network. `tag.sim.gradsync.group_sfb_syncs` is the
 one place of the per-op sufficient-factor (SFB) path (`tag.sim.sfb`, as `tag.deploy.sfb` runs it): each
-op in Decision.sfb of a replicated group takes its weight out of the group's sync and adds two ring
-all-gathers (X and dY over the group's rows) on the same communicator, before the group's remaining
-sync; its backward skips the local dW product and each replica's optimizer step first forms dW over all
+op in Decision.sfb of a replicated group takes its weight out of the group's bucket and adds two ring
+all-gathers (X and dY over the group's rows) on the same communicator, before the group's bucket; its backward skips the local dW product and each replica's optimizer step first forms dW over all
 rows (a roofline matmul). A cost model may offer ``sync_copy_ms(device_type, nbytes) -> (in, out)``: a
 sync (not an SFB all-gather) then starts its flows ``in`` ms after it begins (the ranks' memory work on the bucket)
 and releases its optimizer steps and communicator ``out`` ms after its last phase (copying it back, if any),
