@@ -14,24 +14,16 @@ rate, one seed, loss, dataset length and global batch; resuming with any of them
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
 
 from tag.errors import InputError, short_repr
 from tag.fileio import atomic_write, write_text_atomic
+from tag.graph.reader import file_sha256
 
 FORMAT = "tag-deploy-checkpoint"
 META = "checkpoint.json"
-
-
-def file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
