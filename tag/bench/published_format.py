@@ -38,10 +38,12 @@ def published_markdown(rep: PublishedReport) -> str:
                     [[m.family, m.precision, m.rows, f"{m.mape_pct:.1f}"] for m in rep.mape]),
              "## 8-GPU DGX-1 scaling (dp-even)\n",
              _table(["model", "system", "batch/GPU", "pub 1", "pred 1", "error 1 %", "pub 8", "pred 8",
-                     "pub eff %", "pred eff %"],
+                     "pub eff %", "pred eff %", "points", "8-GPU model"],
                     [[s.model, s.system, s.batch_per_gpu, f"{s.published_1gpu:.0f}", f"{s.predicted_1gpu:.0f}",
                       f"{s.error_1gpu_pct:+.1f}", f"{s.published_8gpu:.0f}", f"{s.predicted_8gpu:.0f}",
-                      f"{s.published_efficiency_pct:.1f}", f"{s.predicted_efficiency_pct:.1f}"] for s in rep.scaling]),
+                      f"{s.published_efficiency_pct:.1f}", f"{s.predicted_efficiency_pct:.1f}",
+                      f"{s.predicted_efficiency_pct - s.published_efficiency_pct:+.1f}", s.model_note]
+                     for s in rep.scaling]),
              f"{'Fitted in this run' if rep.fitted else 'Shipped'} GPU parameters (`tag/cost/efficiency.py`, "
              f"fit: `tag/cost/calibrate.py`): `{rep.params}`\n"]
     if rep.logo:
@@ -65,7 +67,7 @@ def published_json(rep: PublishedReport) -> dict:
                      "published_1gpu": s.published_1gpu, "predicted_1gpu": s.predicted_1gpu,
                      "error_1gpu_pct": s.error_1gpu_pct, "published_8gpu": s.published_8gpu,
                      "predicted_8gpu": s.predicted_8gpu, "published_efficiency_pct": s.published_efficiency_pct,
-                     "predicted_efficiency_pct": s.predicted_efficiency_pct} for s in rep.scaling],
+                     "predicted_efficiency_pct": s.predicted_efficiency_pct, "model_note": s.model_note} for s in rep.scaling],
         "params": rep.params,
         "fitted": rep.fitted,
     }

@@ -66,10 +66,11 @@ def _cluster(device: str, count: int = 1, intra_gbps: float | None = None):
 
 def predict_samples_per_s(key: str, family: str, device: str, batch: int, precision: str = "fp32",
                           no_update: bool = False, count: int = 1, intra_gbps: float | None = None,
-                          params: dict | None = None) -> float:
+                          params: dict | None = None, overlap_sync: bool = True) -> float:
     """Predicted samples/s of one training iteration at global batch `batch` on `count` devices of type
     `device` (dp-even), ignoring memory limits; `no_update` leaves the optimizer step out (single device).
-    params: {"gpu": EfficiencyParams} to predict with other than the shipped parameters."""
+    params: {"gpu": EfficiencyParams} to predict with other than the shipped parameters. overlap_sync=False: the
+    gradient syncs start after the whole backward (frameworks that all-reduce after computing every gradient)."""
     from tag.cost.roofline import RooflineCostModel
     from tag.search.baselines import dp_even
     from tag.sim import simulate
@@ -79,7 +80,7 @@ def predict_samples_per_s(key: str, family: str, device: str, batch: int, precis
     training = TrainingConfig(optimizer=FAMILY_OPTIMIZER[family], precision=precision)
     cluster = _cluster(device, count, intra_gbps)
     cost = RooflineCostModel(gg, training, params)
-    res = simulate(gg, cluster, cost, dp_even(gg, cluster, cost, training, batch), training)
+    res = simulate(gg, cluster, cost, dp_even(gg, cluster, cost, training, batch), training, overlap_sync=overlap_sync)
     ms = res.fit_iteration_ms
     if no_update:
         ms -= sum(cost.update_ms(g, cluster.devices[0].type) for g in range(gg.n_groups))

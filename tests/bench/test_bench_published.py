@@ -24,3 +24,21 @@ def test_scaling_figures_by_hand():
     assert s.error_1gpu_pct == pytest.approx(25.0)  # (250 - 200) / 200
     assert s.published_efficiency_pct == pytest.approx(93.75)  # 1500 / (8 x 200)
     assert s.predicted_efficiency_pct == pytest.approx(90.0)  # 1800 / (8 x 250)
+
+
+def test_fitted_ring_rate_reproduces_its_row_and_rises_with_the_target():
+    """The bisection returns a rate at which the fitted row's predicted 8-GPU efficiency is the target, and a
+    higher target needs a faster ring (efficiency rises with the rate)."""
+    from tag.bench.published import fit_effective_gbps
+    from tag.bench.published_predict import predict_samples_per_s
+
+    one = predict_samples_per_s("vgg16", "vgg16", "P100-16GB", 64)
+
+    def eff(rate):
+        return 100.0 * predict_samples_per_s("vgg16", "vgg16", "P100-16GB", 512, count=8, intra_gbps=rate,
+                                             overlap_sync=False) / (8 * one)
+
+    r80 = fit_effective_gbps("vgg16", "vgg16", "P100-16GB", 64, 80.0, None)
+    r90 = fit_effective_gbps("vgg16", "vgg16", "P100-16GB", 64, 90.0, None)
+    assert abs(eff(r80) - 80.0) < 0.05 and abs(eff(r90) - 90.0) < 0.05
+    assert r90 > r80
