@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from tag.strategy.pipeline import Pipeline
+
 # Gradient sync algorithms (plan.json version 2; `tag.sim.collectives` says what each puts on the wire):
 # ring all-reduce; NCCL's double binary tree; hierarchical = reduce-scatter inside each machine, all-reduce of each
 # 1/k shard across machines, all-gather inside; leader = version 1's "hierarchical" (chain reduce to each machine's
@@ -56,27 +58,30 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Strategy:
-    """Per-group decisions plus the plan-level gradient buckets.
+    """Per-group decisions plus the plan-level gradient buckets and, optionally, a pipeline.
 
     bucket_mb: the bucket cap in MiB (2^20 bytes, as DDP's bucket_cap_mb); 0 = one bucket per group (version 1).
     buckets: explicit buckets (as read from a plan file) or None = derived from the decisions and bucket_mb
     (`tag.sim.buckets.derive_buckets`). Changing a decision drops explicit buckets: they may no longer fit it.
     Equality and hashing look at the decisions and bucket_mb only (explicit buckets record what they derive to;
     plan checking rejects buckets that do not fit the decisions).
+    pipeline: stages, micro-batches and schedule (`tag.strategy.pipeline`); None = no pipelining (every group runs
+    the whole batch at once, as in version 1).
     """
 
     decisions: tuple[Decision, ...]  # one per group, indexed by group id
     bucket_mb: float = 0.0
     buckets: tuple[Bucket, ...] | None = field(default=None, compare=False)
+    pipeline: Pipeline | None = None
 
     def replace(self, group: int, decision: Decision) -> "Strategy":
         ds = list(self.decisions)
         ds[group] = decision
-        return Strategy(tuple(ds), self.bucket_mb)
+        return Strategy(tuple(ds), self.bucket_mb, pipeline=self.pipeline)
 
     def with_decisions(self, decisions) -> "Strategy":
-        """The same bucket cap over new decisions (explicit buckets dropped)."""
-        return Strategy(tuple(decisions), self.bucket_mb)
+        """The same bucket cap and pipeline over new decisions (explicit buckets dropped)."""
+        return Strategy(tuple(decisions), self.bucket_mb, pipeline=self.pipeline)
 
 
 def row_offsets(rows: tuple[int, ...]) -> list[int]:
