@@ -116,9 +116,9 @@ def _rule(op: Op, ins, outs, opset: int, consts) -> tuple[list[int | None], bool
     if t in ("Concat", "Split", "CumSum", "TopK", "GatherElements", "ScatterElements", "ReverseSequence", "LpNormalization"):
         axis = _norm_axis(a0.get("axis", -1 if t in ("TopK", "LpNormalization") else 0), len(x.shape))
         return _same_rank(x, outs, axis != x.batch_axis)
-    if t == "BatchNormalization":
-        return _same_rank(x, outs[:1], not a0.get("training_mode", 0) and x.batch_axis == 0) \
-            if n_out == 1 else ([x.batch_axis] + [None] * (n_out - 1), False)
+    if t == "BatchNormalization":  # training mode splits too: deploy sums the statistics over the replicas
+        return _same_rank(x, outs[:1], x.batch_axis == 0) if n_out == 1 \
+            else ([x.batch_axis] + [None] * (n_out - 1), x.batch_axis == 0)
     return _same_rank(x, outs, True)
 
 

@@ -1,5 +1,5 @@
 """Must show 3: a CNN exported in training mode (BatchNormalization training_mode=1, Dropout 0.25) trains like one
-device on the whole batch under dp-even rows, uneven rows, the planner's layout (BatchNormalization on one device)
+device on the whole batch under dp-even rows, uneven rows, BatchNormalization's group alone on one device
 and a two-stage placement; BatchNormalization split over ranks uses the global batch's statistics (summed over
 the replicas, SyncBatchNorm semantics) and updates its running statistics as ONNX says. One launch of 3 ranks.
 
@@ -96,7 +96,7 @@ def test_cnn_with_batchnorm_and_dropout_trains_like_one_device(cnn, tmp_path):
     plans = {
         "dp_even": lambda g: (6, 5, 5),  # BatchNormalization split too: statistics summed over 3 ranks
         "uneven": lambda g: (9, 2, 5),
-        "planned": lambda g: (16, 0, 0) if g == bn else (9, 2, 5),  # as tag plan writes it (BN unsplittable)
+        "bn_alone": lambda g: (16, 0, 0) if g == bn else (9, 2, 5),  # BN's group on one device, the rest uneven
         "two_stage": lambda g: (16, 0, 0) if g <= bn else (0, 10, 6),  # stage 1 on rank 0, stage 2 on ranks 1-2
     }
     assert 0 < bn < n - 1
@@ -112,6 +112,14 @@ def test_cnn_with_batchnorm_and_dropout_trains_like_one_device(cnn, tmp_path):
             assert np.allclose(r["losses"], ref_losses, rtol=0, atol=1e-5), name
             for p, value in r["params"].items():
                 assert torch.allclose(value, ref_params[p], atol=1e-5), (name, p)
+
+
+def test_training_mode_batchnorm_is_splittable_by_rows(cnn):
+    """Its statistics are summed over the replicas (above), so the planner may split it like any row-wise op."""
+    _, graph, _, _ = cnn
+    bns = [op for op in graph.ops if op.op_type == "BatchNormalization"]
+    assert bns and all(op.attrs.get("training_mode") for op in bns)
+    assert all(op.batched and op.splittable for op in bns)
 
 
 def _node(op, attrs, n_out=1, index=3):
