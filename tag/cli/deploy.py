@@ -57,6 +57,37 @@ def add_parser(sub):
     return p
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, else os.cpu_count())."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def cores_warning(nproc: int, threads: int, cores: int) -> str | None:
+    """The warning when nproc ranks x threads each outnumber the cores (the measured step then includes time
+    slicing that the plan's prediction does not model), else None.
+
+    >>> cores_warning(4, 1, 2)
+    '4 ranks x 1 thread need 4 cores, this machine has 2: ranks time-share cores, so the measured step is slower than the plan predicts (use --nproc 2 or fewer, or a machine with more cores)'
+    """
+    if nproc * threads <= cores:
+        return None
+    fits = max(1, cores // threads)
+    return (f"{nproc} ranks x {threads} thread{'s' if threads > 1 else ''} need {nproc * threads} cores, this machine "
+            f"has {cores}: ranks time-share cores, so the measured step is slower than the plan predicts (use "
+            f"--nproc {fits} or fewer, or a machine with more cores)")
+
+
 def run(args) -> int:
     import sys
 
@@ -69,9 +100,14 @@ def run(args) -> int:
                              ("--warmup", args.warmup, 0), ("--nproc", args.nproc, 1)):
         if value is not None and value < low:
             raise InputError(flag, "N", f"an integer >= {low}", str(value))
+    if args.lr is not None and not (args.lr > 0 and args.lr != float("inf")):
+        raise InputError("--lr", "LR", "a positive finite learning rate", str(args.lr))
     if args.timeout <= 0:
         raise InputError("--timeout", "S", "a positive number of seconds", str(args.timeout))
     job = prepare_verb_job(args)
+    oversubscribed = None if _has_gpu() else cores_warning(job.nproc, job.threads, available_cores())
+    if oversubscribed and not args.print_launch:
+        sys.stderr.write(f"tag deploy: warning: {oversubscribed}\n")
     if args.print_launch:
         cmds = launch_commands(job)
         emit(args, {"machines": [{"machine": m, "command": c} for m, c in cmds]},
