@@ -10,6 +10,7 @@ from __future__ import annotations
 from tag.errors import InputError, short_repr
 from tag.strategy import Strategy
 from tag.strategy.planfile import PlanMeta, file_sha256, load_plan_json, parse_plan
+from tag.strategy.planfile_pipeline import check_pipeline_graph
 from tag.graph.groups import group_has_params
 from tag.strategy.regroup import groupgraph_from_plan
 
@@ -32,7 +33,9 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
     Checks, in order: version; model and topology sha256; batch size vs the loaded graph; device ids;
     row sums; op names of every group (each model op in exactly one group, groups in topological
     order); a group that cannot be split by rows on one device; sync null exactly for groups without
-    parameters or on one device, server only for ps; SFB ops inside their group and owning parameters.
+    parameters or on one device, server only for ps; SFB ops inside their group and owning parameters; buckets;
+    a pipeline's cut acyclic over the group graph and no training-mode BatchNormalization with micro-batches
+    (`tag.strategy.planfile_pipeline.check_pipeline_graph`).
     `gg` is reused when its partition equals the plan's groups, else the partition is rebuilt.
     """
     if isinstance(plan, dict):
@@ -74,6 +77,8 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
                 raise InputError(path, f"{where}.sfb[{k}]", "an op with parameters", short_repr(op_name))
     if strategy.buckets is not None:
         _check_buckets(raw, path, strategy, gg)
+    if strategy.pipeline is not None:
+        check_pipeline_graph(path, strategy.pipeline, gg)
     return strategy, gg, meta
 
 

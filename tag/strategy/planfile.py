@@ -1,7 +1,8 @@
 """plan.json (docs/plan.md): writing version 2, reading versions 1 and 2, and structural checks.
 
 Version 2 adds the gradient buckets: ``bucket_mb`` (the cap, MiB) and ``buckets`` (each: its size ``mb`` in MiB,
-its ``groups`` in reverse backward order, its ``algorithm`` and, for ps, its ``server``). Version 1 files read as
+its ``groups`` in reverse backward order, its ``algorithm`` and, for ps, its ``server``), and for a pipelined plan
+``stages``, ``micro_batches``, ``schedule`` and ``k`` (`tag.strategy.planfile_pipeline`). Version 1 files read as
 one bucket per group (``bucket_mb`` 0) with sync ``allreduce`` as ``ring`` and ``hierarchical`` as ``leader``.
 
 A plan names devices by id (``m0/1``) and groups by their op names; a `Strategy` names devices by
@@ -20,6 +21,7 @@ from tag.errors import InputError, short_repr
 from tag.fileio import write_text_atomic
 from tag.graph.reader import file_sha256
 from tag.strategy import AUTO, OPTIMIZERS, SYNC_METHODS, V1_SYNC_NAMES, Bucket, Decision, Strategy, TrainingConfig
+from tag.strategy.planfile_pipeline import parse_pipeline, pipeline_to_json, stage_device_lists
 
 PLAN_VERSION = 2
 READ_VERSIONS = (1, 2)
@@ -97,6 +99,7 @@ def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, mode
         "version": PLAN_VERSION,
         "bucket_mb": _num(strategy.bucket_mb),
         "buckets": _buckets_json(strategy, gg, cluster, training, cost, bucket_syncs),
+        **pipeline_to_json(strategy.pipeline, ids),
         "model": {"path": str(model_path),
                   "sha256": model_sha256 or file_sha256(model_path),
                   "batch_size": int(batch),
@@ -237,7 +240,8 @@ def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
         device_ids = tuple(dev.id for dev in cluster.devices)
     else:
         servers = [[d["server"]] for _, d in decs if d.get("sync") == "ps" and isinstance(d.get("server"), str)]
-        device_ids = _device_order([list(d["rows"]) for _, d in decs] + servers, path)
+        stage_devs = stage_device_lists(raw) if version == 2 else []
+        device_ids = _device_order([list(d["rows"]) for _, d in decs] + servers + stage_devs, path)
     index = {dev: k for k, dev in enumerate(device_ids)}
 
     decisions = []
@@ -279,7 +283,9 @@ def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
             or bucket_mb < 0:
         raise InputError(path, "bucket_mb", "a number >= 0 (the bucket cap in MiB; 0 = one bucket per group)",
                          short_repr(bucket_mb))
-    return Strategy(tuple(decisions), float(bucket_mb), _parse_buckets(raw, path, len(groups), index)), meta
+    buckets = _parse_buckets(raw, path, len(groups), index)
+    pipeline = parse_pipeline(raw, path, decisions, [i for i, _ in decs], index)
+    return Strategy(tuple(decisions), float(bucket_mb), buckets, pipeline), meta
 
 
 def _parse_buckets(raw: dict, path: str, n_groups: int, index: dict) -> tuple[Bucket, ...]:
