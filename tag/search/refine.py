@@ -131,8 +131,9 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
 
 
 def bucket_neighbours(strategy: Strategy, sizes_mb: Sequence[float] = BUCKET_SIZES_MB) -> list[Strategy]:
-    """The strategy with each other bucket cap of `sizes_mb` (decisions unchanged), in that order."""
-    return [Strategy(strategy.decisions, float(mb)) for mb in sizes_mb if float(mb) != strategy.bucket_mb]
+    """The strategy with each other bucket cap of `sizes_mb` (decisions and pipeline unchanged), in that order."""
+    return [Strategy(strategy.decisions, float(mb), pipeline=strategy.pipeline)
+            for mb in sizes_mb if float(mb) != strategy.bucket_mb]
 
 
 def shared_shift_neighbours(strategy: Strategy, device_class: Sequence | None = None) -> list[Strategy]:
