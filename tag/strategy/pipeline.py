@@ -64,6 +64,8 @@ def micro_rows(rows: tuple[int, ...], micro_batches: int) -> tuple[int, ...]:
     >>> micro_rows((96, 32, 0), 8)
     (12, 4, 0)
     """
+    if micro_batches < 1:
+        raise ValueError(f"micro_batches must be >= 1, got {micro_batches}")
     if any(r % micro_batches for r in rows):
         raise ValueError(f"row map {rows} is not a multiple of {micro_batches} micro-batches")
     return tuple(r // micro_batches for r in rows)
@@ -83,6 +85,10 @@ def stage_order(schedule: str, k: int, n_stages: int, stage: int, micro_batches:
     [('F', 0), ('F', 1), ('B', 0), ('B', 1), ('F', 2), ('F', 3), ('B', 2), ('B', 3)]
     """
     m = micro_batches
+    if m < 1:
+        raise ValueError(f"micro_batches must be >= 1, got {m}")
+    if not 0 <= stage < n_stages:
+        raise ValueError(f"stage {stage} is not one of the {n_stages} stages")
     if schedule == "gpipe":
         return [("F", j) for j in range(m)] + [("B", j) for j in range(m)]
     if schedule == "1f1b":
