@@ -2,8 +2,9 @@
 
 Pure apart from the per-(gg, cluster, cost, training) caches of `tag.sim.context`. The model it builds is
 documented in `tag.sim` (tasks, transfers, gradient syncs, optimizer steps, program order); the task graph's
-fields in `tag.sim.taskgraph`. A new strategy kind (micro-batches, shards, collectives, buckets) adds code here
-and leaves the event loop (`tag.sim.events`) as it is.
+fields in `tag.sim.taskgraph`. Pipelined strategies (micro-batches in a schedule) are built by
+`tag.sim.pipeline_build` from this module's parts. A new strategy kind (shards, collectives, buckets) adds
+builder code and leaves the event loop (`tag.sim.events`) as it is.
 """
 
 from __future__ import annotations
@@ -225,7 +226,12 @@ def _blocking(transfers: list[Transfer], programs, tasks: ComputeTasks, draft: _
 
 
 def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOptions()) -> TaskGraph:
-    """The task graph of one iteration of `strategy` on ctx's (gg, cluster, cost, training) (module docstring)."""
+    """The task graph of one iteration of `strategy` on ctx's (gg, cluster, cost, training) (module docstring);
+    a pipelined strategy's is `tag.sim.pipeline_build.build_pipeline_task_graph`'s."""
+    if getattr(strategy, "pipeline", None) is not None:
+        from tag.sim.pipeline_build import build_pipeline_task_graph  # it builds on this module's parts
+
+        return build_pipeline_task_graph(ctx, strategy, options)
     n_dev, decs = len(ctx.dtypes), strategy.decisions
     check_strategy(strategy, ctx.gg.n_groups, n_dev)
     draft = _Draft(ComputeTasks(), [], [], [])

@@ -8,6 +8,7 @@ computed once and looked up afterwards.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import replace
 
 import numpy as np
 
@@ -16,6 +17,7 @@ from tag.sim.algorithms import choose_algorithm
 from tag.sim.buckets import BucketSync, bucket_syncs, derive_buckets
 from tag.sim.collectives import p2p_spec, sync_phases
 from tag.strategy import AUTO, slices
+from tag.strategy.pipeline import micro_rows
 
 _MAX_ENTRIES = 200_000
 
@@ -56,6 +58,11 @@ class SimContext:
                 self._group.clear()
             self._group[key] = hit
         return hit
+
+    def micro_group_costs(self, g: int, decision, micro_batches: int) -> tuple:
+        """`group_costs` of group g for one micro-batch: every device at rows[d] / micro_batches rows
+        (`tag.strategy.pipeline.micro_rows`; the cost model is per row). Same devices and update ms."""
+        return self.group_costs(g, micro_decision(decision, micro_batches))
 
     def edge_transfers(self, ei: int, producer, consumer) -> list:
         """[(src device, dst device, bytes, forward FlowSpec, backward FlowSpec)] of edge `ei`.
@@ -140,6 +147,18 @@ class SimContext:
                 self._phases.clear()
             self._phases[key] = hit
         return hit
+
+
+def micro_decision(decision, micro_batches: int):
+    """The decision with its row map cut to one micro-batch (rows[d] / micro_batches each; same sync, server, SFB).
+
+    >>> from tag.strategy import Decision
+    >>> micro_decision(Decision((8, 4, 0)), 4).rows
+    (2, 1, 0)
+    """
+    if micro_batches == 1:
+        return decision
+    return replace(decision, rows=micro_rows(decision.rows, micro_batches))
 
 
 _CONTEXTS: "OrderedDict[tuple, SimContext]" = OrderedDict()

@@ -12,11 +12,11 @@ from tag.sim.build import BuildOptions, build_task_graph
 from tag.sim.context import SimContext, sim_context
 from tag.sim.events import Timeline, run_task_graph
 from tag.sim.fuse import fuse_chains, run_fused
-from tag.sim.memory import peak_memory_bytes
+from tag.sim.memory import strategy_peak_memory_bytes
 from tag.sim.network import INF
 from tag.sim.result import SimResult
 from tag.sim.taskgraph import TaskGraph, TaskKind
-from tag.sim.trace import COMPUTE_PID, NETWORK_PID, lane_metadata, x_event
+from tag.sim.trace import COMPUTE_PID, NETWORK_PID, compute_event_name, idle_events, lane_metadata, x_event
 from tag.strategy import Strategy, TrainingConfig
 
 
@@ -54,8 +54,7 @@ def _result(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeline, tr
     n_dev = tg.n_devices
     busy = busy_ms(tg)
     fit_ms = max(tl.device_end_ms) if tl.device_end_ms else 0.0
-    peak = peak_memory_bytes(ctx, strategy.decisions, tg.memory.recv, ctx.training.optimizer,
-                             tg.memory.extra_static_bytes)
+    peak = strategy_peak_memory_bytes(ctx, strategy, tg.memory)
     oom_devices = [ids[d] for d in range(n_dev) if peak[d] > ctx.dtypes[d].usable_memory_bytes]
     oom = bool(oom_devices)
     batch = tg.batch_size
@@ -81,6 +80,7 @@ def _trace_events(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeli
     cluster, gg = ctx.cluster, ctx.gg
     tasks, op_names, groups = tg.tasks, gg.graph.ops, gg.groups
     events: list[dict] = []
+    micro = getattr(tg, "micro_batch", None)  # a pipelined graph's micro-batch per task (`tag.sim.pipeline_build`)
     for k in range(len(tasks)):
         g, d, ms, kind = tasks.group[k], tasks.device[k], tasks.duration_ms[k], tasks.kind[k]
         if kind is TaskKind.UPDATE:
@@ -88,11 +88,19 @@ def _trace_events(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeli
             continue
         oids = groups[g].op_ids
         ops = f"{op_names[oids[0]].name}" + (f" .. {op_names[oids[-1]].name}" if len(oids) > 1 else "") if oids else ""
-        events.append(x_event(f"{kind.value} g{g} {ops}".strip(), kind.value, tl.start_ms[k], ms,
-                              COMPUTE_PID, d, {"group": g, "rows": strategy.decisions[g].rows[d]}))
+        if micro is None:
+            events.append(x_event(f"{kind.value} g{g} {ops}".strip(), kind.value, tl.start_ms[k], ms,
+                                  COMPUTE_PID, d, {"group": g, "rows": strategy.decisions[g].rows[d]}))
+        else:
+            mb_rows = strategy.decisions[g].rows[d] // tg.micro_batches
+            events.append(x_event(compute_event_name(kind.value, g, ops, micro[k]), kind.value, tl.start_ms[k], ms,
+                                  COMPUTE_PID, d, {"group": g, "rows": mb_rows, "micro_batch": micro[k]}))
     used_links = {}
     for label, s, e, links in tl.flows:
         for l in links:
             used_links[l] = f"{cluster.links[l].src}->{cluster.links[l].dst}"
             events.append(x_event(label, "comm", s, e - s, NETWORK_PID, l))
-    return lane_metadata(dict(enumerate(d.id for d in cluster.devices)), used_links) + events
+    names = dict(enumerate(d.id for d in cluster.devices))
+    if micro is not None:  # the pipeline's bubbles
+        events += idle_events(tg.programs, tl.start_ms, tasks.duration_ms, names)
+    return lane_metadata(names, used_links) + events

@@ -1,7 +1,10 @@
 """Chrome-trace export (loads in Perfetto and chrome://tracing).
 
 Process 0 ("compute") has one thread (lane) per device, tid = device index; process 1 ("network") has
-one lane per link direction, tid = link index. Events are complete events ("ph": "X") with ts and dur
+one lane per link direction, tid = link index. A pipelined iteration adds process 2 ("idle"): one lane per
+device, tid = device index, with an "idle" event for every gap in the device's compute stream before its last
+task ends (the pipeline's bubbles; `idle_events`). Compute events of a pipelined iteration name their micro-batch
+("fwd g3 mb2 ..."; `compute_event_name`). Events are complete events ("ph": "X") with ts and dur
 in microseconds; thread_name / process_name metadata events ("ph": "M") name the lanes.
 """
 
@@ -13,6 +16,7 @@ from tag.fileio import atomic_write
 
 COMPUTE_PID = 0
 NETWORK_PID = 1
+IDLE_PID = 2
 
 
 def x_event(name: str, cat: str, start_ms: float, dur_ms: float, pid: int, tid: int, args: dict | None = None) -> dict:
@@ -37,3 +41,33 @@ def lane_metadata(device_names: dict[int, str], link_names: dict[int, str]) -> l
 def write_chrome_trace(result, path: str) -> None:
     """Write a SimResult's trace events as Chrome-trace JSON ({"traceEvents": [...]})."""
     atomic_write(path, lambda f: json.dump({"traceEvents": result.trace_events, "displayTimeUnit": "ms"}, f))
+
+
+def compute_event_name(kind: str, group: int, ops: str, micro_batch: int | None = None) -> str:
+    """The name of a compute task's event: "fwd g3 op_a .. op_b", or with a micro-batch "fwd g3 mb2 op_a .. op_b".
+
+    >>> compute_event_name("bwd", 3, "", 2)
+    'bwd g3 mb2'
+    """
+    mb = "" if micro_batch is None or micro_batch < 0 else f" mb{micro_batch}"
+    return f"{kind} g{group}{mb} {ops}".strip()
+
+
+def idle_events(programs: list[list[int]], start_ms: list[float], duration_ms: list[float],
+                device_names: dict[int, str]) -> list[dict]:
+    """The "idle" process: per device, an "idle" event for each gap between time 0 or the end of one task of its
+    program and the start of the next (gaps under 1e-9 ms left out), and its lane metadata.
+
+    >>> [(e["ts"], e["dur"]) for e in idle_events([[0, 1]], [1.0, 4.0], [2.0, 1.0], {0: "d"}) if e["ph"] == "X"]
+    [(0.0, 1000.0), (3000.0, 1000.0)]
+    """
+    out = [{"name": "process_name", "ph": "M", "pid": IDLE_PID, "tid": 0, "args": {"name": "idle"}}]
+    out += [{"name": "thread_name", "ph": "M", "pid": IDLE_PID, "tid": d, "args": {"name": n}}
+            for d, n in sorted(device_names.items())]
+    for d, prog in enumerate(programs):
+        free = 0.0
+        for k in prog:
+            if start_ms[k] - free > 1e-9:
+                out.append(x_event("idle", "idle", free, start_ms[k] - free, IDLE_PID, d))
+            free = start_ms[k] + duration_ms[k]
+    return out

@@ -1,0 +1,200 @@
+"""The builder for pipelined strategies (``Strategy.pipeline`` not None): the micro-batched task graph.
+
+With m = ``pipeline.micro_batches`` micro-batches, S stages and row maps ``rows`` over the whole batch
+(`tag.strategy.pipeline`):
+
+Tasks. For every micro-batch j and group g, a forward task F(g, j) and a backward task B(g, j) on each device d
+of the group, lasting the cost model's time at rows[d] / m rows (`SimContext.micro_group_costs`). A device of
+stage s runs ``stage_order(schedule, k, S, s, m)``: for ("F", j) the forwards of the stage's groups for
+micro-batch j in group order, for ("B", j) their backwards in reverse group order; then its optimizer step.
+
+Transfers. Per edge and micro-batch j, the slices of `SimContext.edge_transfers` on the micro row maps (the same
+for every j), on the real routes: activations F(src, j) -> F(dst, j), gradients B(dst, j) -> B(src, j). They are
+asynchronous (a pipeline runtime's isend / irecv): ``blocking_sends`` does not apply to pipelines.
+
+Gradient sync. Gradients accumulate over the micro-batches; each bucket (and shared-parameter or SFB sync) is
+built as without pipelining (`tag.sim.build`, whole-batch bytes) and waits for the backward of its groups for the
+last micro-batch, m - 1, on all their devices: the stage's last backward, since every schedule runs the backwards
+in micro-batch order. It then overlaps with the drain of the earlier stages. The optimizer steps follow the
+syncs, as without pipelining. SFB: each micro-batch's backward skips its local dW; the all-gathers and the
+whole-batch dW before the step are as without pipelining.
+
+Task ids follow one interleaving of the stages' orders in which every task comes after the tasks it needs
+(round robin over the stages, each taking its next pass when the earlier stages have run that micro-batch's
+forward, or the later ones its backward), so the critical-path estimate (`tag.sim.critical_path`), which walks
+tasks in id order, sees producers before consumers.
+
+Example (2 stages, 1 group each on its own device, m = 4, free links, forward 1 ms and backward 2 ms per
+micro-batch): GPipe ends the last backward at (m + S - 1) x 3 = 15 ms; see tests/sim/test_pipeline_timeline.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tag.sim.build import BuildOptions, _Draft, _programs, _sync_units, _update_tasks, _wire_syncs, check_strategy
+from tag.sim.context import SimContext, micro_decision
+from tag.sim.gradsync import sfb_compute_ms
+from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
+from tag.strategy.pipeline import stage_order
+
+_TRANSFER = DependentKind.TRANSFER
+
+
+@dataclass
+class PipelineTaskGraph(TaskGraph):
+    """A `TaskGraph` of a pipelined iteration: also each task's micro-batch (-1: an optimizer step) and m.
+
+    ``memory.recv`` lists the transfer pairs of one micro-batch (bytes at micro rows)."""
+
+    micro_batch: list[int] = field(default_factory=list)
+    micro_batches: int = 1
+
+
+def check_pipeline(gg, strategy) -> list[int]:
+    """The stage of every group; ValueError naming the group, edge or device when the pipeline does not fit the
+    strategy: each group in exactly one stage, a group's devices among its stage's, no edge from a later stage
+    to an earlier one, every row count a multiple of the micro-batch count."""
+    pl = strategy.pipeline
+    n = gg.n_groups
+    stage_of = [-1] * n
+    for s, st in enumerate(pl.stages):
+        for g in st.groups:
+            if not 0 <= g < n:
+                raise ValueError(f"pipeline stage {s} names group {g}; the model has groups 0..{n - 1}")
+            if stage_of[g] >= 0:
+                raise ValueError(f"group {g} is in pipeline stages {stage_of[g]} and {s}")
+            stage_of[g] = s
+    for g, s in enumerate(stage_of):
+        if s < 0:
+            raise ValueError(f"group {g} is in no pipeline stage")
+        outside = set(strategy.decisions[g].devices) - set(pl.stages[s].devices)
+        if outside:
+            raise ValueError(f"group {g} has rows on device {min(outside)}, which is not a device of its stage {s}")
+        rows = strategy.decisions[g].rows
+        if any(r % pl.micro_batches for r in rows):
+            raise ValueError(f"group {g}: row map {rows} is not a multiple of {pl.micro_batches} micro-batches")
+    for e in gg.edges:
+        if stage_of[e.src] > stage_of[e.dst]:
+            raise ValueError(f"edge g{e.src}->g{e.dst} goes from stage {stage_of[e.src]} back to stage "
+                             f"{stage_of[e.dst]}")
+    return stage_of
+
+
+def pass_sequence(pipeline) -> list[tuple[int, str, int]]:
+    """All stages' passes as one list of (stage, "F" | "B", micro-batch), each after what it needs: a forward
+    after the same micro-batch's forward on every earlier stage, a backward after its backward on every later
+    stage. Round robin over the stages, one pass per stage per round.
+
+    >>> from tag.strategy.pipeline import Pipeline, Stage
+    >>> pass_sequence(Pipeline((Stage((0,), (0,)), Stage((1,), (1,))), 2, "gpipe"))[:4]
+    [(0, 'F', 0), (1, 'F', 0), (0, 'F', 1), (1, 'F', 1)]
+    """
+    n_st, m = len(pipeline.stages), pipeline.micro_batches
+    orders = [stage_order(pipeline.schedule, pipeline.k, n_st, s, m) for s in range(n_st)]
+    ptr = [0] * n_st
+    n_fwd = [0] * n_st  # forwards each stage has emitted (they run in micro-batch order)
+    n_bwd = [0] * n_st
+    out: list[tuple[int, str, int]] = []
+    remaining = sum(map(len, orders))
+    while remaining:
+        progressed = False
+        for s in range(n_st):
+            if ptr[s] == len(orders[s]):
+                continue
+            kind, j = orders[s][ptr[s]]
+            ready = all(n_fwd[t] > j for t in range(s)) if kind == "F" else \
+                all(n_bwd[t] > j for t in range(s + 1, n_st))
+            if not ready:
+                continue
+            out.append((s, kind, j))
+            ptr[s] += 1
+            if kind == "F":
+                n_fwd[s] += 1
+            else:
+                n_bwd[s] += 1
+            remaining -= 1
+            progressed = True
+        if not progressed:  # cannot happen for the schedules of tag.strategy.pipeline
+            raise ValueError(f"pipeline schedule {pipeline.schedule!r} deadlocks")
+    return out
+
+
+def _compute_tasks(ctx: SimContext, strategy, draft: _Draft, micro: list[int]):
+    """Forward and backward tasks of every pass in `pass_sequence` order; ({g: [{device: task}] per micro-batch}
+    for forwards and backwards, SFB dW ms per device, whole-batch per-group costs)."""
+    pl, decs = strategy.pipeline, strategy.decisions
+    m = pl.micro_batches
+    n_grp = len(decs)
+    full = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
+    per_mb = [ctx.micro_group_costs(g, decs[g], m) for g in range(n_grp)]
+    bwd_ms = []
+    sfb_upd_ms = [0.0] * len(ctx.dtypes)
+    for g in range(n_grp):
+        devs, _, bwd, _ = per_mb[g]
+        if decs[g].sfb:  # each micro-batch skips its local dW; the step forms dW over the whole batch
+            saved, _ = sfb_compute_ms(ctx, g, micro_decision(decs[g], m))
+            _, added = sfb_compute_ms(ctx, g, decs[g])
+            bwd = [max(0.0, b - s) for b, s in zip(bwd, saved)]
+            for d, a in zip(devs, added):
+                sfb_upd_ms[d] += a
+        bwd_ms.append(bwd)
+    fwd_id: list[list] = [[None] * m for _ in range(n_grp)]
+    bwd_id: list[list] = [[None] * m for _ in range(n_grp)]
+    for s, kind, j in pass_sequence(pl):
+        groups = pl.stages[s].groups
+        for g in (sorted(groups) if kind == "F" else sorted(groups, reverse=True)):
+            devs, fwd, _, _ = per_mb[g]
+            if kind == "F":
+                fwd_id[g][j] = dict(zip(devs, draft.add_tasks(devs, TaskKind.FORWARD, g, fwd)))
+            else:
+                bwd_id[g][j] = dict(zip(devs, draft.add_tasks(devs, TaskKind.BACKWARD, g, bwd_ms[g])))
+            micro += [j] * len(devs)
+    return fwd_id, bwd_id, sfb_upd_ms, full
+
+
+def _transfers(ctx: SimContext, strategy, fwd_id, bwd_id, draft: _Draft):
+    """Per micro-batch, edge and device pair: the activation slice F(src, j) -> F(dst, j) and the gradient
+    B(dst, j) -> B(src, j), at micro rows; ([Transfer], memory recv list of one micro-batch)."""
+    decs, m = strategy.decisions, strategy.pipeline.micro_batches
+    mdecs = [micro_decision(dc, m) for dc in decs]
+    per_edge = [ctx.edge_transfers(ei, mdecs[e.src], mdecs[e.dst]) for ei, e in enumerate(ctx.gg.edges)]
+    out: list[Transfer] = []
+    recv: list[tuple] = []
+    for j in range(m):
+        for ei, e in enumerate(ctx.gg.edges):
+            for s, d, b, fspec, bspec in per_edge[ei]:
+                pf, kf = fwd_id[e.src][j][s], fwd_id[e.dst][j][d]
+                pb, kb = bwd_id[e.dst][j][d], bwd_id[e.src][j][s]
+                draft.depend(pf, (_TRANSFER, len(out)))
+                draft.depend(pb, (_TRANSFER, len(out) + 1))
+                out.append(Transfer(fspec, pf, kf, (pf,), (kf,), f"act g{e.src}->g{e.dst} mb{j}"))
+                out.append(Transfer(bspec, pb, kb, (pb,), (kb,), f"grad g{e.dst}->g{e.src} mb{j}"))
+                draft.inputs[kf] += 1
+                draft.inputs[kb] += 1
+                if j == 0:
+                    recv.append((e.dst, d, e.src, s, b))
+    return out, recv
+
+
+def build_pipeline_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOptions()) -> PipelineTaskGraph:
+    """The task graph of one pipelined iteration of `strategy` (module docstring); ValueError when the pipeline
+    does not fit the strategy (`check_pipeline`)."""
+    n_dev, decs = len(ctx.dtypes), strategy.decisions
+    check_strategy(strategy, ctx.gg.n_groups, n_dev)
+    check_pipeline(ctx.gg, strategy)
+    m = strategy.pipeline.micro_batches
+    draft = _Draft(ComputeTasks(), [], [], [])
+    micro: list[int] = []
+    fwd_id, bwd_id, sfb_upd_ms, full = _compute_tasks(ctx, strategy, draft, micro)
+    devs_of = [pg[0] for pg in full]
+    transfers, recv = _transfers(ctx, strategy, fwd_id, bwd_id, draft)
+    units, extra_static = _sync_units(ctx, strategy, devs_of)
+    upd_id = _update_tasks(ctx, units, full, sfb_upd_ms, draft)
+    micro += [-1] * (len(draft.tasks) - len(micro))
+    last_bwd = [bwd_id[g][m - 1] for g in range(len(decs))]  # the stage's last backward of each group
+    _wire_syncs(units, devs_of, last_bwd, upd_id, draft, options.overlap_sync)
+    programs = _programs(draft.tasks.device, n_dev)
+    return PipelineTaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, draft.first_sync,
+                             draft.dependents, MemoryInputs(recv, extra_static), sum(decs[0].rows) if decs else 0,
+                             micro_batch=micro, micro_batches=m)
