@@ -70,3 +70,55 @@ def ideal_bound(gg, cluster, cost, batch: int) -> IdealBound:
                     for t in names) for g in gg.groups)
     counts = tuple(types[t][1] for t in names)
     return IdealBound(min_makespan_ms([list(r) for r in c], list(counts)), names, counts, c)
+
+
+@dataclass(frozen=True)
+class ComputeBound:
+    """The issue-21 compute bound: per device, T_d = the whole model's forward + backward at the full batch on d
+    (ms), and the bound 1 / sum_d (1 / T_d) (ms)."""
+
+    iteration_ms: float
+    device_ms: tuple[float, ...]  # T_d per device, topology order
+
+
+def harmonic_bound_ms(device_ms) -> float:
+    """1 / sum_d (1 / T_d): the time the devices take when each does a share of the work in proportion to its
+    speed (1 / T_d), ms. Devices with T_d = 0 make the bound 0.
+
+    >>> harmonic_bound_ms([6.0, 3.0])  # rates 1/6 + 1/3 per ms
+    2.0
+    """
+    if any(t <= 0 for t in device_ms):
+        return 0.0
+    return 1.0 / sum(1.0 / t for t in device_ms)
+
+
+def compute_bound(gg, cluster, cost, batch: int) -> ComputeBound:
+    """The compute bound of `gg` at global batch `batch` on `cluster` under `cost`.
+
+    T_d = sum_g group_fwd_ms(g, type_d, B) + group_bwd_ms(g, type_d, B): every row of every group at the cost
+    model's precision (the training config's; plans choose fp32 only today). If device d computes a fraction f_d
+    of the work (sum_d f_d = 1) and a slice costs no less per row than the whole batch (time per row
+    non-increasing in rows, as in the roofline and profiled models), d is busy at least f_d T_d, so the
+    iteration is at least min over f of max_d f_d T_d = 1 / sum_d (1 / T_d) (all f_d T_d equal). This assumes
+    the work of one device cannot be done relatively faster elsewhere group by group; `ideal_bound`'s LP drops
+    that assumption and is never above this bound. Ignores communication, memory, the optimizer update and
+    dependencies.
+    """
+    per_type: dict[str, float] = {}
+    for d in cluster.devices:
+        if d.type.name not in per_type:
+            per_type[d.type.name] = sum(cost.group_fwd_ms(g.id, d.type, batch) + cost.group_bwd_ms(g.id, d.type, batch)
+                                        for g in gg.groups)
+    device_ms = tuple(per_type[d.type.name] for d in cluster.devices)
+    return ComputeBound(harmonic_bound_ms(device_ms), device_ms)
+
+
+def flops_bound_ms(gg, cluster, batch: int) -> float:
+    """3 x forward FLOPs x batch / summed FP32 peaks, ms: a bound for models without convolutions (no Winograd
+    factor) in fp32. Forward FLOPs per sample from the group graph (per-row plus fixed / batch).
+
+    Units: peak_tflops x 1e9 = FLOP per ms."""
+    fwd = sum(g.fwd_flops_per_row * batch + g.fwd_flops_fixed for g in gg.groups)
+    peak_flop_per_ms = sum(d.type.peak_tflops for d in cluster.devices) * 1e9
+    return 3.0 * fwd / peak_flop_per_ms

@@ -1,5 +1,6 @@
 """The benchmark suite: every model x topology, each baseline, the searched plan (before and after SFB selection)
-and the ideal bound, all measured side by side in one run with the same cost model.
+and the compute bound ("ideal": 1 / sum over devices of 1 / T_d, `tag.bench.ideal.compute_bound`), all measured
+side by side in one run with the same cost model.
 
 `run_suite` resolves every case's files and reads the profile first (a missing or bad one is an InputError
 before any work), then runs the cases in order; a case that fails is kept with its error and the suite goes on.
@@ -64,7 +65,9 @@ class Case:
     topology: str
     batch: int = 0
     groups: int = 0
-    ms: dict[str, float] = field(default_factory=dict)  # baselines, "plan", "plan+sfb", "ideal"
+    ms: dict[str, float] = field(default_factory=dict)  # baselines, "plan", "plan+sfb", "ideal" (the compute bound)
+    flops_bound_ms: float = math.nan  # 3 x forward FLOPs x batch / summed FP32 peaks (`tag.bench.ideal.flops_bound_ms`)
+    plan_kind: str = ""  # "pipeline" when the plan has stages and micro-batches, else "" (the search's start name)
     search_s: float = 0.0
     playouts: int = 0
     simulations: int = 0
@@ -74,7 +77,7 @@ class Case:
 
 def run_case(files: CaseFiles, model: str, topology: str, opts: SuiteOptions) -> Case:
     """Load one case, run every baseline and the search (`tag.search.planner.plan`, SFB on), and the bound."""
-    from tag.bench.ideal import ideal_bound
+    from tag.bench.ideal import compute_bound, flops_bound_ms
     from tag.modelio import ModelOptions, load_inputs
     from tag.search.planner import plan
 
@@ -92,7 +95,11 @@ def run_case(files: CaseFiles, model: str, topology: str, opts: SuiteOptions) ->
     nosfb = res.no_sfb_result
     case.ms["plan"] = nosfb.iteration_ms if not nosfb.oom else math.inf
     case.ms["plan+sfb"] = res.result.iteration_ms if not res.result.oom else math.inf
-    case.ms["ideal"] = ideal_bound(inp.gg, inp.cluster, inp.cost, inp.batch_size).iteration_ms
+    case.ms["ideal"] = compute_bound(inp.gg, inp.cluster, inp.cost, inp.batch_size).iteration_ms
+    case.flops_bound_ms = flops_bound_ms(inp.gg, inp.cluster, inp.batch_size)
+    pipe = res.strategy.pipeline
+    case.plan_kind = (f"pipeline S={len(pipe.stages)} m={pipe.micro_batches} {pipe.schedule}"
+                      + (f" k={pipe.k}" if pipe.schedule == "kfkb" else "")) if pipe is not None else ""
     return case
 
 

@@ -80,8 +80,8 @@ def suite_markdown(cases: list[Case]) -> str:
                      + f" | {c.search_s:.1f}{' (capped)' if c.capped else ''} | {c.playouts} | {c.simulations} |")
     lines += ["", "Ratios are speedups over dp-even (dp-even ms / strategy ms), all simulated in this run with one "
               "cost model; OOM: the strategy does not fit. When dp-even itself is OOM, cells give the iteration ms "
-              "of the strategies that fit. ideal: a lower bound on any strategy's iteration time (every group's "
-              "forward and backward spread over the devices at the cost model's times, no communication, no "
+              "of the strategies that fit. ideal: the compute bound 1 / sum_d (1 / T_d), T_d = the cost model's "
+              "forward and backward of the whole model at the full batch on device d (no communication, no "
               "memory limit; tag/bench/ideal.py). playouts and simulations: the search's work, which decides the plan "
               "(the same counts and seed give the same plan under any load); (capped): the wall-clock safety cap "
               "cut that case's work short.", "",
@@ -90,6 +90,22 @@ def suite_markdown(cases: list[Case]) -> str:
     for s in summarise(cases):
         lines.append(f"| {s.topology} | {_fmt(s.geomean_plan_over_dp_even)} | "
                      f"{_fmt(s.geomean_plan_over_dp_proportional)} | {s.median_search_s:.1f} | {s.cases} |")
+    return "\n".join(lines + ["", bounds_markdown(cases)])
+
+
+def bounds_markdown(cases: list[Case]) -> str:
+    """Per case: the plan (after SFB) against the compute bound and against 3 x forward FLOPs x batch / summed
+    FP32 peaks, in ms and as plan / bound (1.0 = at the bound), and what kind of plan it is."""
+    lines = ["| model | topology | plan ms | bound ms | plan / bound | FLOPs bound ms | plan / FLOPs bound | plan kind |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        if c.error:
+            continue
+        p, b, f = c.ms.get("plan+sfb", math.inf), c.ms.get("ideal", math.nan), c.flops_bound_ms
+        def over(x: float) -> str:
+            return f"{p / x:.2f}" if math.isfinite(p) and x == x and x > 0 else "OOM" if not math.isfinite(p) else ""
+        lines.append(f"| {c.model} | {c.topology} | {p:.1f} | {b:.1f} | {over(b)} | {f:.1f} | {over(f)} | "
+                     f"{c.plan_kind or 'one stage'} |")
     return "\n".join(lines)
 
 
@@ -103,7 +119,8 @@ def suite_json(cases: list[Case]) -> dict:
              "iteration_ms": {k: _num(v) for k, v in c.ms.items()},
              "speedup_over_dp_even": {k: _num(ratio(c, k)) for k in COLUMNS if k in c.ms},
              "search_seconds": round(c.search_s, 3), "playouts": c.playouts, "simulations": c.simulations,
-             "capped": c.capped, "error": c.error} for c in cases]
+             "capped": c.capped, "error": c.error, "flops_bound_ms": _num(c.flops_bound_ms),
+             "plan_kind": c.plan_kind} for c in cases]
     summary = [{"topology": s.topology, "geomean_plan_over_dp_even": _num(s.geomean_plan_over_dp_even),
                 "geomean_plan_over_dp_proportional": _num(s.geomean_plan_over_dp_proportional),
                 "median_search_seconds": _num(s.median_search_s), "cases": s.cases} for s in summarise(cases)]

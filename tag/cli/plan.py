@@ -41,6 +41,9 @@ def add_parser(sub):
     gnn.add_argument("--gnn", metavar="CKPT", default=None, help="GNN checkpoint for priors (default: the shipped one)")
     gnn.add_argument("--no-gnn", action="store_true", help="uniform priors, no GNN")
     p.add_argument("--no-sfb", action="store_true", help="do not choose sufficient-factor broadcasting")
+    p.add_argument("--no-pipeline", action="store_true",
+                   help="do not search micro-batched pipelines (stages, micro-batches, schedule); plan.json's "
+                        "search.pipelines says whether they were considered")
     p.add_argument("--no-refine", action="store_true", help="skip the local refinement after the tree search")
     p.add_argument("--baseline", choices=BASELINE_NAMES, metavar="NAME", default=None,
                    help="write this baseline as the plan instead of searching: " + ", ".join(BASELINE_NAMES))
@@ -114,7 +117,7 @@ def run(args) -> int:
             res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=playouts,
                        refine_simulations=refine_simulations, budget_s=args.budget or DEFAULT_BUDGET_S,
                        seed=args.seed, priors_fn=priors_fn, refine=not args.no_refine,
-                       sfb=use_sfb, on_progress=tick)
+                       sfb=use_sfb, on_progress=tick, pipeline=not args.no_pipeline)
         finally:
             bar.close()
 
@@ -125,7 +128,8 @@ def run(args) -> int:
                          f"search short ({res.playouts} playouts, {res.simulations} simulations); search.capped is "
                          "true and the plan may differ run to run: raise --budget or lower --playouts/--simulations\n")
     search = {"method": res.method, "playouts": res.playouts, "simulations": res.simulations, "capped": res.capped,
-              "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name, "warnings": warnings}
+              "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name, "warnings": warnings,
+              "pipelines": res.pipelines}
     from tag.sim.context import sim_context
 
     buckets = sim_context(inp.gg, inp.cluster, inp.cost, inp.training).bucket_syncs(res.strategy)

@@ -22,7 +22,7 @@ from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFIN
 from tag.search.evaluate import Evaluator
 from tag.search.mcts import MCTS, PriorsFn, VisitRecord
 from tag.search.refine import refine as refine_pass
-from tag.search.space import build_space
+from tag.search.space import build_space, fits_pipeline
 from tag.strategy import Strategy, TrainingConfig
 
 REFINE_SIMULATIONS = DEFAULT_REFINE_SIMULATIONS  # the name older callers import
@@ -33,12 +33,13 @@ SFB_SOLVE_LIMIT_S = 600.0  # the CP-SAT solver's time limit without a cap (its s
 
 
 def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines: dict, start_name: str, *,
-               cap: WallCap | None = None) -> tuple[str, Strategy]:
+               cap: WallCap | None = None, extra: dict | None = None) -> tuple[str, Strategy]:
     """The strategy the tree search starts from: the best baseline, or a memory-feasible start
     (`tag.search.starts`) that the evaluator values higher. When a baseline fits, only the 1- and 2-stage
     pipelines are tried; when none fits, pipelines in increasing stage count, stopping two stage counts
     after the first that fits (or when the safety `cap` is reached; when no baseline fits, only after
-    MIN_STARTS_WHEN_OOM starts), then, if none of them fits, the simulation-fitted tape layout.
+    MIN_STARTS_WHEN_OOM starts), then, if none of them fits, the simulation-fitted tape layout. `extra`: name ->
+    (strategy, SimResult) already simulated (the searched pipelines), considered before the stage placements.
     Returns (name, strategy); ties keep the earlier one (the baseline first)."""
     from tag.search.starts import fitted_tape, pipeline_starts
 
@@ -53,6 +54,9 @@ def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines
             best_name, best, best_v = name, s, v
         return not ev.result(s).oom
 
+    for name, (s, _) in (extra or {}).items():
+        consider(name, s)
+    fits = fits or any(not r.oom for _, r in (extra or {}).values())
     stop_after = None
     tried = 0
     for name, s in pipeline_starts(gg, cluster, cost, training, batch, max_stages=2 if fits else 16):
@@ -89,6 +93,8 @@ class PlanResult:
     search_space_size: int = 0
     no_sfb_result: object = None  # SimResult of the searched plan before SFB selection
     start: str = ""  # what the tree search started from: a baseline name or a `tag.search.starts` name
+    pipelines: bool = False  # micro-batched pipelines were searched (`tag.search.pipeline_search`)
+    candidates: dict = field(default_factory=dict)  # pipeline name -> (strategy, SimResult), each simulated
 
 
 def best_baseline(baselines: dict[str, tuple[Strategy, object]]) -> str | None:
@@ -108,13 +114,15 @@ def least_oom_baseline(baselines: dict[str, tuple[Strategy, object]], usable_gb:
 def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = None,
          budget_s: float | None = DEFAULT_BUDGET_S, seed: int = 0, priors_fn: PriorsFn | None = None,
          refine: bool = True, sfb: bool = True, refine_simulations: int | None = None,
-         on_progress: Callable[[int, float], None] | None = None) -> PlanResult:
+         on_progress: Callable[[int, float], None] | None = None, pipeline: bool = True) -> PlanResult:
     """Search a strategy: `playouts` tree playouts, then refinement with `refine_simulations` simulations
     (the tree's best plan; refine_simulations // 4 for each other baseline), then SFB selection. None for
     either count: `tag.search.budget.default_counts` of the instance. `budget_s` (None: none) is a wall-clock
     safety cap only; `PlanResult.capped` says whether it bound.
 
     on_progress(playouts_done, best_iteration_ms) is called after every playout (for a progress bar).
+    pipeline: search micro-batched pipelines (`tag.search.pipeline_search`); the simulated candidates compete as
+    starts of the tree search with every baseline and stage placement (False: `tag plan --no-pipeline`).
     """
     from tag.search.baselines import run_baselines
     from tag.sim import simulate
@@ -138,13 +146,17 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     counted = [0]  # simulations run through simulate_fn (SFB scoring bypasses the evaluator's cache)
 
     def simulate_fn(strategy: Strategy):
+        if strategy.pipeline is not None and not pipeline_consistent(strategy):
+            return broken_pipeline_result(cluster, batch)  # a move left a group's rows outside its stage
         counted[0] += 1
         return simulate(gg, cluster, cost, strategy, training)
 
     ev = Evaluator(simulate_fn, reference_ms, usable_gb)
     for s, r in baselines.values():  # seed the cache and the best-ever with every baseline
         ev.add(s, r)
-    start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap)
+    candidates = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else {}
+    start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
+                                  extra=candidates)
     space = build_space(gg, cluster, cost, batch, base)
     tree = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn)
 
@@ -174,7 +186,36 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,
                       method=method, playouts=res.playouts, seconds=time.monotonic() - t0, seed=seed,
                       simulations=counted[0], capped=cap.hit, sfb=sfb_report, records=res.records,
-                      search_space_size=space.size(), no_sfb_result=no_sfb_result, start=start_name)
+                      search_space_size=space.size(), no_sfb_result=no_sfb_result, start=start_name,
+                      pipelines=pipeline, candidates=candidates)
+
+
+def pipeline_consistent(strategy: Strategy) -> bool:
+    """True when every group of a pipelined strategy keeps its rows on its stage's devices, in multiples of the
+    micro-batch count (`tag.search.space.fits_pipeline`)."""
+    pl = strategy.pipeline
+    stage_of = pl.stage_of_group()
+    return len(stage_of) == len(strategy.decisions) and all(
+        fits_pipeline(dec, g, pl) for g, dec in enumerate(strategy.decisions))
+
+
+def broken_pipeline_result(cluster, batch: int):
+    """The result a search move that breaks its pipeline's rules scores instead of a simulation: out of memory
+    on every device by its whole usable memory (the lowest value the evaluator gives), so it never wins."""
+    from tag.sim.result import SimResult
+
+    peak = {d.id: 2.0 * d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
+    return SimResult(iteration_ms=math.inf, samples_per_s=0.0, oom=True, oom_devices=list(peak), peak_memory_gb=peak,
+                     busy_ms={}, link_bytes={}, fit_iteration_ms=math.inf, batch_size=batch)
+
+
+def _pipeline_candidates(gg, cluster, cost, training, batch: int, ev: Evaluator) -> dict:
+    """name -> (strategy, SimResult) of every pipeline the DP proposes, simulated through the evaluator (so
+    the best of them is the search's best-ever when it wins)."""
+    from tag.search.pipeline_search import pipeline_candidates
+
+    return {c.name: (c.strategy, ev.result(c.strategy))
+            for c in pipeline_candidates(gg, cluster, cost, training, batch)}
 
 
 def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, extra_starts: int = SFB_EXTRA_STARTS,

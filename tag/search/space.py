@@ -5,7 +5,8 @@ k fastest devices for this group, single devices (plain placement) — with rows
 (every chosen device predicted to finish its compute at the same time, within its memory), times the sync
 methods that apply (`allreduce`; `hierarchical` when the subset spans machines and shares one; `ps` on the
 best-connected device of the subset). The baseline's own decision is always candidate 0, so "keep what
-the baseline does" is an action. Undecided groups keep the baseline's decision, so every partial state is
+the baseline does" is an action. When the base strategy is a pipeline, a group keeps only the candidates that stay
+in its stage with row counts that are multiples of the micro-batch count (`fits_pipeline`). Undecided groups keep the baseline's decision, so every partial state is
 a complete strategy.
 """
 
@@ -133,6 +134,15 @@ def knot_interpolated_ms(exact_ms: Callable[[int], float], rows: int, batch: int
     hi = min(2 * lo, batch)
     a, b = exact_ms(lo), exact_ms(hi)
     return a + (b - a) * (rows - lo) / (hi - lo)
+
+
+def fits_pipeline(decision: Decision, group: int, pipeline) -> bool:
+    """True when `decision` keeps `group` inside its stage of `pipeline`: rows only on the stage's devices, each
+    count a multiple of the micro-batch count (`tag.strategy.pipeline.micro_rows`)."""
+    stage = pipeline.stages[pipeline.stage_of_group()[group]]
+    allowed = set(stage.devices)
+    m = pipeline.micro_batches
+    return all(r == 0 or (d in allowed and r % m == 0) for d, r in enumerate(decision.rows))
 
 
 def sync_options(cluster, devices: Sequence[int], has_params: bool) -> list[tuple[str | None, int | None]]:
@@ -265,6 +275,8 @@ def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: i
                     if dec not in seen:
                         seen.add(dec)
                         cands.append(dec)
+        if base.pipeline is not None:
+            cands = [c for c in cands if c is cands[0] or fits_pipeline(c, gid, base.pipeline)]
         candidates.append(cands)
         fastest = float(per_row.min()) * batch
         cost_key.append(fastest + 2.0 * group.param_bytes / med_bw_bytes_per_ms)

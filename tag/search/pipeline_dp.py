@@ -1,0 +1,120 @@
+"""The pipeline dynamic program (Metis / Alpa style): contiguous cuts of the groups and of the devices into stages
+that minimise the slowest stage.
+
+Groups come in topological order and devices in a fixed order (topology order: whole machines together). A
+pipeline of S stages cuts the groups at positions 0 = a_0 < a_1 < ... < a_S = G (stage s runs groups
+[a_s, a_{s+1})) and the devices at 0 = b_0 < b_1 < ... < b_S <= N (stage s runs on devices [b_s, b_{s+1}); devices
+past b_S stay idle). Cuts are taken from given position sets (`group_cuts`, `device_cuts`). With
+stage_ms(left, a, a', b, b') the time of one stage (``left`` = S - s, the stages from this one to the last,
+which sizes the micro-batches it keeps in flight; inf when it cannot run), the DP over suffixes
+
+    f[1][i][j] = min_{j' > j} stage_ms(1, i, G, j, j')
+    f[t][i][j] = min_{i' > i, j' > j} max(stage_ms(t, i, i', j, j'), f[t-1][i'][j'])
+
+gives f[S][0][0] = the least slowest-stage time with S stages, for every S up to `max_stages` in one pass
+(O(S x |group_cuts|^2 x |device_cuts|^2) stage_ms look-ups, each memoised by the caller if costly).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+
+@dataclass(frozen=True)
+class StageCut:
+    """One stage of a DP solution: groups [lo, hi) and device positions [dlo, dhi)."""
+
+    lo: int
+    hi: int
+    dlo: int
+    dhi: int
+
+
+@dataclass(frozen=True)
+class CutSolution:
+    """The stages of one pipeline (first to last) and its slowest stage time, ms."""
+
+    stages: tuple[StageCut, ...]
+    slowest_ms: float
+
+
+StageFn = Callable[[int, int, int, int, int], float]  # (left, lo, hi, dlo, dhi) -> ms, inf if infeasible
+
+
+def best_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_stages: int,
+              stage_ms: StageFn) -> dict[int, CutSolution]:
+    """S -> the cuts with the least slowest stage among S-stage pipelines (S = 1 .. max_stages; an S with no
+    feasible pipeline is absent). `group_cuts` must start at 0 and end at G, `device_cuts` start at 0 and end at
+    N (both ascending). Ties keep the first found (smaller cut positions first).
+
+    >>> t = lambda left, lo, hi, dlo, dhi: (hi - lo) / (dhi - dlo)
+    >>> sols = best_cuts([0, 1, 2, 3, 4], [0, 1, 2], 2, t)
+    >>> sols[1].slowest_ms, sols[2].slowest_ms
+    (2.0, 2.0)
+    """
+    gc, dc = list(group_cuts), list(device_cuts)
+    n_g, n_d = len(gc), len(dc)
+    inf = math.inf
+    # f[t][i][j]: best for groups gc[i]..G on devices from dc[j] with t stages; arg[t][i][j]: (i', j') chosen
+    f: list[list[list[float]]] = [[[inf] * n_d for _ in range(n_g)]]
+    arg: list[list[list[tuple[int, int] | None]]] = [[[None] * n_d for _ in range(n_g)]]
+    last = n_g - 1
+    f1 = [[inf] * n_d for _ in range(n_g)]
+    a1: list[list[tuple[int, int] | None]] = [[None] * n_d for _ in range(n_g)]
+    for i in range(last):
+        for j in range(n_d - 1):
+            for j2 in range(j + 1, n_d):
+                v = stage_ms(1, gc[i], gc[last], dc[j], dc[j2])
+                if v < f1[i][j]:
+                    f1[i][j], a1[i][j] = v, (last, j2)
+    f.append(f1)
+    arg.append(a1)
+    for t in range(2, max_stages + 1):
+        ft = [[inf] * n_d for _ in range(n_g)]
+        at: list[list[tuple[int, int] | None]] = [[None] * n_d for _ in range(n_g)]
+        prev = f[t - 1]
+        for i in range(last):
+            for j in range(n_d - 1):
+                best, best_arg = inf, None
+                for i2 in range(i + 1, last):
+                    row = prev[i2]
+                    for j2 in range(j + 1, n_d - 1):
+                        rest = row[j2]
+                        if rest >= best:
+                            continue
+                        v = stage_ms(t, gc[i], gc[i2], dc[j], dc[j2])
+                        v = max(v, rest)
+                        if v < best:
+                            best, best_arg = v, (i2, j2)
+                ft[i][j], at[i][j] = best, best_arg
+        f.append(ft)
+        arg.append(at)
+    out: dict[int, CutSolution] = {}
+    for s in range(1, max_stages + 1):
+        if not math.isfinite(f[s][0][0]):
+            continue
+        stages, i, j = [], 0, 0
+        for t in range(s, 0, -1):
+            i2, j2 = arg[t][i][j]
+            stages.append(StageCut(gc[i], gc[i2], dc[j], dc[j2]))
+            i, j = i2, j2
+        out[s] = CutSolution(tuple(stages), f[s][0][0])
+    return out
+
+
+def brute_force_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], n_stages: int,
+                     stage_ms: StageFn) -> float:
+    """The least slowest-stage time over every S-stage cut, by enumeration (for tests)."""
+    from itertools import combinations
+
+    gc, dc = list(group_cuts), list(device_cuts)
+    best = math.inf
+    for inner_g in combinations(gc[1:-1], n_stages - 1):
+        a = (gc[0],) + inner_g + (gc[-1],)
+        for b in combinations(dc[1:], n_stages):
+            bb = (dc[0],) + b
+            v = max(stage_ms(n_stages - s, a[s], a[s + 1], bb[s], bb[s + 1]) for s in range(n_stages))
+            best = min(best, v)
+    return best

@@ -1,0 +1,212 @@
+"""The pipeline search's stage model: the time and memory of one stage (a run of groups on a block of devices) for
+one micro-batch count, from the cost model — the stage_ms the DP (`tag.search.pipeline_dp`) minimises.
+
+For a stage of groups [lo, hi) on devices D and m micro-batches of b = B / m rows:
+- rows: each device d of D computes r_d rows of every micro-batch (sum r_d = b, r_d >= 1), in proportion to its
+  speed on the stage (1 / time per row at the even share), capped by its memory; unsplittable groups run all b
+  rows on the host (the first of the fastest devices);
+- compute_ms = max_d time(d, r_d) (+ the unsplittable groups at b rows on the host);
+- transfer_ms = (bytes per row into the stage + out of it) x max_d r_d / the narrowest bandwidth to the adjacent
+  devices (activations forward, their gradients backward, both ways full duplex);
+- sync_ms = ring all-reduce of the stage's parameter bytes over D: 2 (n - 1) / n x bytes / the narrowest
+  bandwidth between consecutive devices of D (0 for one device);
+- stage time = m x (compute_ms + transfer_ms) + sync_ms.
+Memory of device d: fixed + per_row x r_d x in_flight <= 0.97 x usable, with (fixed, per_row) from
+`tag.search.starts.stage_cap_rows` and in_flight the most micro-batches the schedule keeps alive
+(`tag.strategy.pipeline.max_in_flight`; 1F1B: min(S - s, m)).
+Group times at any row count are knot-interpolated (`tag.search.space.knot_interpolated_ms`) from prefix sums
+over the groups at powers of two, so a stage costs O(types) look-ups.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tag.search.starts import MEMORY_SAFETY, stage_cap_rows
+
+
+@dataclass(frozen=True)
+class StageRows:
+    """One stage's solution for one micro-batch count: micro rows per device position in the block, times (ms)."""
+
+    micro_rows: tuple[int, ...]  # per device of the block, in block order
+    compute_ms: float
+    transfer_ms: float
+    sync_ms: float
+    host: int  # block position of the device that runs the unsplittable groups
+
+    def stage_ms(self, micro_batches: int) -> float:
+        return micro_batches * (self.compute_ms + self.transfer_ms) + self.sync_ms
+
+
+class StageModel:
+    """Stage costs of one (model, cluster, cost model, optimizer, batch) over a fixed device order.
+
+    order: device indices (topology indices) in the order the DP cuts them into blocks.
+    """
+
+    def __init__(self, gg, cluster, cost, optimizer: str, batch: int, order: list[int]):
+        self.gg, self.cluster, self.batch, self.order = gg, cluster, batch, list(order)
+        self.optimizer = optimizer
+        types: dict[str, object] = {}
+        for d in cluster.devices:
+            types.setdefault(d.type.name, d.type)
+        self.types = list(types.values())
+        self.type_of = [self.types.index(types[cluster.devices[d].type.name]) for d in self.order]
+        self.knots = sorted({1 << k for k in range(max(1, batch).bit_length()) if (1 << k) <= batch} | {batch})
+        n_g = gg.n_groups
+        split = np.array([g.splittable for g in gg.groups], dtype=bool)
+        # prefix[t][k][g]: sum over groups < g of fwd + bwd at knots[k] rows on type t, splittable / not
+        self.prefix_split = np.zeros((len(self.types), len(self.knots), n_g + 1))
+        self.prefix_whole = np.zeros((len(self.types), len(self.knots), n_g + 1))
+        for ti, t in enumerate(self.types):
+            for ki, r in enumerate(self.knots):
+                ms = np.array([cost.group_fwd_ms(g, t, r) + cost.group_bwd_ms(g, t, r) for g in range(n_g)])
+                self.prefix_split[ti, ki, 1:] = np.cumsum(np.where(split, ms, 0.0))
+                self.prefix_whole[ti, ki, 1:] = np.cumsum(np.where(split, 0.0, ms))
+        self.any_whole = np.concatenate([[0], np.cumsum(~split)])
+        self.param_prefix = np.concatenate([[0.0], np.cumsum([g.param_bytes for g in gg.groups])])
+        bw = np.asarray(cluster.bandwidth_gbps, dtype=float)[np.ix_(self.order, self.order)]
+        self.bw_bytes_per_ms = bw * 1e9 / 8 / 1e3
+        self.usable = [cluster.devices[d].type.usable_memory_bytes * MEMORY_SAFETY for d in self.order]
+        self._mem: dict = {}
+        self._cross: dict = {}
+
+    # --- group ranges -------------------------------------------------------------------------------------------
+
+    def range_ms(self, ti: int, lo: int, hi: int, rows: float, whole: bool = False) -> float:
+        """fwd + bwd of groups [lo, hi) (splittable ones, or with whole=True the others) at `rows` rows on type
+        ti, knot-interpolated, ms."""
+        if rows <= 0 or hi <= lo:
+            return 0.0
+        p = self.prefix_whole if whole else self.prefix_split
+        col = p[ti, :, hi] - p[ti, :, lo]
+        knots = self.knots
+        if rows >= knots[-1]:
+            return float(col[-1]) * rows / knots[-1]
+        k = int(np.searchsorted(knots, rows, side="right")) - 1
+        if knots[k] == rows:
+            return float(col[k])
+        a, b = float(col[k]), float(col[k + 1])
+        return a + (b - a) * (rows - knots[k]) / (knots[k + 1] - knots[k])
+
+    def memory(self, lo: int, hi: int) -> tuple[float, float]:
+        """(fixed bytes, bytes per row) of a device running groups [lo, hi) (`stage_cap_rows`)."""
+        key = (lo, hi)
+        if key not in self._mem:
+            self._mem[key] = stage_cap_rows(self.gg, list(range(lo, hi)), self.optimizer)
+        return self._mem[key]
+
+    def cross_bytes_per_row(self, lo: int, hi: int) -> float:
+        """Bytes per row of the edges into groups [lo, hi) from outside plus out of them to outside."""
+        key = (lo, hi)
+        if key not in self._cross:
+            inside = lambda g: lo <= g < hi  # noqa: E731
+            self._cross[key] = sum(e.bytes_per_row for e in self.gg.edges if inside(e.src) != inside(e.dst))
+        return self._cross[key]
+
+    def fits(self, lo: int, hi: int, dlo: int, micro_rows, in_flight: int) -> bool:
+        """True when every device of the block (from position dlo) holds groups [lo, hi) with its micro rows x
+        `in_flight` micro-batches alive."""
+        fixed, per_row = self.memory(lo, hi)
+        return all(fixed + per_row * r * in_flight <= self.usable[dlo + i] for i, r in enumerate(micro_rows))
+
+    # --- one stage ----------------------------------------------------------------------------------------------
+
+    def stage(self, lo: int, hi: int, dlo: int, dhi: int, micro_batches: int, in_flight: int) -> StageRows | None:
+        """Rows and times of groups [lo, hi) on block positions [dlo, dhi) with m micro-batches of which
+        `in_flight` are alive at once; None when the block cannot hold the stage or has more devices than rows."""
+        b = self.batch // micro_batches
+        n = dhi - dlo
+        if n < 1 or b < n or hi <= lo:
+            return None
+        fixed, per_row = self.memory(lo, hi)
+        devs = range(dlo, dhi)
+        caps = []
+        for p in devs:
+            free = self.usable[p] - fixed
+            if free <= 0:
+                return None
+            caps.append(b if per_row <= 0 else min(b, int(free // (per_row * in_flight))))
+        if min(caps) < 1 or sum(caps) < b:
+            return None
+        probe = max(1, b // n)
+        speed = [probe / max(1e-12, self.range_ms(self.type_of[p], lo, hi, probe)
+                             + self.range_ms(self.type_of[p], lo, hi, probe, whole=True) / n) for p in devs]
+        rows = _capped_shares(b, speed, caps)
+        if rows is None:
+            return None
+        times = [self.range_ms(self.type_of[p], lo, hi, r) for p, r in zip(devs, rows)]
+        host = max(range(n), key=lambda i: (speed[i], -i))
+        if self.any_whole[hi] > self.any_whole[lo]:
+            times[host] += self.range_ms(self.type_of[dlo + host], lo, hi, b, whole=True)
+        compute = max(times)
+        transfer = 0.0
+        cross = self.cross_bytes_per_row(lo, hi)
+        if cross > 0:
+            neighbours = [q for q in (dlo - 1, dhi) if 0 <= q < len(self.order)]
+            if neighbours:
+                bw = min(self.bw_bytes_per_ms[q, p] for q in neighbours for p in devs)
+                transfer = cross * max(rows) / bw
+        sync = 0.0
+        params = float(self.param_prefix[hi] - self.param_prefix[lo])
+        if n > 1 and params > 0:
+            ring_bw = min(self.bw_bytes_per_ms[p, p + 1] for p in range(dlo, dhi - 1))
+            sync = 2.0 * (n - 1) / n * params / ring_bw
+        return StageRows(tuple(rows), compute, transfer, sync, host)
+
+
+def _capped_shares(total: int, weights: list[float], caps: list[int]) -> list[int] | None:
+    """Integers r_i >= 1, r_i <= caps[i], summing to `total`, in proportion to `weights` where caps allow
+    (water filling; largest remainders get the leftover rows). None when the caps cannot hold `total`.
+
+    >>> _capped_shares(8, [3.0, 1.0], [8, 8])
+    [6, 2]
+    >>> _capped_shares(8, [3.0, 1.0], [5, 8])
+    [5, 3]
+    """
+    n = len(weights)
+    if sum(caps) < total or total < n:
+        return None
+    fixed: dict[int, int] = {}
+    while True:
+        free = [i for i in range(n) if i not in fixed]
+        share = {}
+        if not free:
+            break
+        left = total - sum(fixed.values())
+        w = sum(weights[i] for i in free)
+        share = {i: left * weights[i] / w for i in free}
+        over = [i for i in free if share[i] > caps[i]]
+        if not over:
+            break
+        for i in over:
+            fixed[i] = caps[i]
+    rows = [fixed.get(i, 0) for i in range(n)]
+    floors = {i: max(1, min(caps[i], int(math.floor(share[i])))) for i in free}
+    for i in free:
+        rows[i] = floors[i]
+    diff = total - sum(rows)
+    order = sorted(free, key=lambda i: (-(share[i] - math.floor(share[i])), i))
+    while diff > 0:
+        moved = False
+        for i in order:
+            if diff and rows[i] < caps[i]:
+                rows[i] += 1
+                diff -= 1
+                moved = True
+        if not moved:
+            return None
+    while diff < 0:
+        moved = False
+        for i in list(reversed(order)) + [i for i in range(n) if i not in share]:
+            if diff and rows[i] > 1:
+                rows[i] -= 1
+                diff += 1
+                moved = True
+        if not moved:
+            return None
+    return rows
