@@ -74,7 +74,10 @@ class RankRuntime:
 
     # ---- forward -------------------------------------------------------------------------------
     def _forward_group(self, g: int) -> None:
-        io = self.s.groups[g]
+        self._forward_compute(g, self._forward_exchange(g))
+
+    def _forward_exchange(self, g: int) -> dict[str, list[tuple[int, torch.Tensor]]]:
+        """Send and receive group g's input slices; returns tensor -> [(global start row, received piece)]."""
         sends, recvs, got = [], [], {}
         for k, tr in enumerate(self.s.transfers[g]):
             if tr.src == self.rank:
@@ -90,6 +93,11 @@ class RankRuntime:
                 got.setdefault(tr.tensor, []).append((tr.start, buf))
         if sends or recvs:
             self.comm.exchange(sends, recvs)
+        return got
+
+    def _forward_compute(self, g: int, got: dict[str, list[tuple[int, torch.Tensor]]]) -> None:
+        """Assemble group g's inputs for this rank's rows from its own pieces and `got`, run its ops, add its loss."""
+        io = self.s.groups[g]
         off, n = self._rows(g)
         if n == 0:
             return
@@ -177,6 +185,11 @@ class RankRuntime:
 
     # ---- backward ------------------------------------------------------------------------------
     def _backward_group(self, g: int) -> None:
+        self._backward_compute(g)
+        self._backward_exchange(g)
+
+    def _backward_compute(self, g: int) -> None:
+        """Back-propagate group g from its loss term and output gradients; hand input gradients to own producers."""
         io = self.s.groups[g]
         off, n = self._rows(g)
         if n > 0:
@@ -204,6 +217,10 @@ class RankRuntime:
                 lo, hi = max(off, p_off), min(off + n, p_off + p_n)
                 if hi > lo:
                     self._add_grad(p, t, lo, dx.narrow(ax, lo - off, hi - lo))
+
+    def _backward_exchange(self, g: int) -> None:
+        """Send group g's input gradient slices back to their producers; add the ones received to own outputs."""
+        off, _ = self._rows(g)
         sends, recvs, got = [], [], []
         for k, tr in enumerate(self.s.transfers[g]):
             if not self._is_float(tr.tensor):
@@ -282,9 +299,8 @@ class RankRuntime:
     def device(self) -> torch.device:
         return next(iter(self.data.values())).device if self.data else torch.device("cpu")
 
-    def step(self) -> float:
-        """One training step (forward, backward, sync, optimizer update); returns this rank's loss term."""
-        self.outs, self.leaves, self.losses, self.grad_buf, self.sfb_store = {}, {}, {}, {}, {}
+    def _zero_grads(self) -> None:
+        """Clear the step's gradients: bucketed parameters' .grad become views of their zeroed bucket buffer."""
         self.correct = 0
         for n in self.my_params:
             self.p.param(n).grad = None
@@ -293,13 +309,21 @@ class RankRuntime:
                 flat.zero_()
                 for q, view in views:
                     q.grad = view
+
+    def _sync_and_update(self) -> None:
+        self._sync()
+        if self.optimizer is not None:
+            self.optimizer.step()
+
+    def step(self) -> float:
+        """One training step (forward, backward, sync, optimizer update); returns this rank's loss term."""
+        self.outs, self.leaves, self.losses, self.grad_buf, self.sfb_store = {}, {}, {}, {}, {}
+        self._zero_grads()
         for g in range(len(self.s.groups)):
             self._forward_group(g)
         local = float(sum(float(v.detach()) for v in self.losses.values()))
         for g in reversed(range(len(self.s.groups))):
             self._backward_group(g)
-        self._sync()
-        if self.optimizer is not None:
-            self.optimizer.step()
+        self._sync_and_update()
         self.outs = self.leaves = self.losses = self.grad_buf = self.sfb_store = {}
         return local

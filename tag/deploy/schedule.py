@@ -114,6 +114,9 @@ class Schedule:
     buckets: list[SyncBucket]  # gradient syncs in the order every rank runs them
     sfb: list[SFBOp]
     param_users: dict[str, tuple[int, ...]] = field(default_factory=dict)  # param -> ranks that use it
+    # a pipelined plan (`tag.deploy.pipeline_schedule.PipelinePlan`): rank_rows and transfers are then one
+    # micro-batch's, batch_size the global batch; None without stages
+    pipeline: object = None
 
     def rank_offset(self, group: int, rank: int) -> int:
         """First global row rank `rank` computes in group `group`."""
@@ -199,6 +202,10 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
     device_machines: machine name of every plan device in topology order. Raises InputError (naming
     `plan_file`) for an SFB entry the runtime cannot honour, or an ``auto`` sync the plan lists no buckets for.
     """
+    if strategy.pipeline is not None:  # the schedule of one micro-batch, with the global batch and the stage plan
+        from tag.deploy.pipeline_schedule import build_pipeline_schedule
+
+        return build_pipeline_schedule(graph, groups, strategy, device_machines, nproc, plan_file)
     n_dev = len(device_machines)
     nproc = n_dev if nproc is None else nproc
     dev_rank = device_ranks(n_dev, nproc)

@@ -50,9 +50,16 @@ class RankResult:
 
 
 def data_span(schedule: Schedule, rank: int, output: str) -> tuple[int, int]:
-    """Global rows [lo, hi) this rank reads: the rows of its groups that read data inputs or make `output`."""
+    """Global rows [lo, hi) this rank reads: the rows of its groups that read data inputs or make `output`.
+
+    Pipelined: the rows of such a group in micro-batch j are j b + [off, off + n) (b rows per micro-batch), so the
+    span runs from the first micro-batch's first to the last micro-batch's last."""
     parts = [(schedule.rank_offset(g, rank), schedule.rank_rows[g][rank])
              for g, io in enumerate(schedule.groups) if io.data_inputs or output in io.outputs]
+    pipe = schedule.pipeline
+    if pipe is not None:
+        last = (pipe.micro_batches - 1) * pipe.micro_batch_rows
+        parts += [(off + last, n) for off, n in parts]
     return rank_span(parts)
 
 
@@ -86,7 +93,10 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
         lo, hi = data_span(schedule, rank, data.shapes.output)
         sampler = RankBatchSampler(data.order, lo, hi, stop_step=steps, start_step=start_step)
         batch, targets = {}, {}
-    rt = RankRuntime(schedule, graph, program, rank, comm, batch, targets, make_optimizer(optimizer, lr), loss)
+    runtime = RankRuntime
+    if schedule.pipeline is not None:
+        from tag.deploy.pipeline_runtime import PipelineRankRuntime as runtime
+    rt = runtime(schedule, graph, program, rank, comm, batch, targets, make_optimizer(optimizer, lr), loss)
     rt.seed = seed
     if resume is not None:
         with torch.no_grad():

@@ -1,0 +1,138 @@
+"""One rank's training step of a pipelined plan: its stage's groups on every micro-batch, in the schedule's order.
+
+The schedule (`tag.deploy.pipeline_schedule`) is the ordinary rank schedule of one micro-batch (micro row maps,
+their transfers) plus a `PipelinePlan`. Micro-batch j covers global rows [j b, (j+1) b) with b = B / m; within it
+the rank's rows of group g are [off, off + n) of the micro row map, i.e. global rows j b + off ... . For each pass
+of its order (`stage_order`), the rank
+
+- ("F", j): for each of its stage's groups g where it has rows (ascending): receives g's input slices of
+  micro-batch j, assembles and runs g exactly as `RankRuntime` does, then at once posts the sends of g's outputs to
+  every consumer rank (any stage);
+- ("B", j): for each such group in reverse: receives the gradients of g's sent outputs, back-propagates g from its
+  loss term (the micro-batch rows' share of the global-batch mean) and output gradients, then posts the sends of
+  its input gradients back to the producers.
+
+Only receives block: sends are non-blocking (`isend`, waited for at the end of the step) and every message of a
+step has its own tag (`PipelinePlan.tag`), so any interleaving of the stages' orders matches sends to receives; a
+rank waits only for data the schedule's dependencies already promise, so there is no deadlock. Parameter gradients
+accumulate over the micro-batches (autograd adds into ``.grad``, which for bucketed parameters is a view of the
+bucket buffer) and sync by the plan's buckets once, after the rank's last backward; then the optimizer steps. Per
+micro-batch activations are dropped after its backward, so a rank holds at most `max_in_flight` micro-batches.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from tag.deploy.data import torch_dtype
+from tag.deploy.runtime import RankRuntime
+
+
+class PipelineRankRuntime(RankRuntime):
+    """The training step of rank `rank` under a pipelined schedule (``schedule.pipeline`` set)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.plan = self.s.pipeline
+        self._micro_offset = 0  # global row of the current micro-batch's first row
+        self._pending: list[tuple[object, torch.Tensor]] = []  # (send work, its tensor) until the step ends
+
+    def _training_context(self, g: int, off: int):
+        return super()._training_context(g, off + self._micro_offset)
+
+    # ---- messages ------------------------------------------------------------------------------
+    def _post_send(self, x: torch.Tensor, dst: int, tag: int) -> None:
+        x = x.detach().contiguous()
+        self._pending.append((dist.isend(x, dst=dst, tag=tag), x))
+
+    def _buffer(self, tensor: str, rows: int) -> torch.Tensor:
+        return torch.empty(self._shape(tensor, None if rows == 0 else rows),
+                           dtype=torch_dtype(self.g.tensors[tensor].dtype), device=self.device)
+
+    def _recv_inputs(self, j: int, g: int) -> dict[str, list[tuple[int, torch.Tensor]]]:
+        """Group g's input slices of micro-batch j from other ranks: tensor -> [(start row, piece)]."""
+        works, got = [], {}
+        for k, tr in enumerate(self.s.transfers[g]):
+            if tr.dst == self.rank:
+                buf = self._buffer(tr.tensor, tr.rows)
+                works.append(dist.irecv(buf, src=tr.src, tag=self.plan.tag(j, False, g, k)))
+                got.setdefault(tr.tensor, []).append((tr.start, buf))
+        for w in works:
+            w.wait()
+        return got
+
+    def _send_outputs(self, j: int, p: int) -> None:
+        """Post micro-batch j's slices of group p's outputs to every rank that consumes them."""
+        for c, k in self.plan.sends_of[p]:
+            tr = self.s.transfers[c][k]
+            if tr.src != self.rank:
+                continue
+            x = self.outs[(p, tr.tensor)]
+            if not tr.whole:
+                off, _ = self._rows(p)
+                x = x.narrow(self._axis(tr.tensor), tr.start - off, tr.rows)
+            self._post_send(x, tr.dst, self.plan.tag(j, False, c, k))
+
+    def _recv_output_grads(self, j: int, p: int) -> None:
+        """Receive micro-batch j's gradients of group p's sent outputs and add them to the outputs' gradients."""
+        works, got = [], []
+        for c, k in self.plan.sends_of[p]:
+            tr = self.s.transfers[c][k]
+            if tr.src != self.rank or not self._is_float(tr.tensor):
+                continue
+            buf = self._buffer(tr.tensor, tr.rows)
+            works.append(dist.irecv(buf, src=tr.dst, tag=self.plan.tag(j, True, c, k)))
+            got.append((tr, buf))
+        for w in works:
+            w.wait()
+        for tr, buf in got:
+            self._add_grad(p, tr.tensor, None if tr.whole else tr.start, buf)
+
+    def _send_input_grads(self, j: int, g: int) -> None:
+        """Post micro-batch j's gradients of group g's received inputs back to the ranks that sent them."""
+        off, _ = self._rows(g)
+        for k, tr in enumerate(self.s.transfers[g]):
+            if tr.dst != self.rank or not self._is_float(tr.tensor):
+                continue
+            dx = self._leaf_grad(g, tr.tensor)
+            if not tr.whole:
+                dx = dx.narrow(self._axis(tr.tensor), tr.start - off, tr.rows)
+            self._post_send(dx, tr.src, self.plan.tag(j, True, g, k))
+
+    # ---- the step ------------------------------------------------------------------------------
+    def step(self) -> float:
+        """One training step: the rank's passes over the micro-batches, one gradient sync, the optimizer update.
+
+        Returns this rank's loss terms summed over the micro-batches."""
+        self._zero_grads()
+        self.sfb_store = {}
+        data_base = self.row_base  # self.data holds global rows [data_base, ...)
+        mine = [g for g in self.plan.rank_groups(self.rank) if self.s.rank_rows[g][self.rank] > 0]
+        states: dict[int, tuple[dict, dict, dict, dict]] = {}
+        local = 0.0
+        try:
+            for kind, j in self.plan.orders[self.rank]:
+                self._micro_offset = j * self.plan.micro_batch_rows
+                self.row_base = data_base - self._micro_offset  # micro-batch-local row r reads data row j b + r
+                if kind == "F":
+                    states[j] = ({}, {}, {}, {})
+                    self.outs, self.leaves, self.losses, self.grad_buf = states[j]
+                    for g in mine:
+                        self._forward_compute(g, self._recv_inputs(j, g))
+                        self._send_outputs(j, g)
+                    local += sum(float(v.detach()) for v in self.losses.values())
+                else:
+                    self.outs, self.leaves, self.losses, self.grad_buf = states.pop(j)
+                    for g in reversed(mine):
+                        self._recv_output_grads(j, g)
+                        self._backward_compute(g)
+                        self._send_input_grads(j, g)
+        finally:
+            self.row_base, self._micro_offset = data_base, 0
+        for w, _ in self._pending:
+            w.wait()
+        self._pending = []
+        self._sync_and_update()
+        self.outs = self.leaves = self.losses = self.grad_buf = self.sfb_store = {}
+        return local
