@@ -2,7 +2,8 @@
 
 For every single-GPU row tag can build (ResNet-50 v1 / v1.5, BERT-large at sequence 128 / 384 / 512), the
 prediction at the row's batch (`published_predict`), the error, the MAPE per model family and precision, and for
-the DGX-1 scaling rows the 1- and 8-GPU predictions and the scaling efficiency 100 x T8 / (8 x T1). With
+the DGX-1 scaling rows the 1- and 8-GPU predictions and the scaling efficiency 100 x T8 / (8 x T1), and for the
+512-GPU Horovod rows the efficiency as Horovod synced (`published_horovod`: fusion cycles, NCCL2's flat ring). With
 `fit`, the GPU efficiency parameters are first refitted (`tag.cost.calibrate.coordinate_fit`: FP32 rows, then
 the tensor-core fractions on the TF32 rows); without it the shipped parameters are reported. With `logo`, each
 GPU's FP32 rows are predicted by parameters fitted on the other GPUs' FP32 rows (leave one GPU out).
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tag.bench.data import published_table
+from tag.bench.published_horovod import HorovodResult, horovod_results
 from tag.bench.published_predict import predict_rows, predict_samples_per_s
 from tag.bench.published_rows import PublishedRow, parse_rows, read_table
 from tag.cost.calibrate import TC_GRID, coordinate_fit, describe, mape
@@ -91,6 +93,7 @@ class PublishedReport:
     mape: list[MapeLine] = field(default_factory=list)
     scaling: list[ScalingResult] = field(default_factory=list)
     logo: list[LogoLine] = field(default_factory=list)
+    horovod: list[HorovodResult] = field(default_factory=list)  # the 512-GPU Horovod rows (`published_horovod`)
 
     @property
     def logo_mape_pct(self) -> float | None:
@@ -191,6 +194,7 @@ def published_report(fit: bool = False, logo: bool = False,
                 rep.mape.append(MapeLine(fam, prec, len(sel), mape([x.predicted for x in sel],
                                                                    [x.row.published for x in sel])))
     rep.scaling = scaling_results(params)
+    rep.horovod = horovod_results(with_simulate=True)
     if logo:
         fp32 = [r for r in pred_rows if r.precision == "fp32"]
         for dev in sorted({r.device for r in fp32}):
