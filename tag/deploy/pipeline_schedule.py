@@ -106,31 +106,31 @@ def rank_stages(pipe: Pipeline, dev_rank: list[int], nproc: int, decisions, plan
             if stage_of_dev.get(d) != s:
                 raise InputError(plan_file, f"decisions[{g}].rows", f"rows only on the devices of stages[{s}]",
                                  f"{dec.rows[d]} rows on device {d}")
-    out = _stages_of_ranks(stage_of_dev, dev_rank, nproc)
-    if isinstance(out, tuple):
+    out, clash = _stages_of_ranks(stage_of_dev, dev_rank, nproc)
+    if clash is None:
         return out
-    r, a, b = out
+    r, a, b = clash
     n_dev = len(dev_rank)
     from tag.deploy.schedule import device_ranks
 
-    ok = [n for n in range(1, n_dev + 1)
-          if isinstance(_stages_of_ranks(stage_of_dev, device_ranks(n_dev, n), n), tuple)]
+    ok = [n for n in range(1, n_dev + 1) if _stages_of_ranks(stage_of_dev, device_ranks(n_dev, n), n)[1] is None]
     raise InputError("--nproc", str(nproc), "a rank count whose ranks each host devices of one pipeline stage "
                      f"(here: {', '.join(map(str, ok))})",
                      f"rank {r} would host devices of stages[{a}] and stages[{b}]")
 
 
 def _stages_of_ranks(stage_of_dev: dict[int, int], dev_rank: list[int], nproc: int):
-    """Per rank its stage or None; or (rank, stage a, stage b) for the first rank whose devices span two stages."""
+    """(per rank its stage or None, None), or (None, (rank, stage a, stage b)) for the first rank whose devices
+    span two stages."""
     out: list[int | None] = [None] * nproc
     for d, r in enumerate(dev_rank):
         s = stage_of_dev.get(d)
         if s is None:
             continue
         if out[r] is not None and out[r] != s:
-            return r, out[r], s
+            return None, (r, out[r], s)
         out[r] = s
-    return tuple(out)
+    return tuple(out), None
 
 
 def pipeline_plan(pipe: Pipeline, transfers, rank_stage: tuple[int | None, ...], batch_size: int) -> PipelinePlan:
