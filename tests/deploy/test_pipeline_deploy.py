@@ -107,3 +107,70 @@ def test_pipelines_on_three_ranks_equal_one_device(tmp_path):
                 torch.testing.assert_close(v, ref_params[n], rtol=1e-4, atol=1e-6, msg=f"{sc['name']}: {n}")
         assert seen == set(ref_params), sc["name"]  # every parameter is held (and checked) by some rank
         assert ref_losses[-1] < ref_losses[0], sc["name"]  # training moved the loss
+
+
+# ---- tag deploy on a pipelined plan.json ------------------------------------------------------------------------
+TOPO = {"version": 1, "name": "cpu4", "machines": [
+    {"name": "m0", "devices": [{"type": "cpu", "count": 2}], "nic_bandwidth_gbps": 10},
+    {"name": "m1", "devices": [{"type": "cpu", "count": 2}], "nic_bandwidth_gbps": 10}]}
+
+
+def _pipelined_plan_file(tmp_path, stage_rows, stage_devices, name):
+    """gpt2_tiny's groups cut in two halves on a 4-cpu cluster, written by the plan writer (derived buckets)."""
+    import json
+
+    from tag.cli import main
+    from tag.modelio import ModelOptions, load_inputs
+    from tag.strategy import TrainingConfig
+    from tag.strategy.planfile import write_plan
+
+    model = os.path.join(MODELS, "gpt2_tiny.onnx")
+    topo = tmp_path / "cpu4.json"
+    topo.write_text(json.dumps(TOPO))
+    dp = tmp_path / "dp.json"
+    if not dp.exists():
+        assert main(["plan", model, str(topo), "--baseline", "dp-even", "--batch-size", str(B), "-o", str(dp),
+                     "--json"]) == 0
+    inp = load_inputs(model, str(topo), ModelOptions(batch_size=B), plan_path=str(dp))
+    n = inp.gg.n_groups
+    cut = n // 2
+    decs = []
+    for g, dec in enumerate(inp.strategy.decisions):
+        s = 0 if g < cut else 1
+        replicated = sum(r > 0 for r in stage_rows[s]) > 1
+        decs.append(Decision(stage_rows[s], ("ring", "tree")[s] if replicated and dec.sync is not None else None))
+    stages = (Stage(tuple(range(cut)), stage_devices[0]), Stage(tuple(range(cut, n)), stage_devices[1]))
+    strategy = Strategy(tuple(decs), 25.0, pipeline=Pipeline(stages, M, "kfkb", 2))
+    path = tmp_path / name
+    write_plan(str(path), strategy, inp.gg, inp.cluster, TrainingConfig("momentum", 0.01), model, str(topo))
+    return model, path
+
+
+def test_tag_deploy_runs_a_pipelined_plan(tmp_path, capsys):
+    """4 plan devices on 3 ranks: rank 0 hosts both devices of stage 0 (rows 12 + 4 of 16), ranks 1 and 2 are stage
+    1's replicas with 4:12 rows (1:3 of each micro-batch); kfkb k=2, m=4; losses equal one process's. With 2 ranks a
+    plan whose first stage is one device is refused (rank 0 would host devices of both stages): exit 2, one line."""
+    import subprocess
+    import sys
+
+    from tag.cli import main
+
+    model, plan = _pipelined_plan_file(tmp_path, ((12, 4, 0, 0), (0, 0, 4, 12)), ((0, 1), (2, 3)), "pipe.json")
+    p = subprocess.run([sys.executable, "-m", "tag.cli", "deploy", str(plan), model, "--steps", "3", "--nproc", "3",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    import json
+
+    out = json.loads(p.stdout)
+    assert out["nproc"] == 3 and out["devices"] == 4 and out["batch_size"] == B and out["optimizer"] == "momentum"
+    assert out["measured_step_ms"] > 0 and len(out["step_ms"]) == 3
+    ref_losses, _ = _reference("gpt2_tiny", "momentum", 0.01, 3)
+    assert out["losses"] == pytest.approx(ref_losses, rel=1e-4)
+
+    _, bad = _pipelined_plan_file(tmp_path, ((16, 0, 0, 0), (0, 4, 4, 8)), ((0,), (1, 2, 3)), "bad.json")
+    capsys.readouterr()
+    assert main(["deploy", str(bad), model, "--nproc", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert ("--nproc: 2: expected a rank count whose ranks each host devices of one pipeline stage (here: 4), found "
+            "rank 0 would host devices of stages[0] and stages[1]") in err
