@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
+from tag.sim.batch_stats import batch_stat_units
 from tag.sim.context import SimContext
 from tag.sim.gradsync import group_sfb_syncs, sfb_compute_ms, shared_params, sync_method, tensor_bytes
 from tag.sim.rendezvous import exchange_gates
@@ -195,6 +196,33 @@ def _wire_syncs(units, devs_of, bwd_id, upd_id, draft: _Draft, overlap_sync: boo
                 u.wait.append(last_bwd[d])
 
 
+def _wire_batch_stats(ctx: SimContext, decs, fwd_maps, bwd_maps, units, programs, draft: _Draft) -> None:
+    """Append the batch-statistics syncs of training-mode BatchNormalization (`tag.sim.batch_stats`) to `units`:
+    each waits for its group's pass on every replica and holds back each replica's next task in program order.
+    fwd_maps / bwd_maps: per group, a list of {device: task id} (one per micro-batch)."""
+    found = batch_stat_units(ctx, decs, fwd_maps, bwd_maps)
+    if not found:
+        return
+    pos = {k: (d, i) for d, prog in enumerate(programs) for i, k in enumerate(prog)}
+    first, inputs = draft.first_sync, draft.inputs
+    for g, kind, devs, tasks, phases, nbytes in found:
+        j = len(units)
+        u = SyncUnit((g,), devs, nbytes, "ring", None, f"sync bn-stats g{g} {kind}")
+        u.phases = phases
+        for d in devs:
+            k = tasks[d]
+            u.wait.append(k)
+            if first[k] < 0:
+                first[k] = j
+            else:
+                draft.depend(k, (_SYNC, j))
+            dd, i = pos[k]
+            if i + 1 < len(programs[dd]):
+                u.release.append(programs[dd][i + 1])
+                inputs[programs[dd][i + 1]] += 1
+        units.append(u)
+
+
 def _programs(devices: list[int], n_dev: int) -> list[list[int]]:
     """Each device's task ids in creation order: forwards by group, backwards by group reversed, its step."""
     dev = np.asarray(devices, dtype=np.int64)
@@ -242,6 +270,7 @@ def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOpt
     upd_id = _update_tasks(ctx, units, per_group, sfb_upd_ms, draft)
     _wire_syncs(units, devs_of, bwd_id, upd_id, draft, options.overlap_sync)
     programs = _programs(draft.tasks.device, n_dev)
+    _wire_batch_stats(ctx, decs, [[m] for m in fwd_id], [[m] for m in bwd_id], units, programs, draft)
     if options.blocking_sends:
         transfers = _blocking(transfers, programs, draft.tasks, draft)
     return TaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, draft.first_sync, draft.dependents,

@@ -38,6 +38,7 @@ class SimContext:
         self._edge: dict = {}
         self._phases: dict = {}
         self.sfb: dict = {}  # (group, rows, sfb ops) -> SFB compute terms (`tag.sim.gradsync.sfb_compute_ms`)
+        self._bn_channels: list | None = None  # per group, its training-mode BatchNormalization channel counts
 
     def group_costs(self, g: int, decision) -> tuple:
         """(devices, fwd ms per device, bwd ms per device, update ms per device) of group g."""
@@ -58,6 +59,14 @@ class SimContext:
                 self._group.clear()
             self._group[key] = hit
         return hit
+
+    def bn_channels(self, g: int) -> list[int]:
+        """`tag.sim.batch_stats.training_bn_channels` of group g, computed once for all groups."""
+        if self._bn_channels is None:
+            from tag.sim.batch_stats import training_bn_channels
+
+            self._bn_channels = [training_bn_channels(self.gg, k) for k in range(self.gg.n_groups)]
+        return self._bn_channels[g]
 
     def micro_group_costs(self, g: int, decision, micro_batches: int) -> tuple:
         """`group_costs` of group g for one micro-batch: every device at rows[d] / micro_batches rows

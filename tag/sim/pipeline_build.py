@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tag.sim.build import BuildOptions, _Draft, _programs, _sync_units, _update_tasks, _wire_syncs, check_strategy
+from tag.sim.build import (BuildOptions, _Draft, _programs, _sync_units, _update_tasks, _wire_batch_stats, _wire_syncs,
+                           check_strategy)
 from tag.sim.context import SimContext, micro_decision
 from tag.sim.gradsync import sfb_compute_ms
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
@@ -195,6 +196,7 @@ def build_pipeline_task_graph(ctx: SimContext, strategy, options: BuildOptions =
     last_bwd = [bwd_id[g][m - 1] for g in range(len(decs))]  # the stage's last backward of each group
     _wire_syncs(units, devs_of, last_bwd, upd_id, draft, options.overlap_sync)
     programs = _programs(draft.tasks.device, n_dev)
+    _wire_batch_stats(ctx, decs, fwd_id, bwd_id, units, programs, draft)
     return PipelineTaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, draft.first_sync,
                              draft.dependents, MemoryInputs(recv, extra_static), sum(decs[0].rows) if decs else 0,
                              micro_batch=micro, micro_batches=m)
