@@ -47,6 +47,10 @@ class RankPlan:
         InputError naming the plan when the groups' row maps differ (placement or hybrid plans run on the ONNX
         model through `train_onnx`, not on a user module)."""
         s = self.schedule
+        if s.pipeline is not None:  # rank_rows are then one micro-batch's
+            raise InputError(self.job.plan_path, "stages", "a plan without stages to train an nn.Module (pipelined "
+                             "plans run on the ONNX model through `train_onnx`)",
+                             f"{len(s.pipeline.stage_groups)} stages")
         first = s.rank_rows[0]
         for g, rows in enumerate(s.rank_rows):
             if rows != first:

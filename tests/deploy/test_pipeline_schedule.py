@@ -168,3 +168,18 @@ def test_data_span_covers_every_micro_batch():
     (y, y2) on all 4 rows."""
     s = build_schedule(toy_graph(16), TOY_GROUPS, two_stage(), MACHINES)
     assert [data_span(s, r, "y") for r in range(3)] == [(0, 15), (3, 16), (0, 16)]
+
+
+def test_module_api_refuses_a_pipelined_plan():
+    """tag.runtime's nn.Module path reads one row map for the whole batch; a pipelined schedule's rows are one
+    micro-batch's, so it refuses (even a 1-stage pipeline whose groups share one row map)."""
+    from types import SimpleNamespace
+
+    from tag.runtime.plan import RankPlan
+
+    decs = (D((12, 4, 0), "ring"),) * 4
+    one_stage = Strategy(decs, pipeline=Pipeline((Stage((0, 1, 2, 3), (0, 1)),), 4))
+    s = build_schedule(toy_graph(16), TOY_GROUPS, one_stage, MACHINES)
+    plan = RankPlan(SimpleNamespace(plan_path="p.json"), s, 0, 3, "cpu")
+    with pytest.raises(InputError, match=r"^p.json: stages: expected a plan without stages to train an nn.Module"):
+        plan.data_parallel_rows()
