@@ -18,8 +18,8 @@ from __future__ import annotations
 
 def main() -> int:
     from tag.bench.data import published_table
-    from tag.bench.published_horovod import (HOROVOD_MODELS, compute_profile, fit_step_latency_us, predict_horovod,
-                                             simulate_pct)
+    from tag.bench.published_horovod import (HOROVOD_MODELS, PHASES, compute_profile, fit_step_latency_us,
+                                             predict_horovod, simulate_pct)
     from tag.bench.published_predict import group_graph
     from tag.bench.published_rows import read_table
     from tag.textfmt import table
@@ -28,12 +28,12 @@ def main() -> int:
     n = row["machines"] * row["gpus_per_machine"]
     b = row["per_gpu_batch"]
     alpha = fit_step_latency_us(compute_profile("vgg16", row["device"], b, n), n, row["nic_gbps"],
-                                row["scaling_efficiency_pct"]["VGG-16"])
+                                row["scaling_efficiency_pct"]["VGG-16"], phases=PHASES)
     print(f"{row['system']}, {b} per GPU; ring step latency alpha = {alpha:.2f} us (fitted on VGG-16)\n")
     rows = []
     for name, key in HOROVOD_MODELS.items():
         prof = compute_profile(key, row["device"], b, n)
-        hv = 100.0 * prof.iteration_ms / predict_horovod(prof, n, row["nic_gbps"], alpha)[0]
+        hv = 100.0 * prof.iteration_ms / predict_horovod(prof, n, row["nic_gbps"], alpha, phases=PHASES)[0]
         rows.append([name, row["scaling_efficiency_pct"][name], f"{hv:.1f}",
                      f"{group_graph(key, 1).n_groups} / {group_graph(key, n).n_groups}",
                      f"{simulate_pct(key, row, alpha, sync='ring', bucket_mb=0):.1f}",

@@ -10,8 +10,9 @@ ResNet-101) and 68% (VGG-16). Horovod of that time (v0.11-0.12, early 2018) sync
   64 MiB, ``HOROVOD_CYCLE_TIME`` = 5 ms, changed to 128 MiB / 1 ms only in v0.21): a background thread wakes at
   cycle starts; at each it takes every gradient ready by then, packs them in ready order into fusion buffers of at
   most 64 MiB (a larger tensor goes alone), and all-reduces the buffers one after another; the next cycle starts
-  ``cycle`` after this one started, or when its work ends if later (`fusion_schedule`). Cycles start at
-  ``0, cycle, 2 cycle, ...`` from the start of the iteration while idle.
+  ``cycle`` after this one started, or when its work ends if later (`fusion_schedule`). While idle, cycles
+  start every ``cycle``; where they fall in the iteration is arbitrary, so the prediction is the mean over the
+  iteration starting 0, 1, ..., 4 ms after a cycle start (`PHASES`).
 * **NCCL2's flat ring** over all n = 512 GPUs (hierarchical all-reduce came to Horovod later, NCCL's tree in
   NCCL 2.4, 2019): one ring through every machine, each fused buffer of S bytes takes (`tag.sim.algorithms
   .algorithm_ms` "ring" on the 128 x 4 cluster, which is `tag.cost.comm.ring_allreduce_ms` when the NIC bounds):
@@ -45,6 +46,7 @@ CYCLE_MS = 5.0
 # Published model names -> graph keys (`tag.bench.published_predict.model_path`).
 HOROVOD_MODELS = {"Inception-v3": "inception_v3", "ResNet-101": "resnet101", "VGG-16": "vgg16"}
 FIT_ROW = "VGG-16"
+PHASES = 5  # cycle phases averaged over (every 1 ms of the 5 ms cycle)
 
 
 @dataclass(frozen=True)
@@ -176,22 +178,27 @@ class HorovodResult:
 
 
 def predict_horovod(prof: ComputeProfile, n: int, nic_gbps: float, step_latency_us: float,
-                    cycle_ms: float = CYCLE_MS, fusion_bytes: float = FUSION_BYTES,
+                    cycle_ms: float = CYCLE_MS, fusion_bytes: float = FUSION_BYTES, phases: int = 1,
                     allreduce_ms=None) -> tuple[float, list[FusedAllreduce]]:
-    """(T_n ms, the fused all-reduces) of one iteration on n GPUs (module docstring); `allreduce_ms(nbytes)`
-    defaults to `flat_ring_ms`."""
+    """(T_n ms, the fused all-reduces of phase 0) of one iteration on n GPUs (module docstring); `allreduce_ms(nbytes)`
+    defaults to `flat_ring_ms`. phases > 1: T_n is the mean over the cycle starting at the fractions
+    0, 1/phases, ... of a cycle before the iteration (where Horovod's cycle falls in an iteration is arbitrary)."""
     ar = allreduce_ms or (lambda s: flat_ring_ms(s, n, nic_gbps, step_latency_us))
-    fused = fusion_schedule(list(prof.ready), ar, cycle_ms, fusion_bytes)
-    tail = max(0.0, fused[-1].end_ms - prof.backward_end_ms) if fused else 0.0
-    return prof.iteration_ms + tail, fused
+    total, first = 0.0, []
+    for k in range(phases):
+        shift = k * cycle_ms / phases  # the iteration starts `shift` after a cycle start
+        fused = fusion_schedule([(t + shift, b) for t, b in prof.ready], ar, cycle_ms, fusion_bytes)
+        total += max(0.0, fused[-1].end_ms - shift - prof.backward_end_ms) if fused else 0.0
+        first = first or fused
+    return prof.iteration_ms + total / phases, first
 
 
 def fit_step_latency_us(prof: ComputeProfile, n: int, nic_gbps: float, target_pct: float,
-                        lo: float = 0.0, hi: float = 200.0, steps: int = 40) -> float:
+                        lo: float = 0.0, hi: float = 200.0, steps: int = 40, phases: int = 1) -> float:
     """The ring step latency alpha (us) at which the predicted efficiency is `target_pct` (bisection: efficiency
     falls as alpha grows); `lo` or `hi` when the target lies outside."""
     def eff(a):
-        return 100.0 * prof.iteration_ms / predict_horovod(prof, n, nic_gbps, a)[0]
+        return 100.0 * prof.iteration_ms / predict_horovod(prof, n, nic_gbps, a, phases=phases)[0]
 
     if eff(lo) <= target_pct:
         return lo
@@ -243,9 +250,10 @@ def horovod_results(with_simulate: bool = False) -> list[HorovodResult]:
         b = row["per_gpu_batch"]
         profs = {name: compute_profile(HOROVOD_MODELS[name], row["device"], b, n)
                  for name in row["scaling_efficiency_pct"] if name in HOROVOD_MODELS}
-        alpha = fit_step_latency_us(profs[FIT_ROW], n, row["nic_gbps"], row["scaling_efficiency_pct"][FIT_ROW])
+        alpha = fit_step_latency_us(profs[FIT_ROW], n, row["nic_gbps"], row["scaling_efficiency_pct"][FIT_ROW],
+                                    phases=PHASES)
         for name, prof in profs.items():
-            t, fused = predict_horovod(prof, n, row["nic_gbps"], alpha)
+            t, fused = predict_horovod(prof, n, row["nic_gbps"], alpha, phases=PHASES)
             sims = [simulate_pct(HOROVOD_MODELS[name], row, alpha, base) if with_simulate else None
                     for base in ("dp-even", "dp-proportional")]
             out.append(HorovodResult(name, n, b, float(row["scaling_efficiency_pct"][name]), prof.iteration_ms, t,

@@ -90,3 +90,13 @@ def test_published_rows_have_a_source_and_a_graph():
         for name in r["scaling_efficiency_pct"]:
             assert model_path(HOROVOD_MODELS[name]).is_file()
     assert FUSION_BYTES == 64 * MIB
+
+
+def test_cycle_phases_average_the_wait_for_the_next_cycle():
+    """One gradient ready at 1 ms, the backward ending there, an all-reduce of 1 ms, 5 ms cycles. With the
+    iteration starting 0, 1, 2, 3, 4 ms after a cycle start, the gradient waits for the cycle at absolute 5 ms: the
+    tails past the backward are 5, 4, 3, 2, 1 ms; their mean is 3."""
+    prof = ComputeProfile(10.0, 1.0, ((1.0, 8.0),))
+    fixed = lambda s: 1.0  # noqa: E731
+    assert predict_horovod(prof, 2, 8.0, 0.0, phases=1, allreduce_ms=fixed)[0] == pytest.approx(15.0)
+    assert predict_horovod(prof, 2, 8.0, 0.0, phases=5, allreduce_ms=fixed)[0] == pytest.approx(13.0)
