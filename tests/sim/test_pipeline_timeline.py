@@ -14,7 +14,7 @@ from tag.sim import estimate, simulate
 from tag.sim.build import build_task_graph
 from tag.sim.context import sim_context
 from tag.strategy import Decision, Strategy, TrainingConfig
-from tag.strategy.pipeline import Pipeline, Stage
+from tag.strategy.pipeline import Pipeline, Stage, stage_order
 
 TC = TrainingConfig(optimizer="adam")
 LINK_BYTES_PER_ROW = 1e7  # 1 ms per 1-row micro-batch on a 1e7 bytes/ms link
@@ -202,3 +202,49 @@ def test_pipeline_that_does_not_fit_is_an_error(bad, message):
     gg, cl, cost, st = _chain("1f1b")
     with pytest.raises(ValueError, match=message):
         simulate(gg, cl, cost, Strategy(st.decisions, pipeline=bad), TC)
+
+
+def _recurrence_starts(schedule, k, n_st, m, fwd_ms):
+    """Start of every pass by the pipeline recurrence (a second method, no event loop): a pass starts when the
+    previous pass of its stage has ended and, for ("F", j), stage s - 1's forward of j, for ("B", j), stage
+    s + 1's backward of j (free links). Solved by sweeping until nothing changes. {(stage, kind, j): start}."""
+    orders = [stage_order(schedule, k, n_st, s, m) for s in range(n_st)]
+    dur = lambda s, kind: fwd_ms[s] * (1 if kind == "F" else 2)  # noqa: E731 - FixedCost: backward = 2 x forward
+    end: dict = {}
+    start: dict = {}
+    for _ in range(4 * m * n_st):  # each sweep settles at least one more pass
+        if len(end) == sum(map(len, orders)):
+            break
+        for s, order in enumerate(orders):
+            t = 0.0
+            for kind, j in order:
+                dep = (s - 1, "F", j) if kind == "F" and s > 0 else (s + 1, "B", j) if kind == "B" and s < n_st - 1 \
+                    else None
+                if dep is not None and dep not in end:
+                    break
+                t = max(t, end[dep] if dep is not None else 0.0)
+                start[(s, kind, j)] = t
+                t = end[(s, kind, j)] = t + dur(s, kind)
+    assert len(end) == sum(map(len, orders)), "the recurrence did not settle"
+    return start
+
+
+@pytest.mark.parametrize("n_st, m, schedule, k", [(3, 6, "gpipe", 1), (3, 6, "1f1b", 1), (3, 6, "kfkb", 2),
+                                                   (4, 8, "1f1b", 1), (4, 8, "kfkb", 4), (2, 6, "kfkb", 3)])
+def test_timeline_matches_the_pipeline_recurrence(n_st, m, schedule, k):
+    # one group per stage on its own device, uneven stage speeds, free links: every task's start equals the
+    # recurrence's; the iteration ends with the last backward
+    fwd_ms = [1.0, 2.5, 0.5, 1.5][:n_st]
+    cl = make_cluster([n_st], dev_lat_us=0.0)
+    gg = make_gg([dict() for _ in range(n_st)], [(s, s + 1, 0.0, 0.0) for s in range(n_st - 1)])
+    decs = tuple(Decision(tuple(m if d == s else 0 for d in range(n_st))) for s in range(n_st))
+    pl = Pipeline(tuple(Stage((s,), (s,)) for s in range(n_st)), m, schedule, k)
+    r = simulate(gg, cl, FixedCost(fwd_ms), Strategy(decs, pipeline=pl), TC, trace=True)
+    want = _recurrence_starts(schedule, k, n_st, m, fwd_ms)
+    got = {}
+    for e in r.trace_events:
+        if e["ph"] == "X" and e["pid"] == 0:
+            kind, _, mb = e["name"].split()[:3]
+            got[(e["tid"], "F" if kind == "fwd" else "B", int(mb[2:]))] = e["ts"] / 1e3
+    assert got == pytest.approx(want)
+    assert r.iteration_ms == pytest.approx(max(t + 2 * fwd_ms[s] for (s, kind, _), t in want.items() if kind == "B"))
