@@ -6,7 +6,9 @@ An op is *unsplittable* when its rows are not independent: it reduces, normalise
 or contracts across the batch axis, or its rows are interleaved with another dim (a reshape of (S, B, E) to
 (S*B, E), as torch's MultiheadAttention exports; costs still scale with rows there). An op is `batched` when
 it reads a batched tensor (its work scales with rows), except Shape/Size, whose outputs carry no rows;
-ops reading no batched tensor (shape arithmetic, weight generators) are not batched. Shape constants that
+ops reading no batched tensor (shape arithmetic, weight generators) are not batched; CastLike's second input
+gives only a dtype, so it carries no rows through. A sequence (tag.graph.sequences) carries the batch axis of
+the tensor it was split from; SequenceAt hands it to the element. Shape constants that
 encode the file's batch on the batch axis yield `BatchConstant`s (tag.graph.batch_constants) that deploy
 rewrites for the rows each rank runs.
 """
@@ -18,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from tag.graph.batch_constants import dedupe_batch_constants, op_batch_constants
-from tag.graph.op_families import BROADCAST_OPS, DATA_DEPENDENT_OPS, REDUCE_OPS, SHAPE_OUTPUT_OPS
+from tag.graph.op_families import BROADCAST_OPS, DATA_DEPENDENT_OPS, REDUCE_OPS, SHAPE_OUTPUT_OPS, TYPE_ONLY_INPUTS
 from tag.graph.op_families import norm_axis as _norm_axis
 from tag.graph.opgraph import BatchConstant, Op, TensorInfo
 
@@ -43,6 +45,8 @@ def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: 
     layout: dict[str, tuple[int, int]] = {}  # tensor -> (outer, extent): batch axis dim = outer x extent x inner
     for op in ops:
         ins = [view[i] if i else None for i in op.inputs]
+        if op.op_type in TYPE_ONLY_INPUTS:  # CastLike reads only the dtype of its second input
+            ins = [t if k not in TYPE_ONLY_INPUTS[op.op_type] else None for k, t in enumerate(ins)]
         outs = [view[o] for o in op.outputs if o]
         batched_in = [t for t in ins if t is not None and t.batch_axis is not None]
         if not batched_in:
@@ -56,9 +60,11 @@ def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: 
             if b is not None:
                 layout[outs[0].name] = (outer, extent)
         else:
-            axes, split = _rule(op, ins, outs, opset, values)
+            axes, split = _rule(op, ins, outs, opset, values, ops)
+            axes = [a if (a is not None and t.shape is not None and 0 <= a < len(t.shape)) else None
+                    for t, a in zip(outs, axes)]
             for t, a in zip(outs, axes):
-                if x.name in layout and a is not None and t.shape is not None and t.shape[a] == x.shape[x.batch_axis]:
+                if x.name in layout and a is not None and t.shape[a] == x.shape[x.batch_axis]:
                     layout[t.name] = layout[x.name]
         if any(layout.get(t.name, (1, 0))[0] > 1 for t in batched_in):
             split = False  # rows interleaved with an outer dim: not contiguous slices
@@ -77,7 +83,7 @@ def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: 
     return dedupe_batch_constants(found)
 
 
-def _rule(op: Op, ins, outs, opset: int, consts) -> tuple[list[int | None], bool]:
+def _rule(op: Op, ins, outs, opset: int, consts, ops: list[Op]) -> tuple[list[int | None], bool]:
     t, a0 = op.op_type, op.attrs
     x = next(i for i in ins if i is not None and i.batch_axis is not None)
     n_out = len(outs)
@@ -116,10 +122,43 @@ def _rule(op: Op, ins, outs, opset: int, consts) -> tuple[list[int | None], bool
     if t in ("Concat", "Split", "CumSum", "TopK", "GatherElements", "ScatterElements", "ReverseSequence", "LpNormalization"):
         axis = _norm_axis(a0.get("axis", -1 if t in ("TopK", "LpNormalization") else 0), len(x.shape))
         return _same_rank(x, outs, axis != x.batch_axis)
+    if t == "SplitToSequence":  # the sequence's recorded shape is its input's (tag.graph.sequences)
+        axis = _norm_axis(a0.get("axis", 0), len(x.shape))
+        return _same_rank(x, outs, axis != x.batch_axis)
+    if t == "SequenceAt":
+        return _sequence_at(x, ins, outs[0], ops)
+    if t == "ConcatFromSequence":
+        return _concat_from_sequence(x, outs[0], a0)
     if t == "BatchNormalization":  # training mode splits too: deploy sums the statistics over the replicas
         return _same_rank(x, outs[:1], x.batch_axis == 0) if n_out == 1 \
             else ([x.batch_axis] + [None] * (n_out - 1), x.batch_axis == 0)
     return _same_rank(x, outs, True)
+
+
+def _sequence_at(seq: TensorInfo, ins, out: TensorInfo, ops: list[Op]) -> tuple[list[int | None], bool]:
+    """SequenceAt: the element's batch axis is the sequence's, one lower past an axis the split squeezed away."""
+    a = seq.batch_axis
+    p = ops[seq.producer] if seq.producer is not None else None
+    if p is not None and p.op_type == "SplitToSequence":
+        axis = _norm_axis(p.attrs.get("axis", 0), len(seq.shape))
+        squeezed = not p.attrs.get("keepdims", 1) and not (len(p.inputs) > 1 and p.inputs[1])
+        if squeezed and axis < a:
+            a -= 1
+    elif p is None or p.op_type != "SequenceConstruct":
+        return [None], False
+    if out.shape is None or not 0 <= a < len(out.shape) or out.shape[a] != seq.shape[seq.batch_axis]:
+        return [None], False
+    return [a], True
+
+
+def _concat_from_sequence(seq: TensorInfo, out: TensorInfo, attrs) -> tuple[list[int | None], bool]:
+    """ConcatFromSequence: concatenating (or stacking on a new axis) across the batch axis mixes rows."""
+    a = seq.batch_axis
+    if attrs.get("new_axis", 0):
+        axis = _norm_axis(attrs.get("axis", 0), len(seq.shape) + 1)
+        return ([a + 1 if axis <= a else a], True)
+    axis = _norm_axis(attrs.get("axis", 0), len(seq.shape))
+    return _same_rank(seq, [out], axis != a)
 
 
 def _same_rank(x: TensorInfo, outs, ok: bool) -> tuple[list[int | None], bool]:

@@ -15,6 +15,11 @@ Rules (FLOP = 2 x MAC for products; figures for the whole op at the file's batch
 - Resize: out_elems x (1 nearest, 2 * 2^r linear, 2 * 4^r cubic; r = rank - 2).
 - Gather family and data movement: 0 FLOP. An op type with no rule: 0 FLOP, costed as memory-bound by its
   traffic, and named once in the graph's warnings.
+- Sequences: SplitToSequence + SequenceAt is a Split: the SplitToSequence moves nothing (a sequence holds
+  views), each SequenceAt reads and writes its element, so the pair moves the bytes of one Split.
+- Shape plumbing traced from literals (`is_shape_plumbing`: positions, causal masks, shape vectors) and
+  unbatched integer ops with no rule cost nothing (class "shape"); CastLike reads only the dtype of its
+  second input.
 
 Backward FLOPs: products (conv, matmul classes) 2 x forward (input gradient + weight gradient; the input
 gradient is kept even when that input is data or needs no gradient); every other op 1 x forward.
@@ -29,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from tag.graph.batch_axis import expand_einsum
-from tag.graph.op_families import BROADCAST_OPS, REDUCE_OPS
+from tag.graph.op_families import BROADCAST_OPS, REDUCE_OPS, TYPE_ONLY_INPUTS
 from tag.graph.opgraph import Op, TensorInfo
 
 CLASS_OPS = {
@@ -42,15 +47,17 @@ CLASS_OPS = {
     "reduce": " ".join(sorted(REDUCE_OPS)) + " CumSum TopK",
     "gather": "Gather GatherElements GatherND ScatterND ScatterElements Scatter OneHot",
     "data_movement": """Reshape Flatten Squeeze Unsqueeze Transpose Concat Split Slice Expand Tile Pad Identity Dropout
-                        Cast CastLike DepthToSpace SpaceToDepth Resize Upsample ReverseSequence Trilu""",
-    "shape": "Shape Size Constant ConstantOfShape Range EyeLike",
+                        Cast CastLike DepthToSpace SpaceToDepth Resize Upsample ReverseSequence Trilu
+                        SplitToSequence SequenceAt SequenceConstruct SequenceInsert SequenceErase ConcatFromSequence""",
+    "shape": "Shape Size Constant ConstantOfShape Range EyeLike SequenceLength SequenceEmpty",
 }
 OP_CLASS = {t: c for c, ts in CLASS_OPS.items() for t in ts.split()}
 for _t in BROADCAST_OPS:
     OP_CLASS.setdefault(_t, "elementwise")
 OP_CLASS["Where"] = "elementwise"
 
-VIEW_OPS = frozenset("Reshape Flatten Squeeze Unsqueeze Identity Dropout Shape Size Constant".split())
+VIEW_OPS = frozenset("""Reshape Flatten Squeeze Unsqueeze Identity Dropout Shape Size Constant
+    SplitToSequence SequenceConstruct""".split())  # a sequence holds references to its elements
 ELEMENT_FLOPS = {"BatchNormalization": 2, "LayerNormalization": 5, "InstanceNormalization": 5,
                  "GroupNormalization": 5, "SkipLayerNormalization": 6, "SimplifiedLayerNormalization": 4,
                  "RMSNormalization": 4, "MeanVarianceNormalization": 5, "LpNormalization": 3,
@@ -63,7 +70,8 @@ SAVES_OUTPUT = frozenset("Relu Sigmoid Tanh Exp Sqrt Softmax LogSoftmax Reciproc
 SAVES_NOTHING = frozenset("""Add Sub Sum Neg Identity Dropout Cast CastLike Reshape Flatten Squeeze Unsqueeze Transpose
     Concat Split Slice Expand Tile Pad AveragePool GlobalAveragePool ReduceSum ReduceMean Shape Size Constant
     ConstantOfShape Range DepthToSpace SpaceToDepth Resize Upsample Equal Less Greater Not And Or
-    LessOrEqual GreaterOrEqual Floor Ceil Round Sign""".split())
+    LessOrEqual GreaterOrEqual Floor Ceil Round Sign SplitToSequence SequenceAt SequenceConstruct SequenceLength
+    ConcatFromSequence""".split())
 PRODUCT_CLASSES = ("conv", "matmul")
 
 
@@ -138,14 +146,18 @@ def _einsum_flops(equation: str, ins) -> float:
     return 2.0 * (len(ins) - 1) * total if len(ins) > 1 else total
 
 
-def fill_costs(op: Op, tensors: dict[str, TensorInfo], file_batch: int) -> None:
-    """Set op_class, FLOPs, memory traffic, output and saved bytes of `op` (per row + fixed)."""
-    ins = [tensors[i] if i else None for i in op.inputs]
+def fill_costs(op: Op, tensors: dict[str, TensorInfo], file_batch: int, traced: set[str] = frozenset()) -> None:
+    """Set op_class, FLOPs, memory traffic, output and saved bytes of `op` (per row + fixed).
+
+    traced: the graph's `traced_constants` (ops reading only those and writing integers cost nothing)."""
+    type_only = TYPE_ONLY_INPUTS.get(op.op_type, ())
+    ins = [tensors[i] if i and k not in type_only else None for k, i in enumerate(op.inputs)]
     outs = [tensors[o] for o in op.outputs if o]
     op.op_class = op_class(op.op_type)
     if op.is_weight_generator:
         return
-    if op.op_class == "other" and not op.batched and all(o.dtype.startswith(("int", "uint", "bool")) for o in outs):
+    if is_shape_plumbing(op, ins, outs, traced) or (op.op_class == "other" and not op.batched
+                                             and all(o.dtype.startswith(("int", "uint", "bool")) for o in outs)):
         op.op_class = "shape"
     fb = max(file_batch, 1)
     rows_scale = op.batched or any(t is not None and t.batch_axis is not None for t in ins)
@@ -164,7 +176,7 @@ def fill_costs(op: Op, tensors: dict[str, TensorInfo], file_batch: int) -> None:
         for k, t in enumerate(ins):
             if t is None:
                 continue
-            if k == 0 and op.op_class == "gather" and t.role in ("param", "constant"):
+            if k == 0 and (op.op_type == "SequenceAt" or (op.op_class == "gather" and t.role in ("param", "constant"))):
                 per_row, fixed = per_row + op.out_bytes_per_row, fixed + op.out_bytes_fixed
             else:
                 per_row += t.bytes_per_row(fb)
@@ -173,6 +185,30 @@ def fill_costs(op: Op, tensors: dict[str, TensorInfo], file_batch: int) -> None:
     saved = _saved_tensors(op, ins, outs)
     op.saved_bytes_per_row = sum(t.bytes_per_row(fb) for t in saved)
     op.saved_bytes_fixed = sum(t.bytes_fixed() for t in saved)
+
+
+def traced_constants(ops: list[Op], tensors: dict[str, TensorInfo]) -> set[str]:
+    """Names of the tensors an exporter traced from literals: outputs of ``Constant`` nodes and of ops that read
+    only such tensors (`ops` in topological order). Graph inputs and stored initializers are not traced."""
+    traced: set[str] = set()
+    for op in ops:
+        if all(i in traced for i in op.inputs if i):
+            traced.update(o for o in op.outputs if o)
+    return traced
+
+
+def is_shape_plumbing(op: Op, ins, outs, traced: set[str]) -> bool:
+    """Whether `op` is traced shape plumbing, which costs nothing (class "shape").
+
+    Plumbing reads only traced constants (`traced_constants`) and writes only integers or booleans: the
+    positions, index grids, causal masks and shape vectors an exporter traces from literals. Their values are
+    fixed when the file is written, so runtimes fold them. Shape arithmetic on a tensor's runtime shape
+    (``Shape(x)`` onwards) and ops on stored integer buffers (initializers such as DLRM's pair index, read on
+    the device every step) keep their generic cost.
+    """
+    if op.batched or not outs or not all(t.name in traced for t in ins if t is not None):
+        return False
+    return all(o.dtype.startswith(("int", "uint", "bool")) for o in outs)
 
 
 def _saved_tensors(op: Op, ins, outs) -> list[TensorInfo]:

@@ -14,7 +14,7 @@ import onnx
 from onnx import helper
 
 from tag.graph.batch_axis import propagate_batch
-from tag.graph.costs import fill_costs, has_rule
+from tag.graph.costs import fill_costs, has_rule, traced_constants
 from tag.graph.opgraph import Op, OpGraph, TensorInfo
 from tag.graph.reader import file_sha256, read_model
 from tag.graph.roles import assign_roles
@@ -62,8 +62,9 @@ def load_model(path, *, data_inputs=(), input_shapes=None, batch_size=None, n_de
     probe = _probe_shapes(model, path, roles, shp)
     batch_constants = propagate_batch(ops, tensors, data, shp.file_batch, consts, opset, shp.values, probe)
     counted: set[str] = set()
+    traced = traced_constants(ops, tensors)
     for op in ops:
-        fill_costs(op, tensors, shp.file_batch)
+        fill_costs(op, tensors, shp.file_batch, traced)
         if op.is_weight_generator:
             continue
         mine = []

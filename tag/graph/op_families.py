@@ -11,7 +11,8 @@ And Or Xor Not Relu LeakyRelu PRelu Elu Selu Celu Sigmoid HardSigmoid HardSwish 
 Erf Ceil Floor Round Sign Clip Cast CastLike Identity Dropout Softplus Softsign Mish Gelu FastGelu BiasGelu QuickGelu
 Sin Cos Tan Asin Acos Atan Sinh Cosh Asinh Acosh Atanh IsNaN IsInf Mod BitShift ThresholdedRelu Shrink BitwiseAnd
 BitwiseOr BitwiseXor BitwiseNot Expand""".split())
-SHAPE_OUTPUT_OPS = frozenset("Shape Size".split())  # read a batched tensor, output no batch axis
+SHAPE_OUTPUT_OPS = frozenset("Shape Size SequenceLength".split())  # read a batched tensor, output no batch axis
+TYPE_ONLY_INPUTS = {"CastLike": frozenset({1})}  # op type -> input indices read only for their dtype
 DATA_DEPENDENT_OPS = frozenset("NonZero Unique Compress NonMaxSuppression".split())
 REDUCE_OPS = frozenset("""ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceLogSum
 ReduceLogSumExp ReduceSumSquare ArgMax ArgMin""".split())

@@ -1,9 +1,14 @@
 """Shape completion (DESIGN.md § Shapes): every tensor's dtype and concrete shape at the file's batch.
 
 Data inputs get concrete dims (a symbolic leading dim becomes 1; other symbolic dims come from
-``--input-shape``), then onnx shape inference runs with data propagation on a weight-free copy of the graph.
-Where gaps remain in tensors that are used, ``onnx.reference.ReferenceEvaluator`` runs the graph once on a
-zero input of those shapes and reads the shapes off the results.
+``--input-shape``), then onnx shape inference runs with data propagation on a weight-free copy of the graph,
+in rounds: after each, tag shapes sequence tensors and what is read out of them (tag.graph.sequences, given
+back to the next round as value_info) and evaluates the small shape arithmetic inference missed on known
+values (`fold_shape_values`: Shape of known shapes, integer and small float literals, e.g. the float
+``Constant`` that the dynamo exporter casts with CastLike into a ``Range`` limit), given back as initializers.
+This needs no weights, so it works on the meta-device exports of models too big to evaluate. Where gaps
+remain in tensors that are used, ``onnx.reference.ReferenceEvaluator`` runs the graph once on a zero input of
+those shapes (when its inputs fit in 1 GiB) and reads the shapes off the results.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from onnx import helper, numpy_helper
 
 from tag.errors import InputError
 from tag.graph.roles import Roles, declared_dims, elem_type
+from tag.graph.sequences import SEQUENCE_PRODUCERS, fill_sequence_shapes
 
 _EVAL_FEED_LIMIT_BYTES = 1 << 30  # the evaluator fallback never allocates more than this for its inputs
 _BIG_INIT_NUMEL = 4096  # float initializers above this become typed inputs in the inference copy
@@ -100,18 +106,23 @@ def complete_shapes(model: onnx.ModelProto, path: str, roles: Roles,
             inits.append(t)
     outputs = [helper.make_tensor_value_info(o.name, elem_type(o), None) for o in g.output]
     nodes = list(g.node)
-    values = constant_values(model)
+    values = {**constant_values(model, floats=True), **constant_values(model)}
+    sequence_outputs = {o for n in nodes if n.op_type in SEQUENCE_PRODUCERS for o in n.output}
     dtypes: dict[str, str] = {}
     shapes: dict[str, tuple[int, ...] | None] = {}
-    for _ in range(6):  # infer, fold shape arithmetic that data propagation missed, infer again
-        graph = helper.make_graph(nodes, g.name or "g", inputs, outputs, initializer=inits)
+    hints: dict[str, tuple[int, ...]] = {}  # tensors tag shaped itself, given to the next inference
+    for _ in range(8):  # infer, shape sequences, fold shape arithmetic that data propagation missed, infer again
+        value_info = [helper.make_tensor_value_info(n, _onnx_type(dtypes[n]), s) for n, s in hints.items()]
+        graph = helper.make_graph(nodes, g.name or "g", inputs, outputs, initializer=inits, value_info=value_info)
         light = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=max(model.ir_version, 7))
         inferred = _infer(light)
         _read_value_infos(inferred, inits, dtypes, shapes)
+        filled = fill_sequence_shapes(list(g.node), dtypes, shapes, values)
+        hints.update({n: shapes[n] for n in filled if n not in sequence_outputs})
         if not _used_gaps(g, shapes):
             break
         folded = fold_shape_values(nodes, dtypes, shapes, values)
-        if not folded:
+        if not folded and not filled:
             break
         done = set(folded)
         nodes = [n for n in nodes if not all(o in done for o in n.output if o)]
@@ -123,6 +134,13 @@ def complete_shapes(model: onnx.ModelProto, path: str, roles: Roles,
     fold_shape_values(list(g.node), dtypes, shapes, values)
     return Shapes(dtypes=dtypes, shapes=shapes, input_shapes=data_shapes, file_batch=max(int(file_batch), 1),
                   values=values)
+
+
+def _onnx_type(dtype_name: str) -> int:
+    """ONNX element type of a numpy dtype name (bfloat16, which numpy lacks, by name)."""
+    if dtype_name == "bfloat16":
+        return onnx.TensorProto.BFLOAT16
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype_name))
 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -146,6 +164,9 @@ def _read_value_infos(inferred: onnx.ModelProto, inits, dtypes: dict, shapes: di
         shapes[t.name] = tuple(int(d) for d in t.dims)
 
 
+_INT_TYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64})
+_FLOAT_BOOL_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
+                               onnx.TensorProto.BOOL})
 _NO_FOLD = frozenset("RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial Loop If Scan".split())
 _SMALL = 64
 
@@ -263,16 +284,20 @@ def _fill_by_evaluation(model: onnx.ModelProto, gaps: list[str], data_shapes: di
             dtypes[name] = value.dtype.name
 
 
-def constant_values(model: onnx.ModelProto, max_numel: int = 64) -> dict[str, np.ndarray]:
-    """Values of small integer constants: initializers and Constant node outputs (shape targets and such)."""
+def constant_values(model: onnx.ModelProto, max_numel: int = 64, floats: bool = False) -> dict[str, np.ndarray]:
+    """Values of small integer constants: initializers and Constant node outputs (shape targets and such).
+
+    floats: also small float and bool constants (the scalars an exporter casts into shape arithmetic).
+    """
+    kinds = _INT_TYPES | (_FLOAT_BOOL_TYPES if floats else frozenset())
     out: dict[str, np.ndarray] = {}
     for t in model.graph.initializer:
-        if t.data_location != onnx.TensorProto.EXTERNAL and t.data_type in (6, 7) and int(np.prod(t.dims or [1])) <= max_numel:
+        if t.data_location != onnx.TensorProto.EXTERNAL and t.data_type in kinds and int(np.prod(t.dims or [1])) <= max_numel:
             out[t.name] = numpy_helper.to_array(t)
     for n in model.graph.node:
         if n.op_type == "Constant" and n.output:
             for a in n.attribute:
-                if a.name == "value" and a.t.data_type in (6, 7) and int(np.prod(a.t.dims or [1])) <= max_numel:
+                if a.name == "value" and a.t.data_type in kinds and int(np.prod(a.t.dims or [1])) <= max_numel:
                     out[n.output[0]] = numpy_helper.to_array(a.t)
                 elif a.name in ("value_int", "value_ints"):
                     out[n.output[0]] = np.array(helper.get_attribute_value(a), dtype=np.int64)
