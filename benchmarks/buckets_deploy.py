@@ -1,0 +1,126 @@
+"""Gradient buckets on 2 local cpu ranks: measured `tag deploy` step vs `tag simulate --plan`, one bucket per group
+against 25 MiB buckets.
+
+Usage: python benchmarks/buckets_deploy.py [--model resnet_tiny] [--batch-size 32] [--steps 30] [--warmup 5]
+       [--rounds 3] [--caps 0,25] [--sync auto] [--work DIR] [--reuse]
+
+1. `tag profile links --nproc 2` writes the measured 2-rank topology and `tag profile ops` the model's op times
+   (as deploy runs them: one thread per rank, rows = batch / 2);
+2. for each cap, the dp-even plan (every group on both ranks, even rows) with ``bucket_mb`` = cap is written through
+   `tag.strategy.planfile.plan_to_json` with its resolved buckets (`SimContext.bucket_syncs`: cap 0 = one bucket per
+   group with parameters, 25 = DDP's default cap);
+3. per plan, `tag simulate MODEL TOPO --plan P --profile PROF --json` (the planner's simulator: bucket syncs overlap
+   the remaining backward) and the same simulation as deploy runs a step (`simulate(..., overlap_sync=False,
+   blocking_sends=True)`: syncs after the whole backward) are the predictions;
+4. `tag deploy P MODEL --steps N --warmup W --json` gives ``measured_step_ms`` (median step after the warm-up),
+   `--rounds` times, the plans alternating so both see the same load; the table gives the median over rounds.
+
+Prints a markdown table; every figure comes from the commands above, which the table's header repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "..", "datasets", "models")
+
+
+def _tag(*args, json_out: bool = True) -> dict | None:
+    cmd = [sys.executable, "-m", "tag.cli", *args] + (["--json"] if json_out else [])
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"tag {' '.join(args)} failed: {p.stderr.strip()[-2000:]}")
+    return json.loads(p.stdout) if json_out else None
+
+
+def write_plan(model: str, topo: str, profile: str, batch: int, cap_mb: float, out: str, sync: str = "auto") -> list[dict]:
+    """The dp-even plan of `model` on `topo` with a `cap_mb` bucket cap, written to `out`; returns its buckets.
+    sync: the replicated groups' sync (dp-even's ``auto``: each bucket's algorithm chosen by cost)."""
+    from tag.modelio import ModelOptions, load_inputs
+    from tag.search.baselines import dp_even
+    from tag.sim import simulate
+    from tag.sim.context import sim_context
+    from tag.strategy import Strategy
+    from tag.strategy.planfile import plan_to_json, predicted_from_result, write_plan as write
+
+    inp = load_inputs(model, topo, ModelOptions(batch_size=batch, profile=profile))
+    base = dp_even(inp.gg, inp.cluster, inp.cost, inp.training, batch)
+    decisions = tuple(d if d.sync is None else replace(d, sync=sync) for d in base.decisions)
+    strategy = Strategy(decisions, cap_mb)
+    res = simulate(inp.gg, inp.cluster, inp.cost, strategy, inp.training)
+    buckets = sim_context(inp.gg, inp.cluster, inp.cost, inp.training).bucket_syncs(strategy)
+    obj = plan_to_json(strategy, inp.gg, inp.cluster, inp.training, model, topo,
+                       predicted=predicted_from_result(res, inp.cost.name), bucket_syncs=buckets)
+    write(out, obj)
+    return obj["buckets"]
+
+
+def as_deploy_ms(model: str, topo: str, profile: str, plan: str) -> float:
+    """The plan simulated as the deploy runtime runs a step (syncs after the whole backward, blocking exchanges)."""
+    from tag.modelio import ModelOptions, load_inputs
+    from tag.sim import simulate
+
+    inp = load_inputs(model, topo, ModelOptions(profile=profile), plan_path=plan)
+    return simulate(inp.gg, inp.cluster, inp.cost, inp.strategy, inp.training, overlap_sync=False,
+                    blocking_sends=True).iteration_ms
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="resnet_tiny")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--caps", default="0,25")
+    ap.add_argument("--sync", default="auto", help="the groups' sync: auto (dp-even's) or an algorithm")
+    ap.add_argument("--work", default="buckets-deploy-work")
+    ap.add_argument("--reuse", action="store_true", help="keep the topology and profile already in --work")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    model = os.path.join(MODELS, f"{a.model}.onnx")
+    topo, prof = os.path.join(a.work, "links2.json"), os.path.join(a.work, f"{a.model}.profile.json")
+    t0 = time.time()
+    if not (a.reuse and os.path.isfile(topo)):
+        _tag("profile", "links", "--nproc", "2", "-o", topo, json_out=False)
+    if not (a.reuse and os.path.isfile(prof)):
+        _tag("profile", "ops", model, "--batch-size", str(a.batch_size), "--rows", str(a.batch_size // 2),
+             "-o", prof, json_out=False)
+    caps = [float(c) for c in a.caps.split(",")]
+    plans, rows = {}, {}
+    for cap in caps:
+        plan = os.path.join(a.work, f"{a.model}-{a.sync}-b{cap:g}.json")
+        buckets = write_plan(model, topo, prof, a.batch_size, cap, plan, a.sync)
+        sim = _tag("simulate", model, topo, "--plan", plan, "--profile", prof)
+        plans[cap] = plan
+        rows[cap] = {"buckets": len(buckets), "algorithms": sorted({b["algorithm"] for b in buckets}),
+                     "sim_ms": sim["iteration_ms"], "sim_deploy_ms": as_deploy_ms(model, topo, prof, plan),
+                     "measured": []}
+    for _ in range(a.rounds):
+        for cap in caps:
+            out = _tag("deploy", plans[cap], model, "--steps", str(a.steps), "--warmup", str(a.warmup))
+            rows[cap]["measured"].append(out["measured_step_ms"])
+    print(f"`python benchmarks/buckets_deploy.py --model {a.model} --batch-size {a.batch_size} --steps {a.steps} "
+          f"--warmup {a.warmup} --rounds {a.rounds} --caps {a.caps} --sync {a.sync}` ({time.time() - t0:.0f} s; load average after "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
+    print("| bucket cap MiB | buckets | algorithms | tag simulate ms | simulated as deploy runs ms | measured ms "
+          "(median of rounds) | rounds | err vs tag simulate % | err vs as-deploy % |")
+    print("|---:|---:|---|---:|---:|---:|---|---:|---:|")
+    for cap in caps:
+        r = rows[cap]
+        m = statistics.median(r["measured"])
+        print(f"| {cap:g} | {r['buckets']} | {', '.join(r['algorithms'])} | {r['sim_ms']:.2f} | "
+              f"{r['sim_deploy_ms']:.2f} | {m:.2f} | {', '.join(f'{x:.1f}' for x in r['measured'])} | "
+              f"{100 * (r['sim_ms'] - m) / m:+.1f} | {100 * (r['sim_deploy_ms'] - m) / m:+.1f} |")
+
+
+if __name__ == "__main__":
+    main()
