@@ -6,11 +6,16 @@ For a stage of groups [lo, hi) on devices D and m micro-batches of b = B / m row
   speed on the stage (1 / time per row at the even share), capped by its memory; unsplittable groups run all b
   rows on the host (the first of the fastest devices);
 - compute_ms = max_d time(d, r_d) (+ the unsplittable groups at b rows on the host);
-- transfer_ms = (bytes per row into the stage + out of it) x max_d r_d / the narrowest bandwidth to the adjacent
-  devices (activations forward, their gradients backward, both ways full duplex);
-- sync_ms = ring all-reduce of the stage's parameter bytes over D: 2 (n - 1) / n x bytes / the narrowest
-  bandwidth between consecutive devices of D (0 for one device);
-- stage time = m x (compute_ms + transfer_ms) + sync_ms.
+- transfer_ms = for each adjacent device q (before and after the block), (bytes per row into the stage + out of
+  it) x rows / bandwidth from q: per device over its own link on q's machine, per machine over its one route (its
+  NIC carries the rows of all its devices) elsewhere; the two sides summed (activations forward and gradients
+  backward arrive through the same NIC);
+- sync_ms = all-reduce of the stage's parameter bytes over D: the cheaper of a ring (2 (n - 1) / n x bytes / the
+  narrowest bandwidth between consecutive devices of D) and, over several machines, the hierarchical form
+  (`StageModel._sync_ms`); 0 for one device;
+- stage time = m x max(compute_ms, transfer_ms) + transfer_ms + max(0, sync_ms - 2/3 compute_ms) (a
+  micro-batch's transfers overlap the next one's compute; one transfer stays exposed; the sync's buckets overlap
+  the last backward).
 Memory of device d: fixed + per_row x r_d x in_flight <= 0.97 x usable, with (fixed, per_row) from
 `tag.search.starts.stage_cap_rows` and in_flight the most micro-batches the schedule keeps alive
 (`tag.strategy.pipeline.max_in_flight`; 1F1B: min(S - s, m)).
@@ -21,11 +26,14 @@ over the groups at powers of two, so a stage costs O(types) look-ups.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
 
 from tag.search.starts import MEMORY_SAFETY, stage_cap_rows
+
+BACKWARD_SHARE = 2.0 / 3.0  # backward's share of forward + backward (twice the forward's FLOPs)
 
 
 @dataclass(frozen=True)
@@ -38,8 +46,18 @@ class StageRows:
     sync_ms: float
     host: int  # block position of the device that runs the unsplittable groups
 
+    def per_micro_batch_ms(self) -> float:
+        """A micro-batch's time in the steady state: its transfers overlap the next micro-batch's compute."""
+        return max(self.compute_ms, self.transfer_ms)
+
+    def exposed_sync_ms(self) -> float:
+        """The sync's part the last micro-batch's backward (2/3 of its compute) does not hide: buckets start as
+        their gradients are ready."""
+        return max(0.0, self.sync_ms - BACKWARD_SHARE * self.compute_ms)
+
     def stage_ms(self, micro_batches: int) -> float:
-        return micro_batches * (self.compute_ms + self.transfer_ms) + self.sync_ms
+        """m micro-batches at the steady-state rate, the one transfer no compute hides, and the exposed sync."""
+        return micro_batches * self.per_micro_batch_ms() + self.transfer_ms + self.exposed_sync_ms()
 
 
 class StageModel:
@@ -73,24 +91,38 @@ class StageModel:
         self.bw_bytes_per_ms = bw * 1e9 / 8 / 1e3
         self.usable = [cluster.devices[d].type.usable_memory_bytes * MEMORY_SAFETY for d in self.order]
         self._mem: dict = {}
+        self._range: dict = {}
+        self.machine = [cluster.devices[d].machine for d in self.order]
+        self.first_of_machine: dict = {}
+        for p, mach in enumerate(self.machine):
+            self.first_of_machine.setdefault(mach, p)
+        self._split_lists = self.prefix_split.tolist()
+        self._whole_lists = self.prefix_whole.tolist()
         self._cross: dict = {}
 
     # --- group ranges -------------------------------------------------------------------------------------------
 
     def range_ms(self, ti: int, lo: int, hi: int, rows: float, whole: bool = False) -> float:
         """fwd + bwd of groups [lo, hi) (splittable ones, or with whole=True the others) at `rows` rows on type
-        ti, knot-interpolated, ms."""
+        ti, knot-interpolated, ms (memoised)."""
         if rows <= 0 or hi <= lo:
             return 0.0
-        p = self.prefix_whole if whole else self.prefix_split
-        col = p[ti, :, hi] - p[ti, :, lo]
+        key = (ti, lo, hi, rows, whole)
+        v = self._range.get(key)
+        if v is None:
+            v = self._range[key] = self._range_ms(ti, lo, hi, rows, whole)
+        return v
+
+    def _range_ms(self, ti: int, lo: int, hi: int, rows: float, whole: bool) -> float:
+        p = self._whole_lists if whole else self._split_lists
         knots = self.knots
         if rows >= knots[-1]:
-            return float(col[-1]) * rows / knots[-1]
-        k = int(np.searchsorted(knots, rows, side="right")) - 1
+            return (p[ti][-1][hi] - p[ti][-1][lo]) * rows / knots[-1]
+        k = bisect_right(knots, rows) - 1
+        a = p[ti][k][hi] - p[ti][k][lo]
         if knots[k] == rows:
-            return float(col[k])
-        a, b = float(col[k]), float(col[k + 1])
+            return a
+        b = p[ti][k + 1][hi] - p[ti][k + 1][lo]
         return a + (b - a) * (rows - knots[k]) / (knots[k + 1] - knots[k])
 
     def memory(self, lo: int, hi: int) -> tuple[float, float]:
@@ -113,6 +145,43 @@ class StageModel:
         `in_flight` micro-batches alive."""
         fixed, per_row = self.memory(lo, hi)
         return all(fixed + per_row * r * in_flight <= self.usable[dlo + i] for i, r in enumerate(micro_rows))
+
+    def _boundary_ms(self, q: int, dlo: int, rows, bytes_per_row: float) -> float:
+        """Time to move `bytes_per_row` x rows between the neighbour at position q and the block from dlo: devices
+        on q's machine receive over their own pair link (in parallel); every other machine of the block receives
+        its rows through its one route from q (its NIC, shared by its devices)."""
+        worst = 0.0
+        per_machine = _group_rows([self.machine[dlo + i] for i in range(len(rows))], rows)
+        for i, r in enumerate(rows):
+            p = dlo + i
+            if self.machine[p] == self.machine[q]:
+                worst = max(worst, bytes_per_row * r / self.bw_bytes_per_ms[q, p])
+        for mach, r in per_machine.items():
+            if mach != self.machine[q]:
+                p = self.first_of_machine[mach]
+                worst = max(worst, bytes_per_row * r / self.bw_bytes_per_ms[q, p])
+        return worst
+
+    def _sync_ms(self, dlo: int, dhi: int, params_bytes: float) -> float:
+        """All-reduce of `params_bytes` over block positions [dlo, dhi): the cheaper of a ring (2 (n - 1) / n x
+        bytes over its narrowest hop) and, across k machines, the hierarchical form (reduce-scatter and
+        all-gather inside each machine, 2 (k - 1) / k x bytes through each machine's route to the next)."""
+        n = dhi - dlo
+        if n < 2 or params_bytes <= 0:
+            return 0.0
+        bw = self.bw_bytes_per_ms
+        ring = 2.0 * (n - 1) / n * params_bytes / min(bw[p, p + 1] for p in range(dlo, dhi - 1))
+        firsts = [p for p in range(dlo, dhi) if p == dlo or self.machine[p] != self.machine[p - 1]]
+        k = len(firsts)
+        if k < 2:
+            return ring
+        inside = 0.0
+        for a, b in zip(firsts, firsts[1:] + [dhi]):
+            if b - a > 1:
+                inside = max(inside, 2.0 * (b - a - 1) / (b - a) * params_bytes
+                             / min(bw[p, p + 1] for p in range(a, b - 1)))
+        across = 2.0 * (k - 1) / k * params_bytes / min(bw[a, b] for a, b in zip(firsts, firsts[1:]))
+        return min(ring, inside + across)
 
     # --- one stage ----------------------------------------------------------------------------------------------
 
@@ -147,16 +216,18 @@ class StageModel:
         transfer = 0.0
         cross = self.cross_bytes_per_row(lo, hi)
         if cross > 0:
-            neighbours = [q for q in (dlo - 1, dhi) if 0 <= q < len(self.order)]
-            if neighbours:
-                bw = min(self.bw_bytes_per_ms[q, p] for q in neighbours for p in devs)
-                transfer = cross * max(rows) / bw
-        sync = 0.0
-        params = float(self.param_prefix[hi] - self.param_prefix[lo])
-        if n > 1 and params > 0:
-            ring_bw = min(self.bw_bytes_per_ms[p, p + 1] for p in range(dlo, dhi - 1))
-            sync = 2.0 * (n - 1) / n * params / ring_bw
+            for q in (dlo - 1, dhi):
+                if 0 <= q < len(self.order):
+                    transfer += self._boundary_ms(q, dlo, rows, cross)  # both sides share the NIC inbound
+        sync = self._sync_ms(dlo, dhi, float(self.param_prefix[hi] - self.param_prefix[lo]))
         return StageRows(tuple(rows), compute, transfer, sync, host)
+
+
+def _group_rows(keys, rows) -> dict:
+    out: dict = {}
+    for k, r in zip(keys, rows):
+        out[k] = out.get(k, 0) + r
+    return out
 
 
 def _capped_shares(total: int, weights: list[float], caps: list[int]) -> list[int] | None:

@@ -7,7 +7,7 @@ order) and of the devices (topology order: machines stay together) that minimise
 m x (compute + boundary transfer) + gradient sync, under each device's memory with the micro-batches 1F1B keeps
 in flight. Each (m, S) solution is ranked by the estimate
 
-    estimate_ms = slowest stage + sum over the other stages of one micro-batch's compute + transfer
+    estimate_ms = slowest stage + sum over the other stages of one micro-batch's time + transfer
 
 (the fill and drain of a 1F1B pipeline), and the best few become strategies: 1F1B, and for the best one GPipe and
 kFkB (k = 2, 4) when their in-flight micro-batches fit too. The simulator judges them (`tag.search.planner`).
@@ -28,7 +28,7 @@ MAX_STAGES = 8  # stage counts searched: 1 .. MAX_STAGES
 MAX_MICRO_BATCHES = 64  # micro-batch counts searched: the batch's divisors up to this
 MAX_GROUP_CUTS = 25  # cut positions over the groups (all of them when there are fewer groups)
 MAX_DEVICE_CUTS = 17  # cut positions over the devices (all of them on up to 16 devices)
-KEEP = 8  # (m, S) solutions turned into strategies
+KEEP = 6  # (m, S) solutions turned into strategies (plus the best of each other stage count)
 
 
 @dataclass(frozen=True)
@@ -69,12 +69,34 @@ def group_cut_positions(weights: list[float], limit: int = MAX_GROUP_CUTS) -> li
     return sorted(out)
 
 
+def cheap_cut_positions(cross_bytes: list[float], weights: list[float], limit: int = MAX_GROUP_CUTS,
+                        slack: float = 1.25) -> list[int]:
+    """Cut positions preferring cheap boundaries: the interior positions whose crossing bytes per row
+    (cross_bytes[i], i = 1..G-1: edges from groups < i to groups >= i) are within `slack` of the cheapest, thinned
+    to `limit` by the weight quantiles (`group_cut_positions` over the runs between them); 0 and G always.
+
+    >>> cheap_cut_positions([0, 5, 1, 5, 1, 5, 1, 5], [1.0] * 8, 10)
+    [0, 2, 4, 6, 8]
+    """
+    n = len(weights)
+    lo = min(cross_bytes[1:n], default=0.0)
+    keep = [i for i in range(1, n) if cross_bytes[i] <= lo * slack + 1e-9]
+    if len(keep) + 2 <= limit:
+        return [0] + keep + [n]
+    pos = [0] + keep + [n]
+    runs = [sum(weights[a:b]) for a, b in zip(pos, pos[1:])]
+    return [pos[i] for i in group_cut_positions(runs, limit)]
+
+
 def device_cut_positions(machine_sizes: list[int], limit: int = MAX_DEVICE_CUTS) -> list[int]:
     """Positions in the device order where blocks may start: every device when N + 1 <= limit, else machine
-    boundaries, then halves (quarters, ...) of machines while the count stays within `limit`.
+    boundaries only (stages on larger clusters do not share a machine, hence not its NIC), thinned to `limit`
+    evenly when there are more machines than that.
 
-    >>> device_cut_positions([8, 8], 5)
-    [0, 4, 8, 12, 16]
+    >>> device_cut_positions([2, 2], 17)
+    [0, 1, 2, 3, 4]
+    >>> device_cut_positions([8, 8, 8], 3)
+    [0, 8, 24]
     """
     n = sum(machine_sizes)
     if n + 1 <= limit:
@@ -83,22 +105,15 @@ def device_cut_positions(machine_sizes: list[int], limit: int = MAX_DEVICE_CUTS)
     for s in machine_sizes:
         starts.append(acc)
         acc += s
-    cuts = set(starts) | {n}
-    parts = 2
-    while True:
-        more = set(cuts)
-        for a, s in zip(starts, machine_sizes):
-            if s % parts == 0:
-                more |= {a + s * i // parts for i in range(parts)}
-        if len(more) > limit or more == cuts:
-            break
-        cuts = more
-        parts *= 2
-    return sorted(cuts)
+    cuts = starts + [n]
+    if len(cuts) > limit:
+        idx = sorted({round(i * (len(cuts) - 1) / (limit - 1)) for i in range(limit)})
+        cuts = [cuts[i] for i in idx]
+    return cuts
 
 
 def _estimate_ms(rows: list[StageRows], m: int) -> float:
-    per_mb = [r.compute_ms + r.transfer_ms for r in rows]
+    per_mb = [r.per_micro_batch_ms() + r.transfer_ms for r in rows]
     busy = [r.stage_ms(m) for r in rows]
     worst = max(range(len(rows)), key=lambda s: busy[s])
     return busy[worst] + sum(t for s, t in enumerate(per_mb) if s != worst)
@@ -139,7 +154,8 @@ def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: l
 def build_strategy(gg, model: StageModel, sol: CutSolution, rows: list[StageRows], m: int,
                    schedule: str = "1f1b", k: int = 1) -> Strategy:
     """The pipelined Strategy of a DP solution: per stage, splittable groups take the stage's row map (micro rows
-    x m per device), unsplittable ones all rows on the stage's host; replicated groups with parameters sync auto."""
+    x m per device), unsplittable ones all rows on the stage's host; replicated groups with parameters sync auto.
+    One stage with one micro-batch is plain data parallelism: no pipeline."""
     n = model.cluster.n_devices
     decisions: list[Decision | None] = [None] * gg.n_groups
     stages = []
@@ -155,6 +171,8 @@ def build_strategy(gg, model: StageModel, sol: CutSolution, rows: list[StageRows
             decisions[g] = Decision(r, AUTO if rep and group_has_params(gg, g) else None)
         devs = tuple(sorted({d for g in range(cut.lo, cut.hi) for d, x in enumerate(decisions[g].rows) if x > 0}))
         stages.append(Stage(tuple(range(cut.lo, cut.hi)), devs))
+    if len(stages) == 1 and m == 1:  # one stage, one micro-batch: no pipelining (no stages key in plan.json)
+        return Strategy(tuple(decisions), DEFAULT_BUCKET_MB)
     return Strategy(tuple(decisions), DEFAULT_BUCKET_MB, pipeline=Pipeline(tuple(stages), m, schedule, k))
 
 
@@ -170,13 +188,14 @@ def schedule_fits(model: StageModel, sol: CutSolution, rows: list[StageRows], m:
 
 def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: int = MAX_STAGES,
                         keep: int = KEEP) -> list[PipelineCandidate]:
-    """The best `keep` (m, S) pipelines by the stage model's estimate (1F1B; with one stage, m > 1 is gradient
-    accumulation), then GPipe and kFkB (k = 2, 4) variants of the best; ascending estimate. Named
-    ``pipeline-S<S>-m<m>-<schedule>``."""
+    """The best `keep` (m, S) pipelines by the stage model's estimate and the best of every other stage count
+    (1F1B; with one stage, m > 1 is gradient accumulation), then GPipe and kFkB (k = 2, 4) variants of the best; ascending estimate. Named
+    ``pipeline-S<S>-m<m>-<schedule>`` (``dp-balanced``: one stage, one micro-batch, no pipeline)."""
     order = [d.index for d in cluster.devices]
     model = StageModel(gg, cluster, cost, training.optimizer, batch, order)
     weights = [g.fwd_flops_per_row + g.bwd_flops_per_row for g in gg.groups]
-    gcuts = group_cut_positions(weights)
+    cross = [sum(e.bytes_per_row for e in gg.edges if e.src < i <= e.dst) for i in range(gg.n_groups)]
+    gcuts = sorted(set(group_cut_positions(weights)) | set(cheap_cut_positions(cross, weights)))
     sizes: dict[str, int] = {}
     for d in cluster.devices:
         sizes[d.machine] = sizes.get(d.machine, 0) + 1
@@ -186,9 +205,15 @@ def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: 
         for s, (sol, rows) in search_cuts(model, m, gcuts, dcuts, min(max_stages, gg.n_groups)).items():
             found.append((_estimate_ms(rows, m), s, m, sol, rows))
     found.sort(key=lambda x: (x[0], x[1], x[2]))
+    chosen = found[:keep]
+    for s in sorted({x[1] for x in found}):  # and the best of every stage count
+        best_s = next(x for x in found if x[1] == s)
+        if best_s not in chosen:
+            chosen.append(best_s)
     out: list[PipelineCandidate] = []
-    for est, s, m, sol, rows in found[:keep]:
-        out.append(PipelineCandidate(f"pipeline-S{s}-m{m}-1f1b", build_strategy(gg, model, sol, rows, m), est))
+    for est, s, m, sol, rows in chosen:
+        strat = build_strategy(gg, model, sol, rows, m)
+        out.append(PipelineCandidate(f"pipeline-S{s}-m{m}-1f1b" if strat.pipeline else "dp-balanced", strat, est))
     if found:
         est, s, m, sol, rows = found[0]
         variants = [("gpipe", 1)] + [("kfkb", k) for k in (2, 4) if m % k == 0 and m // k >= 1 and s > 1]
