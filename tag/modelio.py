@@ -55,8 +55,9 @@ class Inputs:
     plan: object | None = None  # PlanMeta when loaded with a plan
 
 
-def measured_ring_gbps(topology_path) -> float | None:
-    """The ring all-reduce rate `tag profile links` measured into this topology file (None if it has none)."""
+def measured_ring_gbps(topology_path, fit=None) -> float | None:
+    """The ring all-reduce rate `tag profile links` measured into this topology file (None if it has none); with
+    `fit`, that reader of the file's measurement instead (e.g. `tag.profile.links.collective_step_us`)."""
     import json
 
     from tag.profile.links import collective_hop_gbps
@@ -64,7 +65,7 @@ def measured_ring_gbps(topology_path) -> float | None:
     with open(topology_path) as f:
         raw = json.load(f)
     try:
-        return collective_hop_gbps(raw) if isinstance(raw, dict) else None
+        return (fit or collective_hop_gbps)(raw) if isinstance(raw, dict) else None
     except (AttributeError, KeyError, TypeError, ValueError):  # a malformed x-measured block: the links' rate applies
         return None
 
@@ -122,8 +123,10 @@ def load_inputs(model_path: str, topology_path: str, options: ModelOptions = Mod
         strategy, gg, meta = validate_plan(raw, graph, None, cluster, model_path, topology_path, plan_path=plan_path)
         step("plan check")
     profile = options.profile
+    from tag.profile.links import collective_step_us
     cost = make_cost_model(gg, training, profile=profile,
-                           collective_gbps=measured_ring_gbps(topology_path) if profile else None)
+                           collective_gbps=measured_ring_gbps(topology_path) if profile else None,
+                           collective_step_us=measured_ring_gbps(topology_path, collective_step_us) if profile else None)
     step("cost model")
     return Inputs(model_path=str(model_path), topology_path=str(topology_path), graph=graph, gg=gg,
                   cluster=cluster, cost=cost, training=training, batch_size=graph.batch_size,

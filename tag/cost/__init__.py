@@ -12,14 +12,17 @@ from tag.cost.profiled import ProfileCostModel
 from tag.cost.roofline import RooflineCostModel
 
 
-def make_cost_model(gg, training, profile: str | None = None, collective_gbps: float | None = None) -> CostModel:
+def make_cost_model(gg, training, profile: str | None = None, collective_gbps: float | None = None,
+                    collective_step_us: float | None = None) -> CostModel:
     """The cost model for a GroupGraph: profile-backed when `profile` (a path) is given, else roofline.
 
     `collective_gbps`: the measured per-hop rate of ring collectives (`tag.profile.links.collective_hop_gbps`
-    of a topology written by `tag profile links`); only the profile-backed model uses it."""
+    of a topology written by `tag profile links`) and `collective_step_us` their per-step latency
+    (`tag.profile.links.collective_step_us`); only the profile-backed model uses them."""
     if profile:
         from tag.cost.profile_db import load
-        return ProfileCostModel(gg, training, load(profile), collective_gbps=collective_gbps)
+        return ProfileCostModel(gg, training, load(profile), collective_gbps=collective_gbps,
+                                collective_step_us=collective_step_us)
     return RooflineCostModel(gg, training)
 
 

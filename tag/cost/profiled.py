@@ -20,7 +20,8 @@ beyond the ops is charged too (`step_terms`, the one place of these formulas):
 
 `collective_gbps` (optional, default None): the measured per-hop rate of the collective library's ring
 (`tag.profile.links.collective_hop_gbps` of a measured topology); the simulator caps ring collectives at it
-(`collective_hop_gbps`; `tag.sim.collectives`). None keeps the links' own rate.
+(`collective_hop_gbps`; `tag.sim.collectives`). None keeps the links' own rate. `collective_step_us` likewise: the
+measured per-step latency of its collectives (`tag.profile.links.collective_step_us`), a floor on each step's.
 
 `compute_scale` (default 1) multiplies every compute and update time: the sustained slowdown of a
 device shared with other tenants (wall time / thread CPU time of compute between waits), which short
@@ -44,9 +45,10 @@ class ProfileCostModel:
     """Measured op times where the profile has them, roofline elsewhere (implements `CostModel`)."""
 
     def __init__(self, gg: GroupGraph, training: TrainingConfig, db: ProfileDB, compute_scale: float = 1.0,
-                 collective_gbps: float | None = None):
+                 collective_gbps: float | None = None, collective_step_us: float | None = None):
         self.gg = gg
         self.collective_gbps = None if collective_gbps is None else float(collective_gbps)
+        self.step_us = None if collective_step_us is None else float(collective_step_us)
         self.compute_scale = float(compute_scale)
         self.training = training
         self.db = db
@@ -117,6 +119,11 @@ class ProfileCostModel:
         """Measured per-hop rate (10^9 bit/s) of a ring collective over `n_ranks` ranks of `device`'s type
         (`collective_gbps` for the profile's device type; None otherwise: the links' rate applies)."""
         return self.collective_gbps if device.name == self.db.device_type else None
+
+    def collective_step_us(self, device: DeviceType, n_ranks: int) -> float | None:
+        """Measured per-step latency (us) of a collective over `n_ranks` ranks of `device`'s type (as
+        `collective_hop_gbps`)."""
+        return self.step_us if device.name == self.db.device_type else None
 
     def sync_copy_ms(self, device: DeviceType, nbytes: float) -> tuple[float, float]:
         """(copy-in ms, copy-out ms) of a gradient sync of `nbytes` on one replica: the runtime's memory work
@@ -215,6 +222,11 @@ class MultiProfileCostModel:
     def collective_hop_gbps(self, device: DeviceType, n_ranks: int) -> float | None:
         """Measured ring per-hop rate on `device`'s type, 10^9 bit/s (its type's profile; else None)."""
         fn = getattr(self._model(device), "collective_hop_gbps", None)
+        return fn(device, n_ranks) if fn is not None else None
+
+    def collective_step_us(self, device: DeviceType, n_ranks: int) -> float | None:
+        """Measured per-step latency of a collective on `device`'s type, us (its type's profile; else None)."""
+        fn = getattr(self._model(device), "collective_step_us", None)
         return fn(device, n_ranks) if fn is not None else None
 
     def sync_copy_ms(self, device: DeviceType, nbytes: float) -> tuple[float, float]:

@@ -126,6 +126,37 @@ def collective_hop_gbps(topology: dict) -> float | None:
     return f.bandwidth_gbps
 
 
+def collective_step_us(topology: dict) -> float | None:
+    """The measured per-step latency (us) of the ring all-reduce of a topology written by `tag profile links`: with
+    the per-hop rate B of `collective_hop_gbps`, each size S below `COLLECTIVE_FIT_MIN_BYTES` gives
+    ``(t(S) - 2(n-1)/n x S / B) / 2(n-1)``; the median of those (at least 0). Small messages decide it: a bucket
+    of a few kB costs one collective call's fixed work, which a least-squares line through sizes up to 16 MiB
+    misses. None without an all-reduce measurement; the whole-sweep fit's ``hop_latency_us`` when no size is small.
+
+    >>> t = {"x-measured": {"sizes_bytes": [4, 1000, 2 ** 20, 2 ** 21], "allreduce_ms": [0.5, 0.6, 1.0, 1.5],
+    ...      "fits": {"allreduce": {"ranks": 2, "hop_latency_us": 1.0, "hop_bandwidth_gbps": 1.0}}}}
+    >>> round(collective_step_us(t), 3)  # B = 2^20 B / 0.5 ms; steps (0.5 - 0.000002) / 2, (0.6 - 0.0005) / 2 ms
+    274.88
+    """
+    meas = topology.get("x-measured") or {}
+    ar = (meas.get("fits") or {}).get("allreduce")
+    sizes, times = meas.get("sizes_bytes") or [], meas.get("allreduce_ms") or []
+    if not ar or len(sizes) != len(times):
+        return None
+    n = int(ar["ranks"])
+    gbps = collective_hop_gbps(topology)
+    small = [(s, t) for s, t in zip(sizes, times) if s < COLLECTIVE_FIT_MIN_BYTES]
+    if not small or not gbps:
+        return float(ar["hop_latency_us"])
+    from statistics import median
+
+    from tag.cost.comm import bytes_per_ms, ring_allreduce_steps, ring_allreduce_volume_bytes
+
+    steps = [(t - ring_allreduce_volume_bytes(s, n) / bytes_per_ms(gbps)) / ring_allreduce_steps(n) * 1e3
+             for s, t in small]
+    return max(0.0, median(steps))
+
+
 def barrier_ms(topology: dict) -> float | None:
     """What a barrier over the measured ranks costs, ms: the all-reduce of the smallest size the sweep of a
     topology written by `tag profile links` timed, if it is at most 64 bytes; None otherwise."""

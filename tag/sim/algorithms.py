@@ -67,9 +67,10 @@ def phase_ms(cluster: Cluster, specs: list[FlowSpec]) -> float:
 
 
 def algorithm_ms(method: str, cluster: Cluster, devices: tuple[int, ...], nbytes: float,
-                 server: int | None = None, ring_gbps: float | None = None) -> float:
+                 server: int | None = None, ring_gbps: float | None = None, step_us: float | None = None) -> float:
     """Time of one sync of `nbytes` over `devices` by `method` alone on the network, ms (module docstring)."""
-    return sum(phase_ms(cluster, ph) for ph in sync_phases(method, cluster, devices, nbytes, server, ring_gbps))
+    return sum(phase_ms(cluster, ph)
+               for ph in sync_phases(method, cluster, devices, nbytes, server, ring_gbps, step_us))
 
 
 def candidates(cluster: Cluster, devices: tuple[int, ...]) -> tuple[str, ...]:
@@ -82,12 +83,12 @@ def candidates(cluster: Cluster, devices: tuple[int, ...]) -> tuple[str, ...]:
 
 
 def choose_algorithm(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
-                     ring_gbps: float | None = None) -> str:
+                     ring_gbps: float | None = None, step_us: float | None = None) -> str:
     """The cheapest of `candidates` for a sync of `nbytes` over `devices` by `algorithm_ms` (ties: ring, tree,
     hierarchical, in that order)."""
     best, best_ms = "ring", float("inf")
     for method in candidates(cluster, devices):
-        t = algorithm_ms(method, cluster, devices, nbytes, None, ring_gbps)
+        t = algorithm_ms(method, cluster, devices, nbytes, None, ring_gbps, step_us)
         if t < best_ms:
             best, best_ms = method, t
     return best

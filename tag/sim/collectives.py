@@ -59,6 +59,13 @@ loopback moves 13.6 Gbit/s per ring hop against 42.3 point to point). When the c
 ``volume x that rate / ring_gbps`` bytes instead: alone it then takes exactly ``volume / ring_gbps``, and it
 still shares its links max-min fairly with other flows. None (every cost model without the method) leaves
 the coflows as above.
+
+**Measured step latency** (`step_us`, optional): one step of a collective call on real ranks can take longer than
+its route's point-to-point latency (the library's per-call and per-step work: gloo on 2 local CPU ranks all-reduces
+4 bytes in 0.25 ms where a message takes 90 us). When the cost model offers one (`collective_step_us`, fitted by
+`tag profile links`), every ring, tree and hierarchical step (and each hop of the leader form's ring) takes
+``max(route latency, step_us)`` (`step_latency_us`); point-to-point transfers, ps and the leader's chains keep the
+route's.
 """
 
 from __future__ import annotations
@@ -108,20 +115,32 @@ def _capped(cluster: Cluster, spec: FlowSpec, ring_gbps: float | None) -> FlowSp
     return FlowSpec(spec.links, spec.weights, spec.volume_bytes * free_rate / cap, spec.latency_ms, spec.src, spec.dst)
 
 
+def step_latency_us(route_us: float, step_us: float | None) -> float:
+    """One collective step's latency, us: the route's, or the measured per-step latency of the collective library
+    when that is longer (`step_us`, module docstring; None: the route's).
+
+    >>> step_latency_us(90.0, 240.0), step_latency_us(10.0, None), step_latency_us(300.0, 240.0)
+    (240.0, 10.0, 300.0)
+    """
+    return route_us if step_us is None else max(route_us, float(step_us))
+
+
 def rings_spec(cluster: Cluster, rings: list[tuple[int, ...]], volume: float, steps: int,
-               ring_gbps: float | None = None) -> FlowSpec:
+               ring_gbps: float | None = None, step_us: float | None = None) -> FlowSpec:
     """Rings progressing in lockstep as one coflow (each ring over its devices in the given order): per-hop
-    `volume` bytes, `steps` x the largest hop latency of all rings; with `ring_gbps` capped (module docstring)."""
+    `volume` bytes, `steps` x the largest hop latency of all rings (at least `step_us`); with `ring_gbps` capped
+    (module docstring)."""
     hops = [(r[i], r[(i + 1) % len(r)]) for r in rings for i in range(len(r))]
-    alpha_ms = max(float(cluster.latency_us[a][b]) for a, b in hops) / 1e3
+    alpha_ms = step_latency_us(max(float(cluster.latency_us[a][b]) for a, b in hops), step_us) / 1e3
     return _capped(cluster, _coflow(cluster, hops, volume, steps * alpha_ms), ring_gbps)
 
 
 def ring_spec(cluster: Cluster, devices: tuple[int, ...], volume: float, steps: int,
-              ring_gbps: float | None = None) -> FlowSpec:
+              ring_gbps: float | None = None, step_us: float | None = None) -> FlowSpec:
     """A ring coflow over `devices` (in the given order): per-hop `volume` bytes, `steps` x largest hop
-    latency; with `ring_gbps` (measured per-hop rate, 10^9 bit/s) capped at that rate (module docstring)."""
-    return rings_spec(cluster, [devices], volume, steps, ring_gbps)
+    latency (at least `step_us`); with `ring_gbps` (measured per-hop rate, 10^9 bit/s) capped at that rate
+    (module docstring)."""
+    return rings_spec(cluster, [devices], volume, steps, ring_gbps, step_us)
 
 
 def chain_spec(cluster: Cluster, chain: list[int], nbytes: float) -> FlowSpec:
@@ -145,22 +164,22 @@ def uses_nccl(cluster: Cluster, devices: tuple[int, ...]) -> bool:
 
 
 def allreduce_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
-                     ring_gbps: float | None = None) -> list[list[FlowSpec]]:
+                     ring_gbps: float | None = None, step_us: float | None = None) -> list[list[FlowSpec]]:
     """Ring all-reduce of `nbytes` over `devices` (topology order)."""
     n = len(devices)
     if n < 2:
         return []
     return [[ring_spec(cluster, devices, comm.ring_allreduce_volume_bytes(nbytes, n), comm.ring_allreduce_steps(n),
-                       ring_gbps)]]
+                       ring_gbps, step_us)]]
 
 
 def allgather_phases(cluster: Cluster, devices: tuple[int, ...], total_bytes: float,
-                     ring_gbps: float | None = None) -> list[list[FlowSpec]]:
+                     ring_gbps: float | None = None, step_us: float | None = None) -> list[list[FlowSpec]]:
     """Ring all-gather whose gathered result has `total_bytes`."""
     n = len(devices)
     if n < 2:
         return []
-    return [[ring_spec(cluster, devices, comm.allgather_volume_bytes(total_bytes, n), n - 1, ring_gbps)]]
+    return [[ring_spec(cluster, devices, comm.allgather_volume_bytes(total_bytes, n), n - 1, ring_gbps, step_us)]]
 
 
 def btree_parent(rank: int, n: int) -> int:
@@ -192,9 +211,10 @@ def double_tree_parents(n: int) -> tuple[list[int], list[int]]:
     return first, second
 
 
-def _tree_step_us(cluster: Cluster, a: int, b: int, nccl_on: bool) -> float:
-    """A tree step's latency a -> b, us: the route's, plus NCCL's extra tree step of its hardware (docstring)."""
-    lat = float(cluster.latency_us[a][b])
+def _tree_step_us(cluster: Cluster, a: int, b: int, nccl_on: bool, step_us: float | None = None) -> float:
+    """A tree step's latency a -> b, us: the route's (at least `step_us`), plus NCCL's extra tree step of its
+    hardware (docstring)."""
+    lat = step_latency_us(float(cluster.latency_us[a][b]), step_us)
     if not nccl_on:
         return lat
     da, db = cluster.devices[a], cluster.devices[b]
@@ -205,7 +225,7 @@ def _tree_step_us(cluster: Cluster, a: int, b: int, nccl_on: bool) -> float:
 
 
 def tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
-                ring_gbps: float | None = None) -> list[list[FlowSpec]]:
+                ring_gbps: float | None = None, step_us: float | None = None) -> list[list[FlowSpec]]:
     """NCCL's double binary tree all-reduce of `nbytes`: chains inside machines, two complementary binary trees
     over the machines' heads, S/2 up and down each (one coflow; module docstring)."""
     if len(devices) < 2:
@@ -214,8 +234,8 @@ def tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
     heads = [m[0] for m in members]
     on = uses_nccl(cluster, devices)
     chain_hops = [h for m in members for a, b in zip(m, m[1:]) for h in ((b, a), (a, b))]
-    chain_up = [sum(_tree_step_us(cluster, b, a, on) for a, b in zip(m, m[1:])) for m in members]
-    chain_down = [sum(_tree_step_us(cluster, a, b, on) for a, b in zip(m, m[1:])) for m in members]
+    chain_up = [sum(_tree_step_us(cluster, b, a, on, step_us) for a, b in zip(m, m[1:])) for m in members]
+    chain_down = [sum(_tree_step_us(cluster, a, b, on, step_us) for a, b in zip(m, m[1:])) for m in members]
     hops: list[tuple[int, int]] = []
     latency_us = 0.0
     for parents in double_tree_parents(len(members)):
@@ -226,8 +246,8 @@ def tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
                 hops += [(heads[i], heads[p]), (heads[p], heads[i])]
             u, d, node = chain_up[i], chain_down[i], i
             while parents[node] >= 0:
-                u += _tree_step_us(cluster, heads[node], heads[parents[node]], on)
-                d += _tree_step_us(cluster, heads[parents[node]], heads[node], on)
+                u += _tree_step_us(cluster, heads[node], heads[parents[node]], on, step_us)
+                d += _tree_step_us(cluster, heads[parents[node]], heads[node], on, step_us)
                 node = parents[node]
             up, down = max(up, u), max(down, d)
         latency_us = max(latency_us, up + down)
@@ -240,7 +260,7 @@ def _with_latency(spec: FlowSpec, extra_ms: float) -> FlowSpec:
 
 
 def hierarchical_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
-                        ring_gbps: float | None = None) -> list[list[FlowSpec]]:
+                        ring_gbps: float | None = None, step_us: float | None = None) -> list[list[FlowSpec]]:
     """Ring reduce-scatter inside each machine, one ring all-reduce per shard across the machines, ring all-gather
     inside (NCCL/Horovod form; shards and uneven machines as in the module docstring)."""
     if len(devices) < 2:
@@ -253,20 +273,20 @@ def hierarchical_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: floa
         if len(m) > 1:
             owned = [1.0 / n_shards if j < n_shards else 0.0 for j in range(len(m))]
             volume = comm.reduce_scatter_volume_bytes(nbytes, owned)
-            intra.append(_with_latency(ring_spec(cluster, tuple(m), volume, len(m) - 1, ring_gbps), call_ms))
+            intra.append(_with_latency(ring_spec(cluster, tuple(m), volume, len(m) - 1, ring_gbps, step_us), call_ms))
     phases = [intra] if intra else []
     k = len(members)
     if k > 1:
         rings = [tuple(m[j] for m in members) for j in range(n_shards)]
         volume = comm.ring_allreduce_volume_bytes(nbytes / n_shards, k)
-        phases.append([rings_spec(cluster, rings, volume, comm.ring_allreduce_steps(k), ring_gbps)])
+        phases.append([rings_spec(cluster, rings, volume, comm.ring_allreduce_steps(k), ring_gbps, step_us)])
     if intra:
         phases.append(list(intra))  # the all-gather moves what the reduce-scatter moved, the other way round
     return phases
 
 
 def leader_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
-                  ring_gbps: float | None = None) -> list[list[FlowSpec]]:
+                  ring_gbps: float | None = None, step_us: float | None = None) -> list[list[FlowSpec]]:
     """Chain reduce in each machine, ring all-reduce across machine leaders, chain broadcast back (version 1's
     "hierarchical")."""
     members = machine_members(cluster, devices)
@@ -274,7 +294,7 @@ def leader_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
     reduce = [chain_spec(cluster, m[::-1], nbytes) for m in members if len(m) > 1]
     bcast = [chain_spec(cluster, m, nbytes) for m in members if len(m) > 1]
     phases = [reduce] if reduce else []
-    phases += allreduce_phases(cluster, leaders, nbytes, ring_gbps)
+    phases += allreduce_phases(cluster, leaders, nbytes, ring_gbps, step_us)
     if bcast:
         phases.append(bcast)
     return phases
@@ -295,12 +315,14 @@ SYNC_PHASES = {"ring": allreduce_phases, "allreduce": allreduce_phases, "tree": 
 
 
 def sync_phases(method: str, cluster: Cluster, devices: tuple[int, ...], nbytes: float,
-                server: int | None = None, ring_gbps: float | None = None) -> list[list[FlowSpec]]:
+                server: int | None = None, ring_gbps: float | None = None,
+                step_us: float | None = None) -> list[list[FlowSpec]]:
     """The phases of one gradient sync of `nbytes` over `devices` by `method` (one of `SYNC_PHASES` or ``ps``;
-    `ring_gbps`: the measured per-hop rate of ring collectives, or None; see the module docstring)."""
+    `ring_gbps` / `step_us`: the measured per-hop rate and per-step latency of the collective library's ring and
+    tree steps, or None; see the module docstring)."""
     if method == "ps":
         return ps_phases(cluster, devices, nbytes, devices[0] if server is None else server)
     build = SYNC_PHASES.get(method)
     if build is None:
         raise ValueError(f"unknown sync method {method!r} (expected ps or one of {', '.join(SYNC_PHASES)})")
-    return build(cluster, devices, nbytes, ring_gbps)
+    return build(cluster, devices, nbytes, ring_gbps, step_us)

@@ -126,13 +126,22 @@ class SimContext:
         rates = [r for r in rates if r is not None]
         return min(rates) if rates else None
 
+    def step_us(self, devices: tuple) -> float | None:
+        """The measured per-step latency of a collective over `devices`, us (`cost.collective_step_us`, optional
+        like `ring_gbps`: the slowest of the ranks' device types), or None."""
+        fn = getattr(self.cost, "collective_step_us", None)
+        steps = [] if fn is None or len(devices) < 2 else [fn(self.dtypes[d], len(devices)) for d in devices]
+        steps = [s for s in steps if s is not None]
+        return max(steps) if steps else None
+
     def choose_algorithm(self, devices: tuple, nbytes: float) -> str:
         """The cheapest by-cost collective for `nbytes` over `devices` (`tag.sim.algorithms.choose_algorithm`),
         cached."""
         key = ("choose", devices, nbytes)
         hit = self._phases.get(key)
         if hit is None:
-            hit = self._phases[key] = choose_algorithm(self.cluster, devices, nbytes, self.ring_gbps(devices))
+            hit = self._phases[key] = choose_algorithm(self.cluster, devices, nbytes, self.ring_gbps(devices),
+                                                       self.step_us(devices))
         return hit
 
     def resolve_method(self, method: str, devices: tuple, nbytes: float) -> str:
@@ -151,7 +160,8 @@ class SimContext:
         key = (method, devices, nbytes, server)
         hit = self._phases.get(key)
         if hit is None:
-            hit = sync_phases(method, self.cluster, devices, nbytes, server, self.ring_gbps(devices))
+            hit = sync_phases(method, self.cluster, devices, nbytes, server, self.ring_gbps(devices),
+                              self.step_us(devices))
             if len(self._phases) > _MAX_ENTRIES:
                 self._phases.clear()
             self._phases[key] = hit

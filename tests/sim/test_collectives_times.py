@@ -127,3 +127,22 @@ def test_tree_steps_inside_a_pcie_machine():
     cl = make_cluster([4], intra_gbps=128.0)
     chain = 4 * 0.5 * (S / 1.6e7) / 0.92  # inner devices' ports carry 4 hops of S/2 / 0.92
     assert algorithm_ms("tree", cl, (0, 1, 2, 3), S) == pytest.approx(chain + 6 * (A_IN + 0.0223), rel=1e-12)
+
+
+def test_a_measured_step_latency_floors_every_collective_step(cpus):
+    """`step_us` (the collective library's per-step latency, fitted by `tag profile links`): a step takes
+    max(route latency, step_us). 8 CPUs in one machine, step 240 us above the 2 us route: the ring's 14 steps
+    and the tree's chain of 7 up and 7 down take 240 us each; hierarchical over 2 machines x 4: its reduce-scatter
+    and all-gather 3 steps each of 240 us, its cross ring of 4 rings 2 steps of max(10, 240) us. A step latency
+    below the route's (1 us) changes nothing; point-to-point ps keeps the route's."""
+    step = 0.240
+    one = tuple(range(8))
+    ring = 2 * 7 / 8 * PORT_MS + 14 * step
+    assert algorithm_ms("ring", cpus, one, S, step_us=240.0) == pytest.approx(ring, rel=1e-12)
+    tree = 2 * PORT_MS + 14 * step  # inner chain ports carry 4 hops of S/2 each way
+    assert algorithm_ms("tree", cpus, one, S, step_us=240.0) == pytest.approx(tree, rel=1e-12)
+    two = (0, 1, 2, 3, 8, 9, 10, 11)
+    hier = 2 * (0.75 * PORT_MS + 3 * step) + 2 * (1 / 2) * (S / 4) * 4 / 1.25e7 + 2 * step
+    assert algorithm_ms("hierarchical", cpus, two, S, step_us=240.0) == pytest.approx(hier, rel=1e-12)
+    assert algorithm_ms("ring", cpus, one, S, step_us=1.0) == algorithm_ms("ring", cpus, one, S)
+    assert algorithm_ms("ps", cpus, (0, 1), S, 0, step_us=240.0) == algorithm_ms("ps", cpus, (0, 1), S, 0)
