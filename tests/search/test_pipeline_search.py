@@ -191,3 +191,19 @@ def test_plan_with_and_without_pipelines():
     off = plan(gg, cluster, FlatCost(), training, playouts=4, refine_simulations=10, seed=0, sfb=False,
                pipeline=False)
     assert not off.pipelines and not off.candidates and off.strategy.pipeline is None
+
+
+@pytest.mark.parametrize("flag, considered", [([], True), (["--no-pipeline"], False)])
+def test_cli_no_pipeline_flag(capsys, flag, considered):
+    import json
+
+    from tag.cli import main
+
+    rc = main(["plan", os.path.join(ROOT, "datasets", "models", "mlp.onnx"),
+               os.path.join(ROOT, "datasets", "topologies", "cpu4.json"), "--no-gnn", "--no-sfb",
+               "--playouts", "2", "--simulations", "4", "--json", *flag])
+    assert rc == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["search"]["pipelines"] is considered
+    if not considered:
+        assert "stages" not in obj
