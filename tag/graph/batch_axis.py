@@ -23,6 +23,7 @@ from tag.graph.batch_constants import dedupe_batch_constants, op_batch_constants
 from tag.graph.op_families import BROADCAST_OPS, DATA_DEPENDENT_OPS, REDUCE_OPS, SHAPE_OUTPUT_OPS, TYPE_ONLY_INPUTS
 from tag.graph.op_families import norm_axis as _norm_axis
 from tag.graph.opgraph import BatchConstant, Op, TensorInfo
+from tag.graph.sequences import concat_from_sequence_rule, sequence_at_rule
 
 
 def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: list[str], file_batch: int,
@@ -126,39 +127,13 @@ def _rule(op: Op, ins, outs, opset: int, consts, ops: list[Op]) -> tuple[list[in
         axis = _norm_axis(a0.get("axis", 0), len(x.shape))
         return _same_rank(x, outs, axis != x.batch_axis)
     if t == "SequenceAt":
-        return _sequence_at(x, ins, outs[0], ops)
+        return sequence_at_rule(x, outs[0], ops)
     if t == "ConcatFromSequence":
-        return _concat_from_sequence(x, outs[0], a0)
+        return concat_from_sequence_rule(x, outs[0], a0, ops)
     if t == "BatchNormalization":  # training mode splits too: deploy sums the statistics over the replicas
         return _same_rank(x, outs[:1], x.batch_axis == 0) if n_out == 1 \
             else ([x.batch_axis] + [None] * (n_out - 1), x.batch_axis == 0)
     return _same_rank(x, outs, True)
-
-
-def _sequence_at(seq: TensorInfo, ins, out: TensorInfo, ops: list[Op]) -> tuple[list[int | None], bool]:
-    """SequenceAt: the element's batch axis is the sequence's, one lower past an axis the split squeezed away."""
-    a = seq.batch_axis
-    p = ops[seq.producer] if seq.producer is not None else None
-    if p is not None and p.op_type == "SplitToSequence":
-        axis = _norm_axis(p.attrs.get("axis", 0), len(seq.shape))
-        squeezed = not p.attrs.get("keepdims", 1) and not (len(p.inputs) > 1 and p.inputs[1])
-        if squeezed and axis < a:
-            a -= 1
-    elif p is None or p.op_type != "SequenceConstruct":
-        return [None], False
-    if out.shape is None or not 0 <= a < len(out.shape) or out.shape[a] != seq.shape[seq.batch_axis]:
-        return [None], False
-    return [a], True
-
-
-def _concat_from_sequence(seq: TensorInfo, out: TensorInfo, attrs) -> tuple[list[int | None], bool]:
-    """ConcatFromSequence: concatenating (or stacking on a new axis) across the batch axis mixes rows."""
-    a = seq.batch_axis
-    if attrs.get("new_axis", 0):
-        axis = _norm_axis(attrs.get("axis", 0), len(seq.shape) + 1)
-        return ([a + 1 if axis <= a else a], True)
-    axis = _norm_axis(attrs.get("axis", 0), len(seq.shape))
-    return _same_rank(seq, [out], axis != a)
 
 
 def _same_rank(x: TensorInfo, outs, ok: bool) -> tuple[list[int | None], bool]:

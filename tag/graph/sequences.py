@@ -13,7 +13,8 @@ ONNX semantics (opset 11+):
 
 A sequence tensor has no tensor shape of its own; tag records for it the shape of its elements
 concatenated on the split axis (for SplitToSequence: the shape of the tensor it splits), so its bytes are
-the bytes of its elements and its batch axis is theirs where the split keeps them.
+the bytes of its elements and its batch axis is theirs where the split keeps them. The batch-axis rules of
+SequenceAt and ConcatFromSequence (used by tag.graph.batch_axis) read it from there.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import onnx
 from onnx import helper
 
 from tag.graph.op_families import norm_axis
+from tag.graph.opgraph import Op, TensorInfo
 
 SEQUENCE_OPS = frozenset("""SplitToSequence SequenceAt SequenceConstruct SequenceLength ConcatFromSequence
 SequenceEmpty SequenceInsert SequenceErase""".split())
@@ -142,3 +144,45 @@ def fill_sequence_shapes(nodes, dtypes: dict, shapes: dict, values: dict) -> lis
                         dtypes.get(n.input[0], "float32"))
             changed |= len(filled) + len(elements) != before
     return filled
+
+
+def element_batch_axis(seq: TensorInfo, ops: list[Op]) -> int | None:
+    """Batch axis of the elements of a sequence: the sequence's, one lower past an axis a split squeezed away
+    (None for a sequence tag does not follow)."""
+    a = seq.batch_axis
+    p = ops[seq.producer] if seq.producer is not None else None
+    if p is None or p.op_type not in ("SplitToSequence", "SequenceConstruct"):
+        return None
+    if p.op_type == "SplitToSequence":
+        axis = norm_axis(p.attrs.get("axis", 0), len(seq.shape))
+        squeezed = not p.attrs.get("keepdims", 1) and not (len(p.inputs) > 1 and p.inputs[1])
+        if squeezed and axis < a:
+            a -= 1
+    return a
+
+
+def sequence_at_rule(seq: TensorInfo, out: TensorInfo, ops: list[Op]) -> tuple[list[int | None], bool]:
+    """Batch-axis rule of SequenceAt (tag.graph.batch_axis): the element has the elements' batch axis.
+
+    Returns (output axes, splittable)."""
+    a = element_batch_axis(seq, ops)
+    if a is None or out.shape is None or not 0 <= a < len(out.shape) or out.shape[a] != seq.shape[seq.batch_axis]:
+        return [None], False
+    return [a], True
+
+
+def concat_from_sequence_rule(seq: TensorInfo, out: TensorInfo, attrs, ops: list[Op]) -> tuple[list[int | None], bool]:
+    """Batch-axis rule of ConcatFromSequence: the elements joined on `axis` (stacked on a new one with
+    `new_axis`); joining on the batch axis mixes rows (unsplittable). Returns (output axes, splittable)."""
+    a = element_batch_axis(seq, ops)
+    if a is None or out.shape is None:
+        return [None], False
+    if attrs.get("new_axis", 0):
+        axis = norm_axis(attrs.get("axis", 0), len(out.shape))
+        b, ok = (a + 1 if axis <= a else a), True
+    else:
+        axis = norm_axis(attrs.get("axis", 0), len(out.shape))
+        b, ok = a, axis != a
+    if not 0 <= b < len(out.shape) or out.shape[b] != seq.shape[seq.batch_axis]:
+        return [None], False
+    return [b], ok

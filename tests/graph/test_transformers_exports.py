@@ -41,7 +41,7 @@ def _const(name, value, dtype=np.int64):
 def _sequence_model(path):
     """x[batch, 6, 8]: split on axis 1 into 3 chunks of 2 (a SequenceAt of each end feeds a MatMul), and a
     Transpose to [6, batch, 8] split into 6 squeezed rows (SequenceAt 5 feeds a Gemm); SequenceLength and
-    ConcatFromSequence of the first sequence; a CastLike whose second input is a reshaped batched tensor; a
+    ConcatFromSequence of the first sequence, the rows stacked back on a new axis 0; a CastLike whose second input is a reshaped batched tensor; a
     Range whose start and step are float literals cast with CastLike (as the dynamo exporter writes arange)."""
     nodes = [
         _const("two", 2), _const("first", 0), _const("last", -1), _const("five", 5),
@@ -56,6 +56,7 @@ def _sequence_model(path):
         helper.make_node("Gemm", ["c", "w2"], ["z"]),
         helper.make_node("SequenceLength", ["rows"], ["n"]),
         helper.make_node("ConcatFromSequence", ["seq"], ["cat"], axis=1),
+        helper.make_node("ConcatFromSequence", ["rows"], ["stack"], axis=0, new_axis=1),
         _const("flat", [0, 48]),
         helper.make_node("Reshape", ["x", "flat"], ["xr"]),
         _const("k", 3),
@@ -72,7 +73,7 @@ def _sequence_model(path):
         nodes, "seq",
         [helper.make_tensor_value_info("x", f, ["batch", 6, 8])],
         [helper.make_tensor_value_info(o, TensorProto.INT64 if o == "n" else f, None)
-         for o in ("y", "b2", "z", "n", "cat", "scaled", "pos_emb")],
+         for o in ("y", "b2", "z", "n", "cat", "stack", "scaled", "pos_emb")],
         initializer=[numpy_helper.from_array(np.arange(40, dtype=np.float32).reshape(8, 5), "w"),
                      numpy_helper.from_array(np.arange(24, dtype=np.float32).reshape(8, 3), "w2"),
                      numpy_helper.from_array(np.arange(80, dtype=np.float32).reshape(10, 8), "table")])
@@ -89,12 +90,12 @@ def test_sequences_castlike_and_literal_casts_by_hand(tmp_path, no_evaluator):
         by_type.setdefault(op.op_type, []).append(op)
     # shapes at the file's batch 1; a sequence is recorded with the shape of the tensor it splits
     expect = {"seq": (1, 6, 8), "a": (1, 2, 8), "b": (1, 2, 8), "y": (1, 2, 5), "rows": (6, 1, 8), "c": (1, 8),
-              "z": (1, 3), "n": (), "cat": (1, 6, 8), "kf": (), "scaled": (1, 48), "pos": (4,), "pos_emb": (4, 8)}
+              "z": (1, 3), "n": (), "cat": (1, 6, 8), "stack": (6, 1, 8), "kf": (), "scaled": (1, 48), "pos": (4,), "pos_emb": (4, 8)}
     assert {k: t[k].shape for k in expect} == expect
     assert sum(1 for x in t.values() if x.shape is None) == 0
     assert [op.name for op in g.ops if op.batched and not op.splittable] == []
     # batch axes: the split keeps axis 0; the squeezed split of axis 0 moves the batch from 1 to 0
-    axes = {"seq": 0, "a": 0, "b": 0, "y": 0, "rows": 1, "c": 0, "z": 0, "cat": 0, "scaled": 0,
+    axes = {"seq": 0, "a": 0, "b": 0, "y": 0, "rows": 1, "c": 0, "z": 0, "cat": 0, "stack": 1, "scaled": 0,
             "n": None, "kf": None, "pos": None, "pos_emb": None}
     assert {k: t[k].batch_axis for k in axes} == axes
     for typ in ("SplitToSequence", "SequenceAt", "MatMul", "Gemm", "ConcatFromSequence", "Mul"):
