@@ -100,3 +100,17 @@ def test_cycle_phases_average_the_wait_for_the_next_cycle():
     fixed = lambda s: 1.0  # noqa: E731
     assert predict_horovod(prof, 2, 8.0, 0.0, phases=1, allreduce_ms=fixed)[0] == pytest.approx(15.0)
     assert predict_horovod(prof, 2, 8.0, 0.0, phases=5, allreduce_ms=fixed)[0] == pytest.approx(13.0)
+
+
+def test_report_prints_and_serialises_the_horovod_rows():
+    from tag.bench.published import PublishedReport
+    from tag.bench.published_format import published_json, published_markdown
+    from tag.bench.published_horovod import HorovodResult
+
+    h = HorovodResult("VGG-16", 512, 64, 68.0, 400.0, 500.0, 4, 553.4, 21.6, True, 77.7, 77.7)
+    assert h.predicted_pct == pytest.approx(80.0)  # 100 x 400 / 500
+    rep = PublishedReport("p", False, horovod=[h])
+    md = published_markdown(rep)
+    assert "| VGG-16 | 512 | 64 | 68 | 80.0 | +12.0 |" in md and "21.6 (fitted here)" in md
+    j = published_json(rep)["horovod"][0]
+    assert j["predicted_efficiency_pct"] == pytest.approx(80.0) and j["fitted"] is True
