@@ -12,9 +12,10 @@ of its order (`stage_order`), the rank
   loss term (the micro-batch rows' share of the global-batch mean) and output gradients, then posts the sends of
   its input gradients back to the producers.
 
-Only receives block: sends are non-blocking (`isend`, waited for at the end of the step) and every message of a
-step has its own tag (`PipelinePlan.tag`), so any interleaving of the stages' orders matches sends to receives; a
-rank waits only for data the schedule's dependencies already promise, so there is no deadlock. Parameter gradients
+Only receives block: sends are non-blocking (`isend`, waited for at the end of the step), receives are posted
+`RECV_AHEAD` passes before the pass that waits for them, and every message of a step has its own tag
+(`PipelinePlan.tag`), so any interleaving of the stages' orders matches sends to receives; a rank waits only for
+data the schedule's dependencies already promise, so there is no deadlock. Parameter gradients
 accumulate over the micro-batches (autograd adds into ``.grad``, which for bucketed parameters is a view of the
 bucket buffer) and sync by the plan's buckets once, after the rank's last backward; then the optimizer steps. Per
 micro-batch activations are dropped after its backward, so a rank holds at most `max_in_flight` micro-batches.
@@ -22,11 +23,18 @@ micro-batch activations are dropped after its backward, so a rank holds at most 
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 
 from tag.deploy.data import torch_dtype
 from tag.deploy.runtime import RankRuntime
+
+# Receives are posted this many passes ahead of the pass that waits for them: gloo moves a message only once its
+# receive is posted (a rendezvous), so a receive posted late costs a round trip through both ranks' I/O threads
+# while they compute; buffers for at most 1 + RECV_AHEAD passes are held.
+RECV_AHEAD = 2
 
 
 class PipelineRankRuntime(RankRuntime):
@@ -37,6 +45,8 @@ class PipelineRankRuntime(RankRuntime):
         self.plan = self.s.pipeline
         self._micro_offset = 0  # global row of the current micro-batch's first row
         self._pending: list[tuple[object, torch.Tensor]] = []  # (send work, its tensor) until the step ends
+        # the last step's passes: (kind, micro-batch, start, seconds waiting to receive, end), seconds from the step start
+        self.pass_times: list[tuple[str, int, float, float, float]] = []
 
     def _training_context(self, g: int, off: int):
         return super()._training_context(g, off + self._micro_offset)
@@ -50,17 +60,15 @@ class PipelineRankRuntime(RankRuntime):
         return torch.empty(self._shape(tensor, None if rows == 0 else rows),
                            dtype=torch_dtype(self.g.tensors[tensor].dtype), device=self.device)
 
-    def _recv_inputs(self, j: int, g: int) -> dict[str, list[tuple[int, torch.Tensor]]]:
-        """Group g's input slices of micro-batch j from other ranks: tensor -> [(start row, piece)]."""
+    def _post_recv_inputs(self, j: int, g: int) -> tuple[list, dict[str, list[tuple[int, torch.Tensor]]]]:
+        """Post the receives of group g's input slices of micro-batch j: (works, tensor -> [(start row, buffer)])."""
         works, got = [], {}
         for k, tr in enumerate(self.s.transfers[g]):
             if tr.dst == self.rank:
                 buf = self._buffer(tr.tensor, tr.rows)
                 works.append(dist.irecv(buf, src=tr.src, tag=self.plan.tag(j, False, g, k)))
                 got.setdefault(tr.tensor, []).append((tr.start, buf))
-        for w in works:
-            w.wait()
-        return got
+        return works, got
 
     def _send_outputs(self, j: int, p: int) -> None:
         """Post micro-batch j's slices of group p's outputs to every rank that consumes them."""
@@ -74,8 +82,8 @@ class PipelineRankRuntime(RankRuntime):
                 x = x.narrow(self._axis(tr.tensor), tr.start - off, tr.rows)
             self._post_send(x, tr.dst, self.plan.tag(j, False, c, k))
 
-    def _recv_output_grads(self, j: int, p: int) -> None:
-        """Receive micro-batch j's gradients of group p's sent outputs and add them to the outputs' gradients."""
+    def _post_recv_output_grads(self, j: int, p: int) -> tuple[list, list]:
+        """Post the receives of micro-batch j's gradients of group p's sent outputs: (works, [(transfer, buffer)])."""
         works, got = [], []
         for c, k in self.plan.sends_of[p]:
             tr = self.s.transfers[c][k]
@@ -84,10 +92,20 @@ class PipelineRankRuntime(RankRuntime):
             buf = self._buffer(tr.tensor, tr.rows)
             works.append(dist.irecv(buf, src=tr.dst, tag=self.plan.tag(j, True, c, k)))
             got.append((tr, buf))
+        return works, got
+
+    def _post_pass(self, kind: str, j: int, groups: list[int]) -> None:
+        """Post every receive of pass (kind, j) over `groups`, kept in ``self._posted`` until the pass takes it."""
+        post = self._post_recv_inputs if kind == "F" else self._post_recv_output_grads
+        for g in groups:
+            self._posted[(kind, j, g)] = post(j, g)
+
+    def _take(self, kind: str, j: int, g: int):
+        """Wait for the receives of pass (kind, j) into group g; returns what they filled (see the _post_* methods)."""
+        works, got = self._posted.pop((kind, j, g))
         for w in works:
             w.wait()
-        for tr, buf in got:
-            self._add_grad(p, tr.tensor, None if tr.whole else tr.start, buf)
+        return got
 
     def _send_input_grads(self, j: int, g: int) -> None:
         """Post micro-batch j's gradients of group g's received inputs back to the ranks that sent them."""
@@ -111,23 +129,41 @@ class PipelineRankRuntime(RankRuntime):
         mine = [g for g in self.plan.rank_groups(self.rank) if self.s.rank_rows[g][self.rank] > 0]
         states: dict[int, tuple[dict, dict, dict, dict]] = {}
         local = 0.0
+        self.pass_times, self._posted = [], {}
+        order = self.plan.orders[self.rank]
+        posted_upto = 0  # passes [0, posted_upto) have their receives posted
+        t0 = time.perf_counter()
         try:
-            for kind, j in self.plan.orders[self.rank]:
+            for i, (kind, j) in enumerate(order):
+                start, waited = time.perf_counter(), 0.0
+                while posted_upto < min(len(order), i + 1 + RECV_AHEAD):
+                    k2, j2 = order[posted_upto]
+                    self._post_pass(k2, j2, mine)
+                    posted_upto += 1
                 self._micro_offset = j * self.plan.micro_batch_rows
                 self.row_base = data_base - self._micro_offset  # micro-batch-local row r reads data row j b + r
                 if kind == "F":
                     states[j] = ({}, {}, {}, {})
                     self.outs, self.leaves, self.losses, self.grad_buf = states[j]
                     for g in mine:
-                        self._forward_compute(g, self._recv_inputs(j, g))
+                        w = time.perf_counter()
+                        got = self._take("F", j, g)
+                        waited += time.perf_counter() - w
+                        self._forward_compute(g, got)
                         self._send_outputs(j, g)
                     local += sum(float(v.detach()) for v in self.losses.values())
                 else:
                     self.outs, self.leaves, self.losses, self.grad_buf = states.pop(j)
                     for g in reversed(mine):
-                        self._recv_output_grads(j, g)
+                        w = time.perf_counter()
+                        got = self._take("B", j, g)
+                        waited += time.perf_counter() - w
+                        for tr, buf in got:
+                            self._add_grad(g, tr.tensor, None if tr.whole else tr.start, buf)
                         self._backward_compute(g)
                         self._send_input_grads(j, g)
+                end = time.perf_counter()
+                self.pass_times.append((kind, j, start - t0, waited, end - t0))
         finally:
             self.row_base, self._micro_offset = data_base, 0
         for w, _ in self._pending:
