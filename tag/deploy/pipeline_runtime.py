@@ -45,7 +45,8 @@ class PipelineRankRuntime(RankRuntime):
         self.plan = self.s.pipeline
         self._micro_offset = 0  # global row of the current micro-batch's first row
         self._pending: list[tuple[object, torch.Tensor]] = []  # (send work, its tensor) until the step ends
-        # the last step's passes: (kind, micro-batch, start, seconds waiting to receive, end), seconds from the step start
+        self._posted: dict[tuple[str, int, int], tuple] = {}  # (kind, micro-batch, group) -> posted receives
+        # the last step's passes: (kind, micro-batch, start, receive wait, end), seconds from the step's start
         self.pass_times: list[tuple[str, int, float, float, float]] = []
 
     def _training_context(self, g: int, off: int):
@@ -118,6 +119,31 @@ class PipelineRankRuntime(RankRuntime):
                 dx = dx.narrow(self._axis(tr.tensor), tr.start - off, tr.rows)
             self._post_send(dx, tr.src, self.plan.tag(j, True, g, k))
 
+    # ---- passes and the step ------------------------------------------------------------------
+    def _forward_pass(self, j: int, groups: list[int]) -> float:
+        """Forward of micro-batch j through `groups` (ascending); returns the seconds spent waiting for inputs."""
+        waited = 0.0
+        for g in groups:
+            w = time.perf_counter()
+            got = self._take("F", j, g)
+            waited += time.perf_counter() - w
+            self._forward_compute(g, got)
+            self._send_outputs(j, g)
+        return waited
+
+    def _backward_pass(self, j: int, groups: list[int]) -> float:
+        """Backward of micro-batch j through `groups` in reverse; returns the seconds spent waiting for gradients."""
+        waited = 0.0
+        for g in reversed(groups):
+            w = time.perf_counter()
+            got = self._take("B", j, g)
+            waited += time.perf_counter() - w
+            for tr, buf in got:
+                self._add_grad(g, tr.tensor, None if tr.whole else tr.start, buf)
+            self._backward_compute(g)
+            self._send_input_grads(j, g)
+        return waited
+
     # ---- the step ------------------------------------------------------------------------------
     def step(self) -> float:
         """One training step: the rank's passes over the micro-batches, one gradient sync, the optimizer update.
@@ -135,7 +161,7 @@ class PipelineRankRuntime(RankRuntime):
         t0 = time.perf_counter()
         try:
             for i, (kind, j) in enumerate(order):
-                start, waited = time.perf_counter(), 0.0
+                start = time.perf_counter()
                 while posted_upto < min(len(order), i + 1 + RECV_AHEAD):
                     k2, j2 = order[posted_upto]
                     self._post_pass(k2, j2, mine)
@@ -145,23 +171,11 @@ class PipelineRankRuntime(RankRuntime):
                 if kind == "F":
                     states[j] = ({}, {}, {}, {})
                     self.outs, self.leaves, self.losses, self.grad_buf = states[j]
-                    for g in mine:
-                        w = time.perf_counter()
-                        got = self._take("F", j, g)
-                        waited += time.perf_counter() - w
-                        self._forward_compute(g, got)
-                        self._send_outputs(j, g)
+                    waited = self._forward_pass(j, mine)
                     local += sum(float(v.detach()) for v in self.losses.values())
                 else:
                     self.outs, self.leaves, self.losses, self.grad_buf = states.pop(j)
-                    for g in reversed(mine):
-                        w = time.perf_counter()
-                        got = self._take("B", j, g)
-                        waited += time.perf_counter() - w
-                        for tr, buf in got:
-                            self._add_grad(g, tr.tensor, None if tr.whole else tr.start, buf)
-                        self._backward_compute(g)
-                        self._send_input_grads(j, g)
+                    waited = self._backward_pass(j, mine)
                 end = time.perf_counter()
                 self.pass_times.append((kind, j, start - t0, waited, end - t0))
         finally:
