@@ -6,6 +6,9 @@ bert_tiny (skip edges from group 0 into every later group), each with m = 4 micr
 kfkb (k = 2), as a 2-stage pipeline whose first or second stage has two uneven replicas (3:1 rows of every
 micro-batch) and as a 3-stage pipeline of one device per stage. The reference is plain full-batch training with
 torch.optim (`_deploy_harness.reference_training`), written independently of the runtime.
+
+A second launch runs `tag deploy` on a pipelined plan.json end to end (the digits MLP on its own data, ranks hosting
+several devices, uneven replicas), against plain torch.
 """
 
 from __future__ import annotations
@@ -113,10 +116,13 @@ def test_pipelines_on_three_ranks_equal_one_device(tmp_path):
 TOPO = {"version": 1, "name": "cpu4", "machines": [
     {"name": "m0", "devices": [{"type": "cpu", "count": 2}], "nic_bandwidth_gbps": 10},
     {"name": "m1", "devices": [{"type": "cpu", "count": 2}], "nic_bandwidth_gbps": 10}]}
+DIGITS = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "digits")
+DIGITS_B, DIGITS_STEPS, DIGITS_LR = 64, 4, 0.01
 
 
-def _pipelined_plan_file(tmp_path, stage_rows, stage_devices, name):
-    """gpt2_tiny's groups cut in two halves on a 4-cpu cluster, written by the plan writer (derived buckets)."""
+def _pipelined_plan_file(tmp_path, model, stage_rows, stage_devices, name):
+    """`model`'s groups cut in two halves (the first n // 2 on stage 0) on a 4-cpu cluster, written by the plan
+    writer (buckets derived); Adam, cross entropy."""
     import json
 
     from tag.cli import main
@@ -124,14 +130,13 @@ def _pipelined_plan_file(tmp_path, stage_rows, stage_devices, name):
     from tag.strategy import TrainingConfig
     from tag.strategy.planfile import write_plan
 
-    model = os.path.join(MODELS, "gpt2_tiny.onnx")
     topo = tmp_path / "cpu4.json"
     topo.write_text(json.dumps(TOPO))
     dp = tmp_path / "dp.json"
     if not dp.exists():
-        assert main(["plan", model, str(topo), "--baseline", "dp-even", "--batch-size", str(B), "-o", str(dp),
+        assert main(["plan", model, str(topo), "--baseline", "dp-even", "--batch-size", str(DIGITS_B), "-o", str(dp),
                      "--json"]) == 0
-    inp = load_inputs(model, str(topo), ModelOptions(batch_size=B), plan_path=str(dp))
+    inp = load_inputs(model, str(topo), ModelOptions(batch_size=DIGITS_B), plan_path=str(dp))
     n = inp.gg.n_groups
     cut = n // 2
     decs = []
@@ -140,34 +145,74 @@ def _pipelined_plan_file(tmp_path, stage_rows, stage_devices, name):
         replicated = sum(r > 0 for r in stage_rows[s]) > 1
         decs.append(Decision(stage_rows[s], ("ring", "tree")[s] if replicated and dec.sync is not None else None))
     stages = (Stage(tuple(range(cut)), stage_devices[0]), Stage(tuple(range(cut, n)), stage_devices[1]))
-    strategy = Strategy(tuple(decs), 25.0, pipeline=Pipeline(stages, M, "kfkb", 2))
+    strategy = Strategy(tuple(decs), 25.0, pipeline=Pipeline(stages, M, "1f1b"))
     path = tmp_path / name
-    write_plan(str(path), strategy, inp.gg, inp.cluster, TrainingConfig("momentum", 0.01), model, str(topo))
-    return model, path
+    write_plan(str(path), strategy, inp.gg, inp.cluster, TrainingConfig("adam", DIGITS_LR, "cross_entropy"), model,
+               str(topo))
+    return path
+
+
+def _digits_reference():
+    """Plain torch on the documented batch order (default_rng([seed, epoch]) permutation), mean cross entropy, Adam:
+    the first DIGITS_STEPS losses and the trained state_dict."""
+    import sys
+
+    import numpy as np
+    import torch.nn.functional as F
+
+    sys.path.insert(0, DIGITS)
+    import digits
+    from make_model import mlp
+
+    x, y = (torch.from_numpy(a) for a in digits.train_set())
+    model = mlp(0)
+    opt = torch.optim.Adam(model.parameters(), lr=DIGITS_LR)
+    perm = np.random.default_rng([0, 0]).permutation(len(y))
+    losses = []
+    for k in range(DIGITS_STEPS):
+        idx = torch.from_numpy(perm[k * DIGITS_B:(k + 1) * DIGITS_B])
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, model.state_dict()
 
 
 def test_tag_deploy_runs_a_pipelined_plan(tmp_path, capsys):
-    """4 plan devices on 3 ranks: rank 0 hosts both devices of stage 0 (rows 12 + 4 of 16), ranks 1 and 2 are stage
-    1's replicas with 4:12 rows (1:3 of each micro-batch); kfkb k=2, m=4; losses equal one process's. With 2 ranks a
-    plan whose first stage is one device is refused (rank 0 would host devices of both stages): exit 2, one line."""
+    """The digits MLP on its own data: 4 plan devices on 3 ranks, rank 0 hosting both devices of stage 0 (rows 48 + 16
+    of 64), ranks 1 and 2 stage 1's replicas with 16:48 rows (1:3 of each micro-batch; each reads its rows of every
+    micro-batch), 1f1b, m = 4: losses and the exported weights equal one process's. With 2 ranks a plan whose first
+    stage is one device is refused (rank 0 would host devices of both stages): exit 2, one line."""
+    import json
     import subprocess
     import sys
 
+    pytest.importorskip("sklearn")
+    sys.path.insert(0, DIGITS)
+    from make_model import export
+
     from tag.cli import main
 
-    model, plan = _pipelined_plan_file(tmp_path, ((12, 4, 0, 0), (0, 0, 4, 12)), ((0, 1), (2, 3)), "pipe.json")
-    p = subprocess.run([sys.executable, "-m", "tag.cli", "deploy", str(plan), model, "--steps", "3", "--nproc", "3",
-                        "--json"], capture_output=True, text=True, timeout=300)
+    model, weights = str(tmp_path / "digits_mlp.onnx"), tmp_path / "w.pt"
+    export(model, 0)
+    plan = _pipelined_plan_file(tmp_path, model, ((48, 16, 0, 0), (0, 0, 16, 48)), ((0, 1), (2, 3)), "pipe.json")
+    p = subprocess.run([sys.executable, "-m", "tag.cli", "deploy", str(plan), model, "--steps", str(DIGITS_STEPS),
+                        "--nproc", "3", "--data", os.path.join(DIGITS, "digits.py") + ":train_set",
+                        "--export", str(weights), "--json"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
-    import json
-
     out = json.loads(p.stdout)
-    assert out["nproc"] == 3 and out["devices"] == 4 and out["batch_size"] == B and out["optimizer"] == "momentum"
-    assert out["measured_step_ms"] > 0 and len(out["step_ms"]) == 3
-    ref_losses, _ = _reference("gpt2_tiny", "momentum", 0.01, 3)
+    assert out["nproc"] == 3 and out["devices"] == 4 and out["batch_size"] == DIGITS_B
+    assert out["loss"] == "cross_entropy" and out["optimizer"] == "adam"
+    assert out["measured_step_ms"] > 0 and len(out["step_ms"]) == DIGITS_STEPS
+    ref_losses, ref_state = _digits_reference()
     assert out["losses"] == pytest.approx(ref_losses, rel=1e-4)
+    trained = torch.load(weights, weights_only=True)
+    assert set(trained) == set(ref_state)
+    for name, v in ref_state.items():
+        torch.testing.assert_close(trained[name], v, rtol=1e-4, atol=1e-6, msg=name)
 
-    _, bad = _pipelined_plan_file(tmp_path, ((16, 0, 0, 0), (0, 4, 4, 8)), ((0,), (1, 2, 3)), "bad.json")
+    bad = _pipelined_plan_file(tmp_path, model, ((64, 0, 0, 0), (0, 16, 16, 32)), ((0,), (1, 2, 3)), "bad.json")
     capsys.readouterr()
     assert main(["deploy", str(bad), model, "--nproc", "2"]) == 2
     err = capsys.readouterr().err
