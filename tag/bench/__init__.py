@@ -1,7 +1,7 @@
 """`tag bench` as product code: the benchmark suite and the published comparison, runnable from a wheel.
 
     suite.py              cases, options, run_suite (every baseline, the searched plan, the ideal bound)
-    ideal.py              the ideal column: a lower bound on any strategy's iteration time (a small LP)
+    ideal.py              the ideal column: the compute bound 1 / sum_d (1 / T_d); the FLOPs bound; the per-group LP
     suite_format.py       the suite's table of ratios, per-topology summary and JSON
     published_rows.py     the published tables as typed rows
     published_predict.py  one row's predicted samples/s (catalog cost model, dp-even, simulate)

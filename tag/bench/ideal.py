@@ -1,4 +1,8 @@
-"""The suite's "ideal" column: a lower bound on the iteration time of any strategy, from the cost model itself.
+"""Compute bounds on the iteration time, from the cost model itself.
+
+The suite's "ideal" column is `compute_bound` (issue 21): T_d = the whole model's forward + backward at the full
+batch on device d, bound = 1 / sum_d (1 / T_d). `flops_bound_ms` is 3 x forward FLOPs x batch / summed FP32
+peaks (a bound only without convolutions). `ideal_bound` below is the per-group LP, never above `compute_bound`:
 
 Every group g must run forward and backward for all B rows of the batch, split over the devices in any way.
 Let c[g][t] = group_fwd_ms(g, t, B) + group_bwd_ms(g, t, B) be the time of the whole batch of group g on one

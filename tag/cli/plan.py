@@ -64,7 +64,7 @@ def run(args) -> int:
     from tag.errors import InputError
     from tag.cli.inputs import load_verb_inputs
     from tag.search.budget import default_counts
-    from tag.search.planner import SFB_MAX_DEVICES, plan
+    from tag.search.planner import PIPELINE_MAX_DEVICES, SFB_MAX_DEVICES, plan
     from tag.strategy.planfile import baselines_summary, plan_to_json, predicted_from_result, write_plan
     from tag.cli._plan_report import report_text
 
@@ -93,6 +93,10 @@ def run(args) -> int:
         warnings.append(f"SFB not tried: {inp.cluster.n_devices} devices is above its selection model's size limit "
                         f"({SFB_MAX_DEVICES}); sufficient factors cover the global batch, so their all-gathers grow "
                         "with the replica count and rarely pay at this scale")
+        sys.stderr.write(f"tag plan: note: {warnings[-1]}\n")
+    if args.baseline is None and not args.no_pipeline and inp.cluster.n_devices > PIPELINE_MAX_DEVICES:
+        warnings.append(f"pipelines not searched: {inp.cluster.n_devices} devices is above the pipeline search's "
+                        f"size limit ({PIPELINE_MAX_DEVICES})")
         sys.stderr.write(f"tag plan: note: {warnings[-1]}\n")
     if not args.json:
         sys.stderr.write(f"tag plan: batch {inp.batch_size}, {inp.gg.n_groups} groups, {inp.cluster.n_devices} devices\n")

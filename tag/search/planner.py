@@ -29,6 +29,7 @@ REFINE_SIMULATIONS = DEFAULT_REFINE_SIMULATIONS  # the name older callers import
 MIN_STARTS_WHEN_OOM = 4  # starts simulated even past the safety cap when no baseline fits
 SFB_MAX_DEVICES = 128  # tag plan skips SFB selection above this many devices (its CP-SAT model grows with them)
 SFB_EXTRA_STARTS = 2  # strategies SFB selection runs on besides the searched plan and the best baseline
+PIPELINE_MAX_DEVICES = 128  # pipelines are not searched above this many devices (the stage model walks every device)
 SFB_SOLVE_LIMIT_S = 600.0  # the CP-SAT solver's time limit without a cap (its solves take milliseconds)
 
 
@@ -122,7 +123,8 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
 
     on_progress(playouts_done, best_iteration_ms) is called after every playout (for a progress bar).
     pipeline: search micro-batched pipelines (`tag.search.pipeline_search`); the simulated candidates compete as
-    starts of the tree search with every baseline and stage placement (False: `tag plan --no-pipeline`).
+    starts of the tree search with every baseline and stage placement (False: `tag plan --no-pipeline`; not
+    searched above PIPELINE_MAX_DEVICES devices; `PlanResult.pipelines` says whether they were).
     """
     from tag.search.baselines import run_baselines
     from tag.sim import simulate
@@ -154,6 +156,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     ev = Evaluator(simulate_fn, reference_ms, usable_gb)
     for s, r in baselines.values():  # seed the cache and the best-ever with every baseline
         ev.add(s, r)
+    pipeline = pipeline and cluster.n_devices <= PIPELINE_MAX_DEVICES
     candidates = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else {}
     start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
                                   extra=candidates)
