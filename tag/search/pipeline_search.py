@@ -9,8 +9,8 @@ in flight. Each (m, S) solution is ranked by the estimate
 
     estimate_ms = slowest stage + sum over the other stages of one micro-batch's time + transfer
 
-(the fill and drain of a 1F1B pipeline), and the best few become strategies: 1F1B, and for the best one GPipe and
-kFkB (k = 2, 4) when their in-flight micro-batches fit too. The simulator judges them (`tag.search.planner`).
+(the fill and drain of a 1F1B pipeline), and the best few become strategies: 1F1B, and for the best two with
+several stages GPipe and kFkB (k = 2, 4) when their in-flight micro-batches fit too. The simulator judges them (`tag.search.planner`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ MAX_MICRO_BATCHES = 64  # micro-batch counts searched: the batch's divisors up t
 MAX_GROUP_CUTS = 25  # cut positions over the groups (all of them when there are fewer groups)
 MAX_DEVICE_CUTS = 17  # cut positions over the devices (all of them on up to 16 devices)
 KEEP = 6  # (m, S) solutions turned into strategies (plus the best of each other stage count)
+VARIANTS_OF = 2  # multi-stage solutions that also get GPipe and kFkB (k = 2, 4) variants
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,8 @@ def schedule_fits(model: StageModel, sol: CutSolution, rows: list[StageRows], m:
 def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: int = MAX_STAGES,
                         keep: int = KEEP) -> list[PipelineCandidate]:
     """The best `keep` (m, S) pipelines by the stage model's estimate and the best of every other stage count
-    (1F1B; with one stage, m > 1 is gradient accumulation), then GPipe and kFkB (k = 2, 4) variants of the best; ascending estimate. Named
+    (1F1B; with one stage, m > 1 is gradient accumulation), then GPipe and kFkB (k = 2, 4 below m) variants of the
+    best VARIANTS_OF multi-stage ones when their in-flight micro-batches fit, in that order. Named
     ``pipeline-S<S>-m<m>-<schedule>`` (``dp-balanced``: one stage, one micro-batch, no pipeline)."""
     order = [d.index for d in cluster.devices]
     model = StageModel(gg, cluster, cost, training.optimizer, batch, order)
@@ -214,11 +216,11 @@ def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: 
     for est, s, m, sol, rows in chosen:
         strat = build_strategy(gg, model, sol, rows, m)
         out.append(PipelineCandidate(f"pipeline-S{s}-m{m}-1f1b" if strat.pipeline else "dp-balanced", strat, est))
-    if found:
-        est, s, m, sol, rows = found[0]
-        variants = [("gpipe", 1)] + [("kfkb", k) for k in (2, 4) if m % k == 0 and m // k >= 1 and s > 1]
+    multi = [x for x in found if x[1] > 1][:VARIANTS_OF]  # the best multi-stage pipelines get other schedules
+    for est, s, m, sol, rows in multi:
+        variants = [("gpipe", 1)] + [("kfkb", k) for k in (2, 4) if m % k == 0 and m > k]
         for schedule, k in variants:
-            if s > 1 and schedule_fits(model, sol, rows, m, schedule, k):
+            if schedule_fits(model, sol, rows, m, schedule, k):
                 tag = schedule if schedule != "kfkb" else f"kfkb{k}"
                 out.append(PipelineCandidate(f"pipeline-S{s}-m{m}-{tag}",
                                              build_strategy(gg, model, sol, rows, m, schedule, k), est))
