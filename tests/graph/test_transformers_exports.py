@@ -4,7 +4,7 @@ Users export a model too big to hold the way FIELD-NOTES.md describes: built on 
 ``torch.onnx.export(..., dynamo=True, optimize=False)``, causal LMs with ``use_cache=False``, float weights moved
 to graph inputs, serialised with ``onnx_ir``. Those files hold SplitToSequence/SequenceAt and the exporter's
 shape plumbing. Small configs of GPT-2 (medium- and large-like), OPT (also at sequence 2048, where
-`propagate_batch` raised IndexError) and BERT are exported here and loaded with the shape evaluator's budget at
+`propagate_batch` raised IndexError), BERT, Llama and ViT are exported here and loaded with the shape evaluator's budget at
 zero, as for a real-size model whose weights exceed it: every shape known, every MatMul/Gemm splittable by rows,
 parameters and matmul FLOPs equal to the counts worked out from the config, `tag inspect` exits 0.
 
@@ -134,14 +134,21 @@ OPT_2048 = dict(OPT_SMALL, hidden_size=32, num_attention_heads=2, ffn_dim=64, wo
                 max_position_embeddings=2048, num_hidden_layers=1)
 BERT_SMALL = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, intermediate_size=128,
                   vocab_size=96, max_position_embeddings=64)
-# name: (family, config, batch (None: symbolic), sequence)
+LLAMA_SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, vocab_size=96, max_position_embeddings=64)
+VIT_SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, image_size=32,
+                 patch_size=8)
+# name: (family, config, batch (None: symbolic), sequence length (ViT: image side))
 CASES = {
     "gpt2_medium_like": ("gpt2", GPT2_MEDIUM_LIKE, None, 16),
     "gpt2_large_like": ("gpt2", GPT2_LARGE_LIKE, 2, 24),
     "opt_small": ("opt", OPT_SMALL, None, 16),
     "opt_seq2048": ("opt", OPT_2048, 1, 2048),
     "bert_small": ("bert", BERT_SMALL, None, 16),
+    "llama_small": ("llama", LLAMA_SMALL, None, 16),  # rotary positions, grouped KV heads, RMSNorm
+    "vit_small": ("vit", VIT_SMALL, 2, 32),  # image input, Conv patches
 }
+CAUSAL = ("gpt2", "opt", "llama")
 
 
 def _build(family, config, device):
@@ -149,15 +156,17 @@ def _build(family, config, device):
     import transformers as tf
 
     cls, cfg = {"gpt2": (tf.GPT2LMHeadModel, tf.GPT2Config), "opt": (tf.OPTForCausalLM, tf.OPTConfig),
-                "bert": (tf.BertModel, tf.BertConfig)}[family]
-    extra = {"use_cache": False} if family != "bert" else {}
+                "bert": (tf.BertModel, tf.BertConfig), "llama": (tf.LlamaForCausalLM, tf.LlamaConfig),
+                "vit": (tf.ViTModel, tf.ViTConfig)}[family]
+    extra = {"use_cache": False} if family in CAUSAL else {}
     with torch.device(device):
         model = cls(cfg(**config, **extra))
     return model.eval()
 
 
 def export_like_users(family, config, batch, seq, path):
-    """Export as FIELD-NOTES.md says users do; returns the module's parameter count (tied weights once).
+    """Export as FIELD-NOTES.md says users do; returns the module's parameter count (tied weights once) plus
+    the elements of the float buffers the graph uses.
 
     Integer buffers (BERT's position and token-type ids) have no values on the meta device: they get the
     values of a CPU build of the same config, as a user keeps them."""
@@ -166,15 +175,20 @@ def export_like_users(family, config, batch, seq, path):
 
     model = _build(family, config, "meta")
     n_params = sum(p.numel() for p in model.parameters())
-    ids = torch.zeros((batch or 2, seq), dtype=torch.long, device="meta")
+    float_buffers = {n: b.numel() for n, b in model.named_buffers() if b.is_floating_point()}
+    if family == "vit":
+        x, name = torch.zeros((batch or 2, 3, seq, seq), device="meta"), "pixel_values"
+    else:
+        x, name = torch.zeros((batch or 2, seq), dtype=torch.long, device="meta"), "input_ids"
     dyn = {"dynamic_shapes": ({0: torch.export.Dim("batch")},)} if batch is None else {}
-    program = torch.onnx.export(model, (ids,), dynamo=True, optimize=False, input_names=["input_ids"], **dyn)
+    program = torch.onnx.export(model, (x,), dynamo=True, optimize=False, input_names=[name], **dyn)
     graph = program.model.graph
     floats = {onnx_ir.DataType.FLOAT, onnx_ir.DataType.FLOAT16, onnx_ir.DataType.BFLOAT16, onnx_ir.DataType.DOUBLE}
     buffers = None
     for name in list(graph.initializers):
         value = graph.initializers[name]
-        if value.dtype in floats:
+        if value.dtype in floats:  # a float buffer the graph uses (Llama's rotary inv_freq) is a weight input too
+            n_params += float_buffers.get(name, 0)
             graph.initializers.pop(name)
             value.const_value = None
             graph.inputs.append(value)
@@ -202,21 +216,29 @@ def matmul_flops_per_sample(family, c, seq):
     """MatMul/Gemm forward FLOPs of one sequence, from the config (FLOP = 2 x MAC).
 
     Per layer: projections 2 s (4 d^2 + 2 d f) (Q, K, V, output; feed-forward of width f), attention 2 x 2 s^2 d
-    (scores and weighted sum, all heads), plus the bias adds of Gemms. Causal LMs add the LM head 2 s d V; BERT
-    its pooler 2 d^2 + d (first token only).
+    (scores and weighted sum, all heads), plus the bias adds of Gemms; Llama: 2 s (2 d^2 + 2 d kv + 3 d f) with
+    kv = KV heads x head dim. Causal LMs add the LM head 2 s d V; BERT and ViT their pooler 2 d^2 + d (first
+    token only).
     """
     if family == "gpt2":
         d, f, layers, head = c["n_embd"], 4 * c["n_embd"], c["n_layer"], c["vocab_size"]
     elif family == "opt":
         d, f, layers, head = c["hidden_size"], c["ffn_dim"], c["num_hidden_layers"], c["vocab_size"]
     else:
-        d, f, layers, head = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], 0
+        d, f, layers = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"]
+        head = c["vocab_size"] if family == "llama" else 0
+    if family == "vit":  # tokens: the patches and the class token (the patch projection is a Conv)
+        seq = (c["image_size"] // c["patch_size"]) ** 2 + 1
     per_layer = 2 * seq * (4 * d * d + 2 * d * f) + 4 * seq * seq * d
+    if family == "llama":  # K and V project to the grouped heads only; the gated MLP has three matrices
+        kv = c["num_key_value_heads"] * (d // c["num_attention_heads"])
+        per_layer = 2 * seq * (2 * d * d + 2 * d * kv + 3 * d * f) + 4 * seq * seq * d
     # bias adds of the projections exported as Gemm (on 2-D inputs) count M x N: GPT-2's Conv1D is addmm
-    # everywhere (Q, K, V, output, both FF); OPT flattens only its feed-forward to 2-D; BERT only its pooler
-    per_layer += seq * {"gpt2": 3 * d + d + f + d, "opt": f + d, "bert": 0}[family]
+    # everywhere (Q, K, V, output, both FF); OPT flattens only its feed-forward to 2-D; BERT and ViT only
+    # their pooler (first token); Llama has no biases
+    per_layer += seq * {"gpt2": 3 * d + d + f + d, "opt": f + d}.get(family, 0)
     total = layers * per_layer + 2 * seq * d * head
-    return total + (2 * d * d + d if family == "bert" else 0)
+    return total + (2 * d * d + d if family in ("bert", "vit") else 0)
 
 
 @pytest.mark.parametrize("name", list(CASES))
