@@ -122,8 +122,10 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     safety cap only; `PlanResult.capped` says whether it bound.
 
     on_progress(playouts_done, best_iteration_ms) is called after every playout (for a progress bar).
-    pipeline: search micro-batched pipelines (`tag.search.pipeline_search`); the simulated candidates compete as
-    starts of the tree search with every baseline and stage placement (False: `tag plan --no-pipeline`; not
+    pipeline: search micro-batched pipelines (`tag.search.pipeline_search`); every candidate is simulated and
+    competes with every other plan kind (the result is the best strategy ever simulated); the fastest is refined
+    like the other baselines, and is the tree's start when it beats every start and no baseline fits (the tree's
+    moves stay inside a pipeline's stages) (False: `tag plan --no-pipeline`; not
     searched above PIPELINE_MAX_DEVICES devices; `PlanResult.pipelines` says whether they were).
     """
     from tag.search.baselines import run_baselines
@@ -158,8 +160,10 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         ev.add(s, r)
     pipeline = pipeline and cluster.n_devices <= PIPELINE_MAX_DEVICES
     candidates = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else {}
+    # the tree's per-group moves keep a pipelined start inside its stages, so the tree starts from a pipeline only
+    # when no baseline fits; otherwise the pipelines compete through the evaluator's best-ever and refinement
     start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
-                                  extra=candidates)
+                                  extra=candidates if base_name is None else None)
     space = build_space(gg, cluster, cost, batch, base)
     tree = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn)
 
@@ -178,6 +182,9 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         for _, name in others:
             refine_pass(space, ev, baselines[name][0], max_simulations=refine_simulations // OTHER_REFINE_SHARE,
                         cap=cap)
+        piped = _best_fitting(candidates)
+        if piped is not None and piped is not base:  # the fastest pipeline, refined as the other baselines are
+            refine_pass(space, ev, piped, max_simulations=refine_simulations // OTHER_REFINE_SHARE, cap=cap)
         best = ev.best[1] or best
     method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
     sfb_report: dict = {}
@@ -210,6 +217,13 @@ def broken_pipeline_result(cluster, batch: int):
     peak = {d.id: 2.0 * d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
     return SimResult(iteration_ms=math.inf, samples_per_s=0.0, oom=True, oom_devices=list(peak), peak_memory_gb=peak,
                      busy_ms={}, link_bytes={}, fit_iteration_ms=math.inf, batch_size=batch)
+
+
+def _best_fitting(named: dict) -> Strategy | None:
+    """The fastest strategy of name -> (strategy, SimResult) that fits in memory (ties: the first), or None."""
+    fits = [(r.iteration_ms, i, st) for i, (st, r) in enumerate(named.values())
+            if not r.oom and math.isfinite(r.iteration_ms)]
+    return min(fits, key=lambda x: (x[0], x[1]))[2] if fits else None
 
 
 def _pipeline_candidates(gg, cluster, cost, training, batch: int, ev: Evaluator) -> dict:
