@@ -2,10 +2,11 @@
 against 25 MiB buckets.
 
 Usage: python benchmarks/buckets_deploy.py [--model resnet_tiny] [--batch-size 32] [--steps 30] [--warmup 5]
-       [--rounds 3] [--caps 0,25] [--sync auto] [--work DIR] [--reuse]
+       [--rounds 3] [--caps 0,25] [--sync auto] [--work DIR] [--reuse] [--profile-together]
 
 1. `tag profile links --nproc 2` writes the measured 2-rank topology and `tag profile ops` the model's op times
-   (as deploy runs them: one thread per rank, rows = batch / 2);
+   (as deploy runs them: one thread per rank, rows = batch / 2); with --profile-together two copies of `tag profile
+   ops` run at once and the first's figures are used (both cores busy, as when both ranks compute);
 2. for each cap, the dp-even plan (every group on both ranks, even rows) with ``bucket_mb`` = cap is written through
    `tag.strategy.planfile.plan_to_json` with its resolved buckets (`SimContext.bucket_syncs`: cap 0 = one bucket per
    group with parameters, 25 = DDP's default cap);
@@ -84,6 +85,8 @@ def main() -> None:
     ap.add_argument("--sync", default="auto", help="the groups' sync: auto (dp-even's) or an algorithm")
     ap.add_argument("--work", default="buckets-deploy-work")
     ap.add_argument("--reuse", action="store_true", help="keep the topology and profile already in --work")
+    ap.add_argument("--profile-together", action="store_true",
+                    help="profile ops with a second copy running at once (both cores busy, as in deploy)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     model = os.path.join(MODELS, f"{a.model}.onnx")
@@ -92,8 +95,13 @@ def main() -> None:
     if not (a.reuse and os.path.isfile(topo)):
         _tag("profile", "links", "--nproc", "2", "-o", topo, json_out=False)
     if not (a.reuse and os.path.isfile(prof)):
-        _tag("profile", "ops", model, "--batch-size", str(a.batch_size), "--rows", str(a.batch_size // 2),
-             "-o", prof, json_out=False)
+        ops = ["profile", "ops", model, "--batch-size", str(a.batch_size), "--rows", str(a.batch_size // 2)]
+        if a.profile_together:
+            twin = [subprocess.Popen([sys.executable, "-m", "tag.cli", *ops, "-o", prof + ".twin.json"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        _tag(*ops, "-o", prof, json_out=False)
+        if a.profile_together:
+            twin[0].wait()
     caps = [float(c) for c in a.caps.split(",")]
     plans, rows = {}, {}
     for cap in caps:
@@ -109,7 +117,8 @@ def main() -> None:
             out = _tag("deploy", plans[cap], model, "--steps", str(a.steps), "--warmup", str(a.warmup))
             rows[cap]["measured"].append(out["measured_step_ms"])
     print(f"`python benchmarks/buckets_deploy.py --model {a.model} --batch-size {a.batch_size} --steps {a.steps} "
-          f"--warmup {a.warmup} --rounds {a.rounds} --caps {a.caps} --sync {a.sync}` ({time.time() - t0:.0f} s; load average after "
+          f"--warmup {a.warmup} --rounds {a.rounds} --caps {a.caps} --sync {a.sync}"
+          f"{' --profile-together' if a.profile_together else ''}` ({time.time() - t0:.0f} s; load average after "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
     print("| bucket cap MiB | buckets | algorithms | tag simulate ms | simulated as deploy runs ms | measured ms "
           "(median of rounds) | rounds | err vs tag simulate % | err vs as-deploy % |")
