@@ -243,12 +243,14 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
     safety `cap` is reached. Returns (strategy, SFB report of the kept one)."""
     from tag.compression import select_sfb
 
-    starts = [best]
+    # deploy sends sufficient factors only without micro-batches, so pipelined strategies are not SFB starts
+    starts = [best] if best.pipeline is None else []
     name = best_baseline(baselines)
-    if name is not None:
+    if name is not None and baselines[name][0].pipeline is None:
         starts.append(baselines[name][0])
     ranked = sorted((res.iteration_ms, i, s) for i, (s, res) in enumerate(ev.cache.items())
-                    if not res.oom and math.isfinite(res.iteration_ms) and not any(d.sfb for d in s.decisions))
+                    if not res.oom and math.isfinite(res.iteration_ms) and s.pipeline is None
+                    and not any(d.sfb for d in s.decisions))
     for _, _, s in ranked:
         if len(starts) >= 2 + extra_starts:
             break
