@@ -15,10 +15,20 @@ and an uneven `all_gather_rows` for sufficient factors:
 
 Every algorithm is a sum: replicas' row-weighted contributions add up to the full-batch gradient; they differ
 only in the order of the additions.
+
+`start_sum` starts a sum without waiting for it (the runtime overlaps gradient syncs with the rest of the backward,
+as DDP does). On CPU ranks every started sum goes to one background thread per `Comm`, which issues them in the
+order they were started: ``ring`` as gloo's asynchronous all-reduce (the thread does not wait for it), the
+point-to-point algorithms run there to completion (gloo's isend/irecv handles never report completion before
+``wait``, so they cannot be polled from the main thread). One thread and one order per rank keeps the collectives of
+every process group in the same order on all its ranks. On GPU ranks ``ring`` is NCCL's asynchronous all-reduce and
+the other algorithms run at once on the calling thread (NCCL's point-to-point calls must not race on one
+communicator). Whoever starts sums waits for all of them (`SumHandle.wait`) before any collective of its own.
 """
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterable
 
 import torch
@@ -35,6 +45,7 @@ class Comm:
         self.rank, self.world, self.rank_machine = rank, world, rank_machine
         self.device = torch.device(device)
         self._groups: dict[tuple[int, ...], object] = {}
+        self._issuer: ThreadPoolExecutor | None = None  # the sync thread of `start_sum`, started on first use
         if world > 1:
             for ranks in sorted({tuple(sorted(s)) for s in rank_sets if len(s) > 1}):
                 if len(ranks) == world:
@@ -55,6 +66,32 @@ class Comm:
                 out += _cross_sets(b.ranks, rank_machine)
         out += [s.ranks for s in sfb_ops]
         return out
+
+    def start_sum(self, flat: torch.Tensor, method: str, ranks: tuple[int, ...], server: int | None) -> "SumHandle":
+        """Start `sum_over(flat, method, ranks, server)`; `flat` must not be touched until the handle's ``wait``."""
+        if len(ranks) < 2:
+            return SumHandle()
+        if self.device.type != "cpu":
+            if method == "ring":
+                return SumHandle(work=dist.all_reduce(flat, group=self.group(ranks), async_op=True))
+            self.sum_over(flat, method, ranks, server)
+            return SumHandle()
+        if self._issuer is None:
+            self._issuer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tag-sync")
+        return SumHandle(future=self._issuer.submit(self._issue, flat, method, ranks, server))
+
+    def _issue(self, flat: torch.Tensor, method: str, ranks: tuple[int, ...], server: int | None):
+        """On the sync thread: gloo's ring all-reduce started (its work returned), any other algorithm run."""
+        if method == "ring":
+            return dist.all_reduce(flat, group=self.group(ranks), async_op=True)
+        self.sum_over(flat, method, ranks, server)
+        return None
+
+    def close(self) -> None:
+        """Stop the sync thread (after every started sum was waited for)."""
+        if self._issuer is not None:
+            self._issuer.shutdown(wait=True)
+            self._issuer = None
 
     def group(self, ranks: tuple[int, ...]):
         return self._groups[tuple(sorted(ranks))]
@@ -127,6 +164,22 @@ class Comm:
         t = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX if op == "max" else dist.ReduceOp.SUM)
         return float(t.item())
+
+
+class SumHandle:
+    """A started sum: ``wait()`` returns once the buffer holds the total (re-raising the sync thread's error)."""
+
+    __slots__ = ("future", "work")
+
+    def __init__(self, future: Future | None = None, work=None):
+        self.future, self.work = future, work
+
+    def wait(self) -> None:
+        if self.future is not None:
+            self.work, self.future = self.future.result(), None
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
 
 
 def _machine_sets(ranks: tuple[int, ...], rank_machine: list[str]) -> dict[str, tuple[int, ...]]:

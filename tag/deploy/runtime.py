@@ -11,10 +11,14 @@ in reverse order: the rank back-propagates g from its loss term and the output g
 returned, then sends each input leaf's gradient slice back to the rank it came from (the autograd-aware
 half of every transfer). Because all ranks walk the same group order, no exchange can deadlock.
 
-Gradients sync by the plan's buckets (`Schedule.buckets`, `tag.deploy.bucket_plan`): after the SFB all-gathers,
-each bucket in the plan's order (reverse backward order), then the tied parameters' own syncs. The gradients of a
-bucket's parameters accumulate straight into slices of one flat buffer, which the bucket's algorithm sums in place
-(`_bucket_views`, `Comm.sum_over`).
+Gradients sync by the plan's buckets (`Schedule.buckets`, `tag.deploy.bucket_plan`), overlapped with the backward
+as DDP does: a bucket's sum starts (`Comm.start_sum`) as soon as the backward of every group using its parameters
+has run on this rank, i.e. after group min{g : g uses one of them} (backwards run g = K-1 .. 0), and never before
+the buckets listed ahead of it, so every rank starts the plan's buckets (reverse backward order), then the tied
+parameters' own syncs, in one order. After the backward the rank starts any left, waits for all of them, then runs
+the SFB all-gathers and the optimizer step. The gradients of a bucket's parameters accumulate straight into slices
+of one flat buffer, which the bucket's algorithm sums in place (`_bucket_views`). A communicator without
+``start_sum`` sums each bucket at once when it starts.
 
 Loss (`tag.deploy.loss`): by default the sum over float graph outputs of sum((y - target)^2) / numel(target
 over the global batch); with user data the chosen loss of the first output. Each rank's term is its rows'
@@ -51,6 +55,10 @@ class RankRuntime:
         self.optimizer = optimizer_factory([program.param(n) for n in self.my_params]) if self.my_params else None
         self.sfb_by_op = {op.op_id: op for op in schedule.sfb}
         self.grad_buckets = [(b, *self._bucket_views(b)) for b in schedule.buckets if rank in b.ranks]
+        # per bucket: the group after whose backward all its parameters' gradients are complete on this rank
+        self.bucket_ready_after = [min(g for g, io in enumerate(schedule.groups) if set(io.params) & set(b.params))
+                                   for b, _, _ in self.grad_buckets]
+        self._started: list = []  # this step's started bucket sums: (handle, copy-back or None), in bucket order
 
     # ---- helpers -------------------------------------------------------------------------------
     def _rows(self, g: int, r: int | None = None) -> tuple[int, int]:
@@ -186,6 +194,7 @@ class RankRuntime:
     # ---- backward ------------------------------------------------------------------------------
     def _backward_group(self, g: int) -> None:
         self._backward_compute(g)
+        self._start_ready_buckets(g)
         self._backward_exchange(g)
 
     def _backward_compute(self, g: int) -> None:
@@ -256,25 +265,47 @@ class RankRuntime:
             p_off, _ = self._rows(p)
             buf.narrow(self._axis(t), start - p_off, dx.shape[self._axis(t)]).add_(dx)
 
-    # ---- sync and step -------------------------------------------------------------------------
+    # ---- sync and step -------------------------------------------------------------------------------
+    def _start_ready_buckets(self, done: int) -> None:
+        """Start, in bucket order, the sums of the buckets complete once groups done..K-1 ran their backward."""
+        k = len(self._started)
+        while k < len(self.grad_buckets) and self.bucket_ready_after[k] >= done:
+            self._start_bucket(*self.grad_buckets[k])
+            k += 1
+
+    def _start_bucket(self, b, flat, _views) -> None:
+        """Start bucket b's sum: its flat buffer in place, or (mixed dtypes) a flattened copy put back after it."""
+        back = None
+        if flat is None:
+            params = [self.p.param(n) for n in b.params]
+            flat = torch.cat([(q.grad if q.grad is not None else torch.zeros_like(q)).reshape(-1) for q in params])
+            back = (b, params, flat)
+        start = getattr(self.comm, "start_sum", None)
+        if start is None:
+            self.comm.sum_over(flat, b.method, b.ranks, b.server)
+            self._started.append((None, back))
+        else:
+            self._started.append((start(flat, b.method, b.ranks, b.server), back))
+
     def _sync(self) -> None:
+        """Start the buckets not started yet, wait for every bucket's sum, then the SFB all-gathers."""
+        self._start_ready_buckets(-1)
+        started, self._started = self._started, []
+        for handle, back in started:
+            if handle is not None:
+                handle.wait()
+            if back is not None:
+                b, params, flat = back
+                pos = 0
+                for name, q in zip(b.params, params):
+                    if self.rank in self.s.param_users[name]:
+                        q.grad = flat[pos: pos + q.numel()].view_as(q).clone()
+                    pos += q.numel()
         for op in self.s.sfb:
             if self.rank not in op.ranks:
                 continue
             self.p.param(op.param).grad = sfb_weight_grad(op, self.g.ops[op.op_id], self.sfb_store.get(op.op_id, []),
                                                           self.s, self.comm, self.p.param(op.param))
-        for b, flat, _ in self.grad_buckets:
-            if flat is not None:  # the parameters' gradients are slices of it already
-                self.comm.sum_over(flat, b.method, b.ranks, b.server)
-                continue
-            params = [self.p.param(n) for n in b.params]
-            flat = torch.cat([(q.grad if q.grad is not None else torch.zeros_like(q)).reshape(-1) for q in params])
-            self.comm.sum_over(flat, b.method, b.ranks, b.server)
-            pos = 0
-            for name, q in zip(b.params, params):
-                if self.rank in self.s.param_users[name]:
-                    q.grad = flat[pos: pos + q.numel()].view_as(q).clone()
-                pos += q.numel()
 
     def _bucket_views(self, b) -> tuple[torch.Tensor | None, list[tuple[torch.Tensor, torch.Tensor]]]:
         """(flat gradient buffer of bucket `b`, [(parameter, its slice)] for the parameters this rank uses).
