@@ -15,15 +15,18 @@ from typing import Sequence
 import onnx
 import torch
 
-from tag.deploy.onnx_torch import ops_math, ops_nn, ops_shape  # noqa: F401  (fill the converter table)
+from tag.deploy.onnx_torch import ops_math, ops_nn, ops_sequence, ops_shape  # noqa: F401  (fill the converter table)
 from tag.deploy.onnx_torch.build import (consumer_map, default_data_inputs, default_param_names, fresh_parameter,
                                          input_shape, stable_topological_order)
 from tag.deploy.onnx_torch.ops_nn import Unsupported
 from tag.deploy.onnx_torch.registry import CONVERTERS, NodeSpec, as_tuple, decode_attrs, tensor_from_proto
 from tag.errors import InputError
+from tag.graph.sequences import SEQUENCE_PRODUCERS
 
 _GENERATORS = {"ConstantOfShape", "Constant", "RandomNormal", "RandomUniform"}
-_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+# random ops stay live; sequence values are lists, which are no buffers (their readers then run live too)
+_NOT_FOLDED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli",
+               "Multinomial"} | SEQUENCE_PRODUCERS
 
 
 def _sanitize(name: str, taken: set[str], prefix: str) -> str:
