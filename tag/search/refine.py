@@ -8,6 +8,10 @@ skip re-partition transfers), and row shifts of the current row map (move one ro
 rows, between devices adjacent in topology order), keeping a change only if the simulated value improves.
 It sweeps until a sweep gains less than 0.1% (`MIN_SWEEP_GAIN`) or the simulation budget is spent (or, as a
 safety net only, the wall-clock cap is reached). Deterministic: fixed order, strict improvement, counted work.
+
+A pipelined start keeps its pipeline: rows move in multiples of its micro-batch count m (each replica keeping at
+least m), and a decision that would put a group's rows outside its stage or off a multiple of m
+(`tag.search.space.fits_pipeline`) is never tried. Without a pipeline the moves are exactly those above.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Sequence
 
 from tag.search.budget import WallCap
 from tag.search.evaluate import Evaluator
-from tag.search.space import SearchSpace
+from tag.search.space import SearchSpace, fits_pipeline
 from tag.strategy import AUTO, Decision, Strategy
 
 # Bucket caps (MiB) the refinement tries: 0 = one bucket per group; 25 = PyTorch DDP's default bucket_cap_mb;
@@ -27,8 +31,11 @@ MIN_SWEEP_GAIN = 1e-3  # stop refining when a whole sweep gains less (value unit
 
 
 def row_shift_neighbours(dec: Decision, device_class: Sequence | None = None,
-                         max_pairwise: int = MAX_PAIRWISE_SHIFT_DEVICES) -> list[Decision]:
+                         max_pairwise: int = MAX_PAIRWISE_SHIFT_DEVICES, unit: int = 1) -> list[Decision]:
     """Decisions that move a few rows between devices adjacent (in topology order) within the replica set.
+
+    Rows move in multiples of `unit` (a pipeline's micro-batch count m: every row count stays a multiple of m and
+    every replica keeps at least m rows): `unit` and about 5% of the rows rounded to a multiple of it.
 
     With `device_class` (a label per device, e.g. (machine, type)) and more than `max_pairwise` replicas,
     only adjacent pairs whose labels differ are shifted (inside a run of like devices a shift only unbalances
@@ -38,7 +45,7 @@ def row_shift_neighbours(dec: Decision, device_class: Sequence | None = None,
     if len(devs) < 2:
         return []
     total = sum(dec.rows)
-    steps = sorted({1, max(1, round(0.05 * total / len(devs)))})
+    steps = sorted({unit, unit * max(1, round(0.05 * total / len(devs) / unit))})
     pairs = list(zip(devs, devs[1:]))
     big = device_class is not None and len(devs) > max_pairwise
     if big:
@@ -47,20 +54,21 @@ def row_shift_neighbours(dec: Decision, device_class: Sequence | None = None,
     for a, b in pairs:
         for src, dst in ((a, b), (b, a)):
             for k in steps:
-                if dec.rows[src] - k < 1:
+                if dec.rows[src] - k < unit:
                     continue
                 rows = list(dec.rows)
                 rows[src] -= k
                 rows[dst] += k
                 out.append(Decision(tuple(rows), dec.sync, dec.server, dec.sfb))
     if big:
-        out += class_shift_neighbours(dec, [c[-1] if isinstance(c, tuple) else c for c in device_class])
+        out += class_shift_neighbours(dec, [c[-1] if isinstance(c, tuple) else c for c in device_class], unit)
     return out
 
 
-def class_shift_neighbours(dec: Decision, device_type: Sequence) -> list[Decision]:
-    """Decisions that take one row from every replica of one device type (those with more than one row) and
-    hand them out one each, in topology order, to the replicas of another type (round robin if fewer).
+def class_shift_neighbours(dec: Decision, device_type: Sequence, unit: int = 1) -> list[Decision]:
+    """Decisions that take `unit` rows (1; a pipeline's m) from every replica of one device type (those with more
+    than `unit` rows) and hand them out `unit` each, in topology order, to the replicas of another type (round
+    robin if fewer).
 
     >>> [d.rows for d in class_shift_neighbours(Decision((3, 3, 2)), ["a", "a", "b"])]
     [(2, 2, 4), (4, 3, 1)]
@@ -74,13 +82,13 @@ def class_shift_neighbours(dec: Decision, device_type: Sequence) -> list[Decisio
         for tb, dst in by_type.items():
             if ta == tb:
                 continue
-            give = [d for d in src if dec.rows[d] > 1]
+            give = [d for d in src if dec.rows[d] > unit]
             if not give:
                 continue
             rows = list(dec.rows)
             for i, d in enumerate(give):
-                rows[d] -= 1
-                rows[dst[i % len(dst)]] += 1
+                rows[d] -= unit
+                rows[dst[i % len(dst)]] += unit
             out.append(Decision(tuple(rows), dec.sync, dec.server, dec.sfb))
     return out
 
@@ -95,6 +103,9 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
     current, cur_v = start, ev.value(start)
     budget_end = ev.simulations + max_simulations
     n_groups = len(current.decisions)
+    pl = start.pipeline
+    unit = pl.micro_batches if pl is not None else 1
+    keeps = (lambda g, dec: True) if pl is None else (lambda g, dec: fits_pipeline(dec, g, pl))  # noqa: E731
 
     def out_of_budget() -> bool:
         return ev.simulations >= budget_end or (cap is not None and cap.reached())
@@ -103,7 +114,7 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
     while improved and not out_of_budget():
         improved = False
         sweep_start_v = cur_v
-        for cand in bucket_neighbours(current) + shared_shift_neighbours(current, space.device_class):
+        for cand in bucket_neighbours(current) + shared_shift_neighbours(current, space.device_class, unit):
             if out_of_budget():
                 return current
             v = ev.value(cand)
@@ -115,9 +126,9 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
             for nb in (gid - 1, gid + 1):
                 if 0 <= nb < n_groups and (space.splittable[gid] or not current.decisions[nb].replicated):
                     tries.append(with_rows_of(current.decisions[nb], space.has_params[gid]))
-            tries += row_shift_neighbours(mine, space.device_class)
+            tries += row_shift_neighbours(mine, space.device_class, unit=unit)
             for dec in tries:
-                if dec == current.decisions[gid]:
+                if dec == current.decisions[gid] or not keeps(gid, dec):
                     continue
                 if out_of_budget():
                     return current
@@ -136,10 +147,11 @@ def bucket_neighbours(strategy: Strategy, sizes_mb: Sequence[float] = BUCKET_SIZ
             for mb in sizes_mb if float(mb) != strategy.bucket_mb]
 
 
-def shared_shift_neighbours(strategy: Strategy, device_class: Sequence | None = None) -> list[Strategy]:
-    """Strategies that apply one `row_shift_neighbours` move to every group on the most common replicated
-    row map at once (ties: the first in group order), so a run of groups rebalances without re-partition
-    transfers between its members."""
+def shared_shift_neighbours(strategy: Strategy, device_class: Sequence | None = None,
+                            unit: int = 1) -> list[Strategy]:
+    """Strategies that apply one `row_shift_neighbours` move (rows in multiples of `unit`) to every group on the
+    most common replicated row map at once (ties: the first in group order), so a run of groups rebalances
+    without re-partition transfers between its members."""
     counts: dict = {}
     for d in strategy.decisions:
         if d.replicated:
@@ -150,7 +162,7 @@ def shared_shift_neighbours(strategy: Strategy, device_class: Sequence | None = 
     if counts[shared] < 2:
         return []
     out = []
-    for nb in dict.fromkeys(n.rows for n in row_shift_neighbours(Decision(shared), device_class)):
+    for nb in dict.fromkeys(n.rows for n in row_shift_neighbours(Decision(shared), device_class, unit=unit)):
         out.append(strategy.with_decisions(Decision(nb, d.sync, d.server, d.sfb) if d.rows == shared else d
                                            for d in strategy.decisions))
     return out

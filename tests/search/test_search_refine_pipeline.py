@@ -39,3 +39,32 @@ def test_refining_a_pipelined_strategy_keeps_its_pipeline():
     best = refine(space, ev, Strategy(DECS, 25.0, pipeline=PIPE), max_simulations=50)
     assert best.pipeline == PIPE and best.bucket_mb == 0.0
     assert len(seen) > 1 and all(s.pipeline == PIPE for s in seen)
+
+
+def test_refine_moves_rows_in_multiples_of_m_inside_the_stage():
+    """Stage 0 = devices 0, 1; stage 1 = devices 2, 3; m = 4. Group 0 starts at rows (12, 4): the scorer (by hand)
+    takes 10 ms + |rows[0] - rows[1]| of group 0, so the balanced (8, 8) is best and one move of m = 4 rows reaches
+    it. The space also offers group 0 a decision on stage 1's devices and one with rows off a multiple of 4: the
+    refinement never simulates either, nor any other strategy that breaks the pipeline."""
+    from tag.search.planner import pipeline_consistent
+    from tag.search.refine import row_shift_neighbours
+
+    pipe = Pipeline((Stage((0,), (0, 1)), Stage((1,), (2, 3))), 4, "1f1b", 1)
+    decs = (Decision((12, 4, 0, 0), "ring"), Decision((0, 0, 8, 8), "ring"))
+    assert [d.rows for d in row_shift_neighbours(decs[0], unit=4)] == [(8, 8, 0, 0)]  # (16, 0) would leave none
+    assert [d.rows for d in row_shift_neighbours(Decision((6, 10)), unit=2)] == [(4, 12), (8, 8)]
+    seen = []
+
+    def fake_simulate(s: Strategy):
+        seen.append(s)
+        r = s.decisions[0].rows
+        return SimpleNamespace(oom=False, iteration_ms=10.0 + abs(r[0] - r[1]), peak_memory_gb={})
+
+    ev = Evaluator(fake_simulate, 10.0, {})
+    off_stage, off_m = Decision((0, 0, 8, 8), "ring"), Decision((10, 6, 0, 0), "ring")
+    space = SearchSpace(order=[0, 1], candidates=[[decs[0], off_stage, off_m], [decs[1]]], has_params=[True, True],
+                        splittable=[True, True])
+    best = refine(space, ev, Strategy(decs, 25.0, pipeline=pipe), max_simulations=200)
+    assert best.decisions[0].rows == (8, 8, 0, 0) and best.pipeline == pipe
+    assert seen and all(pipeline_consistent(s) for s in seen)
+    assert not any(s.decisions[0] in (off_stage, off_m) for s in seen)
