@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from tag.deploy.ranks import device_ranks
 from tag.errors import InputError
 from tag.strategy import Decision, Strategy
 from tag.strategy.pipeline import Pipeline, micro_rows, stage_order
@@ -111,8 +112,6 @@ def rank_stages(pipe: Pipeline, dev_rank: list[int], nproc: int, decisions, plan
         return out
     r, a, b = clash
     n_dev = len(dev_rank)
-    from tag.deploy.schedule import device_ranks
-
     ok = [n for n in range(1, n_dev + 1) if _stages_of_ranks(stage_of_dev, device_ranks(n_dev, n), n)[1] is None]
     raise InputError("--nproc", str(nproc), "a rank count whose ranks each host devices of one pipeline stage "
                      f"(here: {', '.join(map(str, ok))})",
@@ -153,25 +152,25 @@ def pipeline_plan(pipe: Pipeline, transfers, rank_stage: tuple[int | None, ...],
     return plan
 
 
-def build_pipeline_schedule(graph, groups: list[list[int]], strategy: Strategy, device_machines: list[str],
-                            nproc: int | None = None, plan_file: str = "plan.json"):
-    """The deploy `Schedule` of a pipelined strategy: the micro-batch schedule with the global batch and its plan.
+def pipeline_parts(strategy: Strategy, n_devices: int, nproc: int, plan_file: str = "plan.json"):
+    """The checks of a pipelined strategy on `nproc` ranks and what its deploy `Schedule` is built from: (the strategy
+    of one micro-batch, each rank's stage). `tag.deploy.schedule.build_schedule` builds the micro-batch schedule
+    and `with_pipeline` adds the global batch and the stage plan.
 
     InputError for SFB entries (deploy runs sufficient factors without micro-batches only), rows that do not divide
     into the micro-batches, rows off their stage's devices, or ranks spanning two stages.
     """
-    from tag.deploy.schedule import build_schedule, device_ranks
-
-    pipe = strategy.pipeline
     for g, dec in enumerate(strategy.decisions):
         if dec.sfb:
             raise InputError(plan_file, f"decisions[{g}].sfb", "no SFB ops in a pipelined plan (deploy sends "
                              "sufficient factors only without micro-batches)", repr(list(dec.sfb)))
-    n_dev = len(device_machines)
-    nproc = n_dev if nproc is None else nproc
-    dev_rank = device_ranks(n_dev, nproc)
-    rank_stage = rank_stages(pipe, dev_rank, nproc, strategy.decisions, plan_file)
-    micro = build_schedule(graph, groups, micro_strategy(strategy, plan_file), device_machines, nproc, plan_file)
+    rank_stage = rank_stages(strategy.pipeline, device_ranks(n_devices, nproc), nproc, strategy.decisions, plan_file)
+    return micro_strategy(strategy, plan_file), rank_stage
+
+
+def with_pipeline(micro, strategy: Strategy, rank_stage):
+    """The deploy `Schedule` of a pipelined strategy: its micro-batch schedule `micro` with the global batch and the
+    stage plan."""
     batch = sum(strategy.decisions[0].rows) if strategy.decisions else 0
     return dataclasses.replace(micro, batch_size=batch,
-                               pipeline=pipeline_plan(pipe, micro.transfers, rank_stage, batch))
+                               pipeline=pipeline_plan(strategy.pipeline, micro.transfers, rank_stage, batch))

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tag.deploy.bucket_plan import SyncBucket, plan_buckets, sync_buckets  # noqa: F401 - SyncBucket re-exported
+from tag.deploy.pipeline_schedule import pipeline_parts, with_pipeline
+from tag.deploy.ranks import device_ranks
 from tag.errors import InputError
 from tag.graph.opgraph import OpGraph
 from tag.graph.sfb_form import SFB_OP_TYPES, sfb_form  # the one SFB eligibility rule, shared with the simulator
@@ -126,23 +128,6 @@ class Schedule:
         return tuple(r for r, n in enumerate(self.rank_rows[group]) if n > 0)
 
 
-def device_ranks(n_devices: int, nproc: int) -> list[int]:
-    """Rank of each plan device: contiguous blocks in topology order, block sizes differing by at most one.
-
-    >>> device_ranks(4, 2)
-    [0, 0, 1, 1]
-    >>> device_ranks(5, 2)
-    [0, 0, 0, 1, 1]
-    """
-    if not 1 <= nproc <= n_devices:
-        raise ValueError(f"nproc must be in 1..{n_devices}, got {nproc}")
-    base, extra = divmod(n_devices, nproc)
-    out: list[int] = []
-    for r in range(nproc):
-        out += [r] * (base + (1 if r < extra else 0))
-    return out
-
-
 def rank_rows(rows: tuple[int, ...], dev_rank: list[int], nproc: int) -> tuple[int, ...]:
     """Rows per rank: the sum of the rows of the devices mapped onto it (contiguous, so slices concatenate)."""
     out = [0] * nproc
@@ -203,9 +188,11 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
     `plan_file`) for an SFB entry the runtime cannot honour, or an ``auto`` sync the plan lists no buckets for.
     """
     if strategy.pipeline is not None:  # the schedule of one micro-batch, with the global batch and the stage plan
-        from tag.deploy.pipeline_schedule import build_pipeline_schedule
-
-        return build_pipeline_schedule(graph, groups, strategy, device_machines, nproc, plan_file)
+        n_dev = len(device_machines)
+        nproc = n_dev if nproc is None else nproc
+        micro, rank_stage = pipeline_parts(strategy, n_dev, nproc, plan_file)
+        return with_pipeline(build_schedule(graph, groups, micro, device_machines, nproc, plan_file), strategy,
+                             rank_stage)
     n_dev = len(device_machines)
     nproc = n_dev if nproc is None else nproc
     dev_rank = device_ranks(n_dev, nproc)

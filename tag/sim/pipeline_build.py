@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tag.sim.build import (BuildOptions, _Draft, _programs, _sync_units, _update_tasks, _wire_batch_stats, _wire_syncs,
-                           check_strategy)
+from tag.sim.build_parts import (BuildOptions, Draft, check_strategy, device_programs, sync_units, update_tasks,
+                                 wire_batch_stats, wire_syncs)
 from tag.sim.context import SimContext, micro_decision
 from tag.sim.gradsync import sfb_compute_ms
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
@@ -121,7 +121,7 @@ def pass_sequence(pipeline) -> list[tuple[int, str, int]]:
     return out
 
 
-def _compute_tasks(ctx: SimContext, strategy, draft: _Draft, micro: list[int]):
+def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int]):
     """Forward and backward tasks of every pass in `pass_sequence` order; ({g: [{device: task}] per micro-batch}
     for forwards and backwards, SFB dW ms per device, whole-batch per-group costs)."""
     pl, decs = strategy.pipeline, strategy.decisions
@@ -154,7 +154,7 @@ def _compute_tasks(ctx: SimContext, strategy, draft: _Draft, micro: list[int]):
     return fwd_id, bwd_id, sfb_upd_ms, full
 
 
-def _transfers(ctx: SimContext, strategy, fwd_id, bwd_id, draft: _Draft):
+def _transfers(ctx: SimContext, strategy, fwd_id, bwd_id, draft: Draft):
     """Per micro-batch, edge and device pair: the activation slice F(src, j) -> F(dst, j) and the gradient
     B(dst, j) -> B(src, j), at micro rows; ([Transfer], memory recv list of one micro-batch)."""
     decs, m = strategy.decisions, strategy.pipeline.micro_batches
@@ -185,18 +185,18 @@ def build_pipeline_task_graph(ctx: SimContext, strategy, options: BuildOptions =
     check_strategy(strategy, ctx.gg.n_groups, n_dev)
     check_pipeline(ctx.gg, strategy)
     m = strategy.pipeline.micro_batches
-    draft = _Draft(ComputeTasks(), [], [], [])
+    draft = Draft(ComputeTasks(), [], [], [])
     micro: list[int] = []
     fwd_id, bwd_id, sfb_upd_ms, full = _compute_tasks(ctx, strategy, draft, micro)
     devs_of = [pg[0] for pg in full]
     transfers, recv = _transfers(ctx, strategy, fwd_id, bwd_id, draft)
-    units, extra_static = _sync_units(ctx, strategy, devs_of)
-    upd_id = _update_tasks(ctx, units, full, sfb_upd_ms, draft)
+    units, extra_static = sync_units(ctx, strategy, devs_of)
+    upd_id = update_tasks(ctx, units, full, sfb_upd_ms, draft)
     micro += [-1] * (len(draft.tasks) - len(micro))
     last_bwd = [bwd_id[g][m - 1] for g in range(len(decs))]  # the stage's last backward of each group
-    _wire_syncs(units, devs_of, last_bwd, upd_id, draft, options.overlap_sync)
-    programs = _programs(draft.tasks.device, n_dev)
-    _wire_batch_stats(ctx, decs, fwd_id, bwd_id, units, programs, draft)
+    wire_syncs(units, devs_of, last_bwd, upd_id, draft, options.overlap_sync)
+    programs = device_programs(draft.tasks.device, n_dev)
+    wire_batch_stats(ctx, decs, fwd_id, bwd_id, units, programs, draft)
     return PipelineTaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, draft.first_sync,
                              draft.dependents, MemoryInputs(recv, extra_static), sum(decs[0].rows) if decs else 0,
                              micro_batch=micro, micro_batches=m)

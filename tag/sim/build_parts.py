@@ -1,0 +1,176 @@
+"""The parts both task-graph builders share (`tag.sim.build` for whole-batch strategies, `tag.sim.pipeline_build`
+for micro-batched pipelines): the build options, the strategy check, the graph under construction (`Draft`),
+gradient sync units and their wiring, optimizer steps, batch-statistics syncs and each device's program order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
+from tag.sim.batch_stats import batch_stat_units
+from tag.sim.context import SimContext
+from tag.sim.gradsync import group_sfb_syncs, shared_params, sync_method, tensor_bytes
+from tag.sim.taskgraph import ComputeTasks, DependentKind, SyncUnit, TaskKind
+
+_TRANSFER, _SYNC = DependentKind.TRANSFER, DependentKind.SYNC
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How the runtime being modelled runs an iteration.
+
+    overlap_sync=False: a sync also waits until each of its devices has finished its whole backward (the `tag
+    deploy` runtime); blocking_sends=True: every transfer is a rendezvous of its two ranks at the consumer group's
+    place in the group order and blocks both (`tag.sim.rendezvous`)."""
+
+    overlap_sync: bool = True
+    blocking_sends: bool = False
+
+def check_strategy(strategy, n_groups: int, n_devices: int) -> None:
+    """ValueError unless the strategy has one decision per group, each with one row count per device."""
+    decs = strategy.decisions
+    if len(decs) != n_groups:
+        raise ValueError(f"strategy has {len(decs)} decisions for {n_groups} groups")
+    for g, dc in enumerate(decs):
+        if len(dc.rows) != n_devices:
+            raise ValueError(f"group {g}: row map has {len(dc.rows)} entries for {n_devices} devices")
+
+@dataclass
+class Draft:
+    """The graph under construction: tasks, per-task input counts, first syncs and dependents (`TaskGraph`)."""
+
+    tasks: ComputeTasks
+    inputs: list[int]
+    first_sync: list[int]
+    dependents: list[list | None]
+
+    def add_tasks(self, devices: list[int], kind: TaskKind, group: int, durations_ms: list[float]) -> range:
+        ids = self.tasks.add(devices, kind, group, durations_ms)
+        n = len(ids)
+        self.inputs += [0] * n
+        self.first_sync += [-1] * n
+        self.dependents += [None] * n
+        return ids
+
+    def depend(self, task: int, ref: tuple) -> None:
+        """Add `ref` to the task's dependents, last."""
+        a = self.dependents[task]
+        if a is None:
+            self.dependents[task] = [ref]
+        else:
+            a.append(ref)
+
+def sync_units(ctx: SimContext, strategy, devs_of) -> tuple[list[SyncUnit], list[float]]:
+    """Shared parameters' syncs (over the union of their groups' devices), then for each group in id order its SFB
+    all-gathers (`group_sfb_syncs`) and, at the lowest group of a bucket (the last whose gradients become ready),
+    that bucket's sync (`SimContext.bucket_syncs`); and per device the persistent bytes of shared parameters held
+    where their owner group is absent."""
+    gg, training, decs = ctx.gg, ctx.training, strategy.decisions
+    units: list[SyncUnit] = []
+    extra_static = [0.0] * len(ctx.dtypes)
+    for pname, gids in shared_params(gg).items():
+        nbytes = tensor_bytes(gg, pname)
+        owner = gids[0]
+        union = tuple(sorted({d for g in gids for d in devs_of[g]}))
+        for d in union:
+            if d not in devs_of[owner]:  # weights, gradient and fp32 states where the owner group is absent
+                extra_static[d] += 2 * nbytes + nbytes / FP32_BYTES * state_bytes_per_param(training.optimizer)
+        if len(union) > 1 and nbytes > 0:
+            dc = decs[owner]
+            method = ctx.resolve_method(sync_method(dc), union, nbytes)
+            units.append(SyncUnit(gids, union, nbytes, method, dc.server, f"sync {pname}"))
+    at_lowest = {min(b.bucket.groups): b for b in ctx.bucket_syncs(strategy)}
+    for g in range(len(decs)):
+        for method, nbytes, label in group_sfb_syncs(gg, g, decs[g]):
+            units.append(SyncUnit((g,), tuple(devs_of[g]), nbytes, method, None, label))
+        b = at_lowest.get(g)
+        if b is not None:
+            gs = b.bucket.groups
+            label = f"sync g{gs[0]}" if len(gs) == 1 else f"bucket g{gs[0]}..g{gs[-1]}"
+            units.append(SyncUnit(gs, b.devices, b.nbytes, b.bucket.algorithm, b.bucket.server, label))
+    for u in units:
+        u.phases = ctx.phases(u.method, u.devices, u.nbytes, u.server)
+        u.copy_in_ms, u.copy_out_ms = ctx.sync_copy_ms(u.method, u.devices, u.nbytes)
+    return units, extra_static
+
+def update_tasks(ctx: SimContext, units, per_group, sfb_upd_ms, draft: Draft) -> list[int]:
+    """One optimizer step per device that holds parameters (as optimizer.step() after backward and sync), lasting
+    its SFB dW products plus the update of every group it computes that has parameters or syncs; task id per
+    device (-1: none)."""
+    n_dev = len(ctx.dtypes)
+    groups = ctx.gg.groups
+    in_unit = {g for u in units for g in u.groups}
+    upd_ms = list(sfb_upd_ms)
+    has_upd = [a > 0 for a in sfb_upd_ms]
+    for g in range(len(per_group)):
+        if groups[g].param_count > 0 or g in in_unit:
+            devs, _, _, upd = per_group[g]
+            for d, ms in zip(devs, upd):
+                upd_ms[d] += ms
+                has_upd[d] = True
+    return [draft.add_tasks([d], TaskKind.UPDATE, -1, [upd_ms[d]])[0] if has_upd[d] else -1 for d in range(n_dev)]
+
+def wire_syncs(units, devs_of, bwd_id, upd_id, draft: Draft, overlap_sync: bool) -> None:
+    """Each sync waits for its groups' backward tasks (without overlap also for the last backward task of each of
+    its devices) and releases the optimizer steps of the devices computing its groups."""
+    n_dev = len(upd_id)
+    last_bwd = [-1] * n_dev  # each device's last backward task in program order (backwards run g = K-1 .. 0)
+    for g in range(len(bwd_id) - 1, -1, -1):
+        for d, k in bwd_id[g].items():
+            last_bwd[d] = k
+    first, inputs = draft.first_sync, draft.inputs
+    for j, u in enumerate(units):
+        for g in u.groups:
+            ids = bwd_id[g]
+            kbs = [ids[d] for d in devs_of[g]]
+            u.wait += kbs
+            for kb in kbs:
+                if first[kb] < 0:
+                    first[kb] = j
+                else:
+                    draft.depend(kb, (_SYNC, j))
+        # devices in topology order (a group's devices are)
+        covered = devs_of[u.groups[0]] if len(u.groups) == 1 else sorted({d for g in u.groups for d in devs_of[g]})
+        u.release = [upd_id[d] for d in covered]
+        for k in u.release:
+            inputs[k] += 1
+        if not overlap_sync:
+            for d in u.devices:
+                draft.depend(last_bwd[d], (_SYNC, j))
+                u.wait.append(last_bwd[d])
+
+def wire_batch_stats(ctx: SimContext, decs, fwd_maps, bwd_maps, units, programs, draft: Draft) -> None:
+    """Append the batch-statistics syncs of training-mode BatchNormalization (`tag.sim.batch_stats`) to `units`:
+    each waits for its group's pass on every replica and holds back each replica's next task in program order.
+    fwd_maps / bwd_maps: per group, a list of {device: task id} (one per micro-batch)."""
+    found = batch_stat_units(ctx, decs, fwd_maps, bwd_maps)
+    if not found:
+        return
+    pos = {k: (d, i) for d, prog in enumerate(programs) for i, k in enumerate(prog)}
+    first, inputs = draft.first_sync, draft.inputs
+    for g, kind, devs, tasks, phases, nbytes in found:
+        j = len(units)
+        u = SyncUnit((g,), devs, nbytes, "ring", None, f"sync bn-stats g{g} {kind}")
+        u.phases = phases
+        for d in devs:
+            k = tasks[d]
+            u.wait.append(k)
+            if first[k] < 0:
+                first[k] = j
+            else:
+                draft.depend(k, (_SYNC, j))
+            dd, i = pos[k]
+            if i + 1 < len(programs[dd]):
+                u.release.append(programs[dd][i + 1])
+                inputs[programs[dd][i + 1]] += 1
+        units.append(u)
+
+def device_programs(devices: list[int], n_dev: int) -> list[list[int]]:
+    """Each device's task ids in creation order: forwards by group, backwards by group reversed, its step."""
+    dev = np.asarray(devices, dtype=np.int64)
+    order = np.argsort(dev, kind="stable")
+    bounds = np.searchsorted(dev[order], np.arange(n_dev + 1)).tolist()
+    order_l = order.tolist()
+    return [order_l[bounds[d]:bounds[d + 1]] for d in range(n_dev)]
