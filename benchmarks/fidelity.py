@@ -153,6 +153,89 @@ def build_plans(model: str, topo: str, profile: str, batch: int, work: str, n_ra
     return plans
 
 
+PIPE_SCHEDULES = (("gpipe", 1), ("1f1b", 1), ("kfkb", 2))
+
+
+def group_step_ms(model: str, topo: str, plan: str, profile: str) -> list[float]:
+    """Each group's forward + backward ms at the plan's whole batch on device 0 (the profiled cost model)."""
+    from tag.cost.profile_db import load
+    from tag.cost.profiled import ProfileCostModel
+    from tag.modelio import load_inputs
+
+    inp = load_inputs(model, topo, plan_path=plan)
+    cost = ProfileCostModel(inp.gg, inp.training, load(profile))
+    dev = inp.cluster.devices[0].type
+    batch = sum(inp.strategy.decisions[0].rows)
+    return [cost.group_fwd_ms(g, dev, batch) + cost.group_bwd_ms(g, dev, batch) for g in range(inp.gg.n_groups)]
+
+
+def stage_cuts(times_ms: list[float]) -> dict[str, int]:
+    """Two cuts c of the groups into stage 0 = groups [0, c) and stage 1 = [c, K): ``bal`` minimises the larger
+    stage's time (ties: the lower c); ``unbal`` puts the share of the time closest to 1/4 on stage 0 (another c
+    than ``bal``), so stage 1 takes about 3x stage 0's time.
+
+    >>> stage_cuts([1.0, 1.0, 1.0, 1.0])
+    {'bal': 2, 'unbal': 1}
+    """
+    total = sum(times_ms)
+    pre = [sum(times_ms[:c]) for c in range(len(times_ms) + 1)]
+    cuts = range(1, len(times_ms))
+    bal = min(cuts, key=lambda c: (max(pre[c], total - pre[c]), c))
+    unbal = min((c for c in cuts if c != bal), key=lambda c: (abs(pre[c] / total - 0.25), c), default=bal)
+    return {"bal": bal, "unbal": unbal}
+
+
+def pipeline_plan(single: dict, cut: int, devices: tuple[str, str], schedule: str, k: int, m: int) -> dict:
+    """A 2-stage plan.json (version 2) from a single-device plan: groups [0, cut) with all rows on devices[0],
+    the rest on devices[1]; m micro-batches under `schedule` (k for kfkb). Group ids must be in topological
+    order (every edge goes from a lower id to a higher one), so the prefix cut is acyclic."""
+    plan = json.loads(json.dumps(single))
+    batch = plan["model"]["batch_size"]
+    n = len(plan["decisions"])
+    for g, dec in enumerate(plan["decisions"]):
+        dec["rows"] = {devices[0] if g < cut else devices[1]: batch}
+        dec["sync"], dec["server"], dec["sfb"] = None, None, []
+    plan["version"] = 2
+    plan["stages"] = [{"groups": list(range(cut)), "devices": [devices[0]]},
+                      {"groups": list(range(cut, n)), "devices": [devices[1]]}]
+    plan["micro_batches"], plan["schedule"], plan["k"] = m, schedule, k if schedule == "kfkb" else 1
+    plan["predicted"] = {}
+    plan.pop("baselines", None)
+    plan["search"] = {"method": "pipeline-fidelity", "cut": cut}
+    return plan
+
+
+def build_pipeline_plans(model: str, topo: str, profile: str, batch: int, work: str, micro: list[int],
+                         stem: str | None = None) -> dict:
+    """name -> plan path: 2-stage pipelines on the topology's first two devices (`pipeline_plan`), for the
+    balanced and the unbalanced cut (`stage_cuts` on the profiled group times), every schedule of
+    `PIPE_SCHEDULES` and every micro-batch count in `micro` (k = 2 only where it divides m)."""
+    stem = stem or os.path.splitext(os.path.basename(model))[0]
+    single = os.path.join(work, f"{stem}-single-device.json")
+    if not os.path.exists(single):
+        _tag("plan", model, topo, "--baseline", "single-device", "--batch-size", str(batch), "--profile", profile,
+             "-o", single)
+    with open(single) as f:
+        base = json.load(f)
+    with open(topo) as f:
+        t = json.load(f)
+    devices = tuple(f"{mc['name']}/{i}" for mc in t["machines"]
+                    for i in range(sum(d["count"] for d in mc["devices"])))  # topology order
+    cuts = stage_cuts(group_step_ms(model, topo, single, profile))
+    plans = {}
+    for label, cut in cuts.items():
+        for schedule, k in PIPE_SCHEDULES:
+            for m in micro:
+                if batch % m or (schedule == "kfkb" and m % k):
+                    continue
+                name = f"pipe-{label}-{schedule}{k if schedule == 'kfkb' else ''}-m{m}"
+                p = os.path.join(work, f"{stem}-{name}.json")
+                with open(p, "w") as f:
+                    json.dump(pipeline_plan(base, cut, devices[:2], schedule, k, m), f, indent=1)
+                plans[name] = p
+    return plans
+
+
 def handoff_probe(nproc: int, work: str) -> dict:
     """The contention figures under the current load (`emulate/handoff_probe.py` on 2 local ranks)."""
     out = os.path.join(work, "handoff.json")
@@ -258,6 +341,11 @@ def main() -> None:
                     help="CPU quota (share of a core) of each emulated machine's device")
     ap.add_argument("--emulate-models", default="mlp,small_cnn")
     ap.add_argument("--emulate-only", action="store_true", help="skip the loopback table")
+    ap.add_argument("--pipeline-models", default="mlp,small_transformer,gpt2_tiny",
+                    help="models of --models that also get 2-stage pipelined plans (`build_pipeline_plans`)")
+    ap.add_argument("--pipeline-micro", default="2,4", help="micro-batch counts of the pipelined plans")
+    ap.add_argument("--pipeline-only", action="store_true",
+                    help="only the pipelined plans (no baselines, searched or random plans)")
     ap.add_argument("--out", default=os.path.join(HERE, "fidelity.md"))
     a = ap.parse_args()
     use_huge_pages()  # the profiles, probes and deploy workers it starts run as tag's own processes do
@@ -302,7 +390,10 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             with open(plans_path) as f:
                 plans = json.load(f)
         else:
-            plans = build_plans(model, topo, prof, a.batch_size, work, a.random, a.seed)
+            plans = {} if a.pipeline_only else build_plans(model, topo, prof, a.batch_size, work, a.random, a.seed)
+            if name in a.pipeline_models.split(","):
+                micro = [int(v) for v in a.pipeline_micro.split(",")]
+                plans.update(build_pipeline_plans(model, topo, prof, a.batch_size, work, micro))
             with open(plans_path, "w") as f:
                 json.dump(plans, f)
         mine = [(f"{name}/{label}", plan, model, prof) for label, plan in plans.items()]
@@ -341,7 +432,7 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
         pred_c = predict_ms(model, topo, plan, prof, contention=contention, speed=speeds.get(m, 1.0),
                             speed_together=speeds_all.get(m))
         rows.append(Row(*key.split("/"), pred, pred_ov, pred_c, res["measured_step_ms"], res["cpu_ms"]))
-        if res.get("phases_by_rank"):
+        if res.get("phases_by_rank") and not key.split("/")[1].startswith("pipe-"):  # (per group: no pipelines)
             phase_lines.append(phase_line(*key.split("/"), predict_phases(model, topo, plan, prof), res["phases_by_rank"]))
         print(f"  {key:34s} predicted {pred:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms", file=sys.stderr)
     text = report(rows, a, load_before, load_after, contention, time.time() - t0) + phase_report(phase_lines)
