@@ -50,6 +50,8 @@ def _run_job(job, rank: int, model_proto) -> tuple[list[float], list[float], lis
     s = build_schedule(job.graph, job.groups, job.strategy, job.device_machines, job.nproc, job.plan_path)
     comm = Comm(rank, s.n_ranks, s.rank_machine, Comm.needed_sets(s.buckets, s.sfb, s.rank_machine), "cpu")
     data, targets = synthetic_batch(job.graph, s.batch_size, job.seed)
+    if s.pipeline is not None:  # a pipelined plan runs as `tag.deploy.train` runs it
+        from tag.deploy.pipeline_runtime import PipelineRankRuntime as RankRuntime  # noqa: N814
     rt = RankRuntime(s, job.graph, program, rank, comm, data, targets, make_optimizer(job.training.optimizer, job.training.lr))
     timer = instrument(rt)
     walls, cpus, losses, phases = [], [], [], []
