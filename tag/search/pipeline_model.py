@@ -6,10 +6,12 @@ For a stage of groups [lo, hi) on devices D and m micro-batches of b = B / m row
   speed on the stage (1 / time per row at the even share), capped by its memory; unsplittable groups run all b
   rows on the host (the first of the fastest devices);
 - compute_ms = max_d time(d, r_d) (+ the unsplittable groups at b rows on the host);
-- transfer_ms = for each adjacent device q (before and after the block), (bytes per row into the stage + out of
-  it) x rows / bandwidth from q: per device over its own link on q's machine, per machine over its one route (its
-  NIC carries the rows of all its devices) elsewhere; the two sides summed (activations forward and gradients
-  backward arrive through the same NIC);
+- transfer_ms = the busiest NIC direction of one micro-batch: activations come in from the previous stage and
+  gradients go back to it (in_bytes per row each way), activations go out to the next stage and gradients come
+  back (out_bytes per row); every link is full duplex, so each direction carries rows x (in_bytes + out_bytes).
+  A device on a neighbour's machine moves its rows over its own pair link; every other machine of the block moves
+  the rows of all its devices through its one route (its NIC); in_ms / out_ms are the two sides alone (the
+  time one micro-batch's activations take to cross that boundary, which the schedule's round trip pays);
 - sync_ms = all-reduce of the stage's parameter bytes over D: the cheaper of a ring (2 (n - 1) / n x bytes / the
   narrowest bandwidth between consecutive devices of D) and, over several machines, the hierarchical form
   (`StageModel._sync_ms`); 0 for one device;
@@ -45,6 +47,8 @@ class StageRows:
     transfer_ms: float
     sync_ms: float
     host: int  # block position of the device that runs the unsplittable groups
+    in_ms: float = 0.0  # one micro-batch's activations (or gradients) across the boundary with the previous stage
+    out_ms: float = 0.0  # ... and with the next stage
 
     def per_micro_batch_ms(self) -> float:
         """A micro-batch's time in the steady state: its transfers overlap the next micro-batch's compute."""
@@ -99,6 +103,7 @@ class StageModel:
         self._split_lists = self.prefix_split.tolist()
         self._whole_lists = self.prefix_whole.tolist()
         self._cross: dict = {}
+        self._sync: dict = {}
 
     # --- group ranges -------------------------------------------------------------------------------------------
 
@@ -132,12 +137,14 @@ class StageModel:
             self._mem[key] = stage_cap_rows(self.gg, list(range(lo, hi)), self.optimizer)
         return self._mem[key]
 
-    def cross_bytes_per_row(self, lo: int, hi: int) -> float:
-        """Bytes per row of the edges into groups [lo, hi) from outside plus out of them to outside."""
+    def cross_bytes_per_row(self, lo: int, hi: int) -> tuple[float, float]:
+        """(bytes per row of the edges into groups [lo, hi) from earlier groups, bytes per row of the edges out of
+        them to later groups)."""
         key = (lo, hi)
         if key not in self._cross:
-            inside = lambda g: lo <= g < hi  # noqa: E731
-            self._cross[key] = sum(e.bytes_per_row for e in self.gg.edges if inside(e.src) != inside(e.dst))
+            into = sum(e.bytes_per_row for e in self.gg.edges if e.src < lo <= e.dst < hi)
+            out = sum(e.bytes_per_row for e in self.gg.edges if lo <= e.src < hi <= e.dst)
+            self._cross[key] = (into, out)
         return self._cross[key]
 
     def fits(self, lo: int, hi: int, dlo: int, micro_rows, in_flight: int) -> bool:
@@ -146,20 +153,25 @@ class StageModel:
         fixed, per_row = self.memory(lo, hi)
         return all(fixed + per_row * r * in_flight <= self.usable[dlo + i] for i, r in enumerate(micro_rows))
 
-    def _boundary_ms(self, q: int, dlo: int, rows, bytes_per_row: float) -> float:
-        """Time to move `bytes_per_row` x rows between the neighbour at position q and the block from dlo: devices
-        on q's machine receive over their own pair link (in parallel); every other machine of the block receives
-        its rows through its one route from q (its NIC, shared by its devices)."""
+    def _boundary_ms(self, q: int, dlo: int, rows, bytes_per_row: float, per_machine_ms: dict,
+                     per_device_ms: list) -> float:
+        """Add, per direction, moving `bytes_per_row` x rows between the neighbour at position q and the block from
+        dlo: devices on q's machine over their own pair link (`per_device_ms`), every other machine of the block
+        through its one route from q (its NIC, shared by its devices: `per_machine_ms`). Returns this side's time
+        alone (its slowest machine or device)."""
         worst = 0.0
-        per_machine = _group_rows([self.machine[dlo + i] for i in range(len(rows))], rows)
+        by_machine = _group_rows([self.machine[dlo + i] for i in range(len(rows))], rows)
         for i, r in enumerate(rows):
             p = dlo + i
             if self.machine[p] == self.machine[q]:
-                worst = max(worst, bytes_per_row * r / self.bw_bytes_per_ms[q, p])
-        for mach, r in per_machine.items():
+                t = bytes_per_row * r / self.bw_bytes_per_ms[q, p]
+                per_device_ms[i] += t
+                worst = max(worst, t)
+        for mach, r in by_machine.items():
             if mach != self.machine[q]:
-                p = self.first_of_machine[mach]
-                worst = max(worst, bytes_per_row * r / self.bw_bytes_per_ms[q, p])
+                t = bytes_per_row * r / self.bw_bytes_per_ms[q, self.first_of_machine[mach]]
+                per_machine_ms[mach] = per_machine_ms.get(mach, 0.0) + t
+                worst = max(worst, t)
         return worst
 
     def _sync_ms(self, dlo: int, dhi: int, params_bytes: float) -> float:
@@ -213,14 +225,19 @@ class StageModel:
         if self.any_whole[hi] > self.any_whole[lo]:
             times[host] += self.range_ms(self.type_of[dlo + host], lo, hi, b, whole=True)
         compute = max(times)
-        transfer = 0.0
-        cross = self.cross_bytes_per_row(lo, hi)
-        if cross > 0:
-            for q in (dlo - 1, dhi):
-                if 0 <= q < len(self.order):
-                    transfer += self._boundary_ms(q, dlo, rows, cross)  # both sides share the NIC inbound
-        sync = self._sync_ms(dlo, dhi, float(self.param_prefix[hi] - self.param_prefix[lo]))
-        return StageRows(tuple(rows), compute, transfer, sync, host)
+        into, out = self.cross_bytes_per_row(lo, hi)
+        per_machine: dict = {}
+        per_device = [0.0] * n
+        side = [0.0, 0.0]
+        for k, (q, nbytes) in enumerate(((dlo - 1, into), (dhi, out))):
+            if nbytes > 0 and 0 <= q < len(self.order):
+                side[k] = self._boundary_ms(q, dlo, rows, nbytes, per_machine, per_device)
+        transfer = max(max(per_machine.values(), default=0.0), max(per_device))
+        key = (lo, hi, dlo, dhi)
+        sync = self._sync.get(key)
+        if sync is None:
+            sync = self._sync[key] = self._sync_ms(dlo, dhi, float(self.param_prefix[hi] - self.param_prefix[lo]))
+        return StageRows(tuple(rows), compute, transfer, sync, host, side[0], side[1])
 
 
 def _group_rows(keys, rows) -> dict:

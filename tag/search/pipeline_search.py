@@ -5,12 +5,10 @@ For every micro-batch count m (divisors of the batch B up to MAX_MICRO_BATCHES; 
 micro-batch) the DP finds, for every stage count S <= MAX_STAGES, the contiguous cuts of the groups (topological
 order) and of the devices (topology order: machines stay together) that minimise the slowest stage's time
 m x (compute + boundary transfer) + gradient sync, under each device's memory with the micro-batches 1F1B keeps
-in flight. Each (m, S) solution is ranked by the estimate
-
-    estimate_ms = slowest stage + sum over the other stages of one micro-batch's time + transfer
-
-(the fill and drain of a 1F1B pipeline), and the best few become strategies: 1F1B, and for the best two with
-several stages GPipe and kFkB (k = 2, 4) when their in-flight micro-batches fit too. The simulator judges them (`tag.search.planner`).
+in flight. Each (m, S) solution, under every schedule whose in-flight micro-batches fit (1F1B, kFkB with
+k = 2, 4, 8, GPipe), is ranked by `estimate_ms` (the steady state bounded by the slowest stage, the busiest NIC
+and the schedule's round trip, plus fill, drain and the most exposed sync), and the best few become strategies.
+The simulator judges them (`tag.search.planner`).
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from dataclasses import dataclass
 
 from tag.graph.groups import group_has_params
 from tag.search.pipeline_dp import CutSolution, best_cuts
-from tag.search.pipeline_model import StageModel, StageRows
+from tag.search.pipeline_model import BACKWARD_SHARE, StageModel, StageRows
 from tag.strategy import AUTO, DEFAULT_BUCKET_MB, Decision, Strategy
 from tag.strategy.pipeline import Pipeline, Stage, max_in_flight, stage_order
 
@@ -28,8 +26,7 @@ MAX_STAGES = 8  # stage counts searched: 1 .. MAX_STAGES
 MAX_MICRO_BATCHES = 64  # micro-batch counts searched: the batch's divisors up to this
 MAX_GROUP_CUTS = 25  # cut positions over the groups (all of them when there are fewer groups)
 MAX_DEVICE_CUTS = 17  # cut positions over the devices (all of them on up to 16 devices)
-KEEP = 6  # (m, S) solutions turned into strategies (plus the best of each other stage count)
-VARIANTS_OF = 2  # multi-stage solutions that also get GPipe and kFkB (k = 2, 4) variants
+KEEP = 8  # (m, S, schedule) solutions turned into strategies (plus the best of each other stage count)
 
 
 @dataclass(frozen=True)
@@ -71,17 +68,22 @@ def group_cut_positions(weights: list[float], limit: int = MAX_GROUP_CUTS) -> li
 
 
 def cheap_cut_positions(cross_bytes: list[float], weights: list[float], limit: int = MAX_GROUP_CUTS,
-                        slack: float = 1.25) -> list[int]:
+                        slack: float = 1.25, window: int | None = None) -> list[int]:
     """Cut positions preferring cheap boundaries: the interior positions whose crossing bytes per row
-    (cross_bytes[i], i = 1..G-1: edges from groups < i to groups >= i) are within `slack` of the cheapest, thinned
-    to `limit` by the weight quantiles (`group_cut_positions` over the runs between them); 0 and G always.
+    (cross_bytes[i], i = 1..G-1: edges from groups < i to groups >= i) are within `slack` of the cheapest
+    position among their neighbours within `window` (default max(2, G // (2 limit)): every stretch of the model
+    offers its locally cheapest cuts, e.g. a transformer's layer boundaries, not only the globally cheapest one),
+    thinned to `limit` by the weight quantiles (`group_cut_positions` over the runs between them); 0 and G always.
 
-    >>> cheap_cut_positions([0, 5, 1, 5, 1, 5, 1, 5], [1.0] * 8, 10)
+    >>> cheap_cut_positions([0, 5, 1, 5, 1, 5, 1, 5], [1.0] * 8, 10, window=1)
     [0, 2, 4, 6, 8]
+    >>> cheap_cut_positions([0, 1, 3, 9, 3, 9, 3, 9], [1.0] * 8, 10, window=1)
+    [0, 1, 4, 6, 8]
     """
     n = len(weights)
-    lo = min(cross_bytes[1:n], default=0.0)
-    keep = [i for i in range(1, n) if cross_bytes[i] <= lo * slack + 1e-9]
+    w = max(2, n // (2 * limit)) if window is None else window
+    keep = [i for i in range(1, n)
+            if cross_bytes[i] <= min(cross_bytes[max(1, i - w):min(n, i + w + 1)]) * slack + 1e-9]
     if len(keep) + 2 <= limit:
         return [0] + keep + [n]
     pos = [0] + keep + [n]
@@ -97,7 +99,7 @@ def device_cut_positions(machine_sizes: list[int], limit: int = MAX_DEVICE_CUTS)
     >>> device_cut_positions([2, 2], 17)
     [0, 1, 2, 3, 4]
     >>> device_cut_positions([8, 8, 8], 3)
-    [0, 8, 24]
+    [0, 16, 24]
     """
     n = sum(machine_sizes)
     if n + 1 <= limit:
@@ -113,11 +115,47 @@ def device_cut_positions(machine_sizes: list[int], limit: int = MAX_DEVICE_CUTS)
     return cuts
 
 
-def _estimate_ms(rows: list[StageRows], m: int) -> float:
-    per_mb = [r.per_micro_batch_ms() + r.transfer_ms for r in rows]
-    busy = [r.stage_ms(m) for r in rows]
-    worst = max(range(len(rows)), key=lambda s: busy[s])
-    return busy[worst] + sum(t for s, t in enumerate(per_mb) if s != worst)
+def schedule_unit(schedule: str, k: int, m: int) -> int:
+    """Micro-batches per schedule unit: 1 for 1F1B, k for kFkB, m for GPipe (`Pipeline.unit`)."""
+    return m if schedule == "gpipe" else (k if schedule == "kfkb" else 1)
+
+
+def estimate_ms(rows: list[StageRows], m: int, schedule: str = "1f1b", k: int = 1) -> float:
+    """The stage model's iteration time of a pipeline (stages first to last) under a schedule, ms.
+
+    With c_s a micro-batch's compute on stage s, x_s its busiest NIC direction, t_b = max(out_ms of stage b,
+    in_ms of stage b + 1) one micro-batch's crossing of boundary b and u the schedule's unit (1 for 1F1B, k for
+    kFkB, m for GPipe): stage 0 keeps at most u S micro-batches in flight, and each unit makes a round trip through
+    every stage (u sum c) and every boundary both ways (2 sum t, of which u micro-batches in a row hide all but
+    about 1 / u), so the steady state takes per micro-batch
+
+        period = max(max_s c_s, max_s x_s, (u sum c + 2 sum t / u) / (u S)),
+
+    the pipeline (m - 1) period + sum c + 2 sum t (one micro-batch's round trip: fill and drain), and the
+    iteration adds the most exposed sync: stage s's sync (after its last backward) less that backward's share of
+    its compute (buckets start as gradients are ready) and the drain of the earlier stages' backwards
+    (2/3 c and the boundary's t each).
+
+    >>> st = StageRows((4,), 10.0, 0.0, 0.0, 0)
+    >>> estimate_ms([st, st], 4)  # 2 stages x 4 micro-batches, free links: (m + S - 1) x c
+    50.0
+    """
+    n = len(rows)
+    u = schedule_unit(schedule, k, m)
+    c = [r.compute_ms for r in rows]
+    t = [max(a.out_ms, b.in_ms) for a, b in zip(rows, rows[1:])]
+    loop = u * sum(c) + 2.0 * sum(t) / u
+    period = max(max(max(r.compute_ms, r.transfer_ms) for r in rows), loop / (u * n))
+    # fill: stage s emits its warm-up forwards (W = min(m, u (S - s)) micro-batches in flight) back to back; when a
+    # crossing takes longer than a forward (c / 3), they share the boundary's NIC and the first arrives with the
+    # last, after about W crossings
+    fill = sum(tb * (min(m, u * (n - s)) if tb > c[s] / 3.0 else 1) for s, tb in enumerate(t))
+    pipe = (m - 1) * period + sum(c) + fill + sum(t)
+    exposed, drain = 0.0, 0.0
+    for s, r in enumerate(rows):
+        exposed = max(exposed, r.sync_ms - BACKWARD_SHARE * r.compute_ms - drain)
+        drain += BACKWARD_SHARE * r.compute_ms + (t[s] if s < len(t) else 0.0)
+    return pipe + max(0.0, exposed)
 
 
 def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: list[int],
@@ -143,7 +181,9 @@ def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: l
 
     def stage_ms(left, lo, hi, dlo, dhi) -> float:
         st = stage(left, lo, hi, dlo, dhi)
-        return math.inf if st is None else st.stage_ms(m)
+        if st is None:
+            return math.inf
+        return st.stage_ms(m)
 
     out = {}
     for s, sol in best_cuts(group_cuts, device_cuts, max_stages, stage_ms).items():
@@ -187,41 +227,68 @@ def schedule_fits(model: StageModel, sol: CutSolution, rows: list[StageRows], m:
     return True
 
 
+def schedule_variants(m: int) -> list[tuple[str, int]]:
+    """(schedule, k) tried for m micro-batches: 1F1B, kFkB for k = 2, 4, 8 dividing m and below it, GPipe.
+
+    >>> schedule_variants(8)
+    [('1f1b', 1), ('kfkb', 2), ('kfkb', 4), ('gpipe', 1)]
+    """
+    return [("1f1b", 1)] + [("kfkb", k) for k in (2, 4, 8) if m % k == 0 and m > k] + [("gpipe", 1)]
+
+
+def device_orders(cluster, limit: int = MAX_DEVICE_CUTS) -> list[list[int]]:
+    """The device orders the DP cuts into blocks: topology order, and when blocks are whole machines (more than
+    limit - 1 devices, `device_cut_positions`) also the machines reversed (each machine's devices still in topology
+    order), so that either end of the cluster can hold the first stage, whose gradient sync nothing overlaps.
+
+    >>> from types import SimpleNamespace as N
+    >>> device_orders(N(devices=[N(index=0, machine="a"), N(index=1, machine="a"), N(index=2, machine="b")]), 3)
+    [[0, 1, 2], [2, 0, 1]]
+    """
+    order = [d.index for d in cluster.devices]
+    machines = list(dict.fromkeys(d.machine for d in cluster.devices))
+    if len(machines) < 2 or len(order) + 1 <= limit:
+        return [order]
+    return [order, [d.index for mach in reversed(machines) for d in cluster.devices if d.machine == mach]]
+
+
 def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: int = MAX_STAGES,
                         keep: int = KEEP) -> list[PipelineCandidate]:
-    """The best `keep` (m, S) pipelines by the stage model's estimate and the best of every other stage count
-    (1F1B; with one stage, m > 1 is gradient accumulation), then GPipe and kFkB (k = 2, 4 below m) variants of the
-    best VARIANTS_OF multi-stage ones when their in-flight micro-batches fit, in that order. Named
-    ``pipeline-S<S>-m<m>-<schedule>`` (``dp-balanced``: one stage, one micro-batch, no pipeline)."""
-    order = [d.index for d in cluster.devices]
-    model = StageModel(gg, cluster, cost, training.optimizer, batch, order)
+    """The best `keep` pipelines by the stage model's estimate (`estimate_ms`) over every micro-batch count m,
+    stage count S (the DP's cuts under 1F1B memory) and schedule of `schedule_variants` whose in-flight
+    micro-batches fit, then the best of every other stage count, best first. With one stage, m > 1 is gradient
+    accumulation (schedules are the same there: 1F1B only). Named ``pipeline-S<S>-m<m>-<schedule>``
+    (``dp-balanced``: one stage, one micro-batch, no pipeline)."""
     weights = [g.fwd_flops_per_row + g.bwd_flops_per_row for g in gg.groups]
     cross = [sum(e.bytes_per_row for e in gg.edges if e.src < i <= e.dst) for i in range(gg.n_groups)]
     gcuts = sorted(set(group_cut_positions(weights)) | set(cheap_cut_positions(cross, weights)))
-    sizes: dict[str, int] = {}
-    for d in cluster.devices:
-        sizes[d.machine] = sizes.get(d.machine, 0) + 1
-    dcuts = device_cut_positions(list(sizes.values()))
     found = []
-    for m in micro_batch_counts(batch):
-        for s, (sol, rows) in search_cuts(model, m, gcuts, dcuts, min(max_stages, gg.n_groups)).items():
-            found.append((_estimate_ms(rows, m), s, m, sol, rows))
-    found.sort(key=lambda x: (x[0], x[1], x[2]))
+    for order in device_orders(cluster):
+        model = StageModel(gg, cluster, cost, training.optimizer, batch, order)
+        sizes: dict[str, int] = {}
+        for i in order:
+            mach = cluster.devices[i].machine
+            sizes[mach] = sizes.get(mach, 0) + 1
+        dcuts = device_cut_positions(list(sizes.values()))
+        for m in micro_batch_counts(batch):
+            for s, (sol, rows) in search_cuts(model, m, gcuts, dcuts, min(max_stages, gg.n_groups)).items():
+                for schedule, k in (schedule_variants(m) if s > 1 else [("1f1b", 1)]):
+                    if (schedule, k) != ("1f1b", 1) and not schedule_fits(model, sol, rows, m, schedule, k):
+                        continue
+                    found.append((estimate_ms(rows, m, schedule, k), s, m, schedule, k, len(found), model, sol, rows))
+    found.sort(key=lambda x: x[:6])
     chosen = found[:keep]
     for s in sorted({x[1] for x in found}):  # and the best of every stage count
         best_s = next(x for x in found if x[1] == s)
         if best_s not in chosen:
             chosen.append(best_s)
     out: list[PipelineCandidate] = []
-    for est, s, m, sol, rows in chosen:
-        strat = build_strategy(gg, model, sol, rows, m)
-        out.append(PipelineCandidate(f"pipeline-S{s}-m{m}-1f1b" if strat.pipeline else "dp-balanced", strat, est))
-    multi = [x for x in found if x[1] > 1][:VARIANTS_OF]  # the best multi-stage pipelines get other schedules
-    for est, s, m, sol, rows in multi:
-        variants = [("gpipe", 1)] + [("kfkb", k) for k in (2, 4) if m % k == 0 and m > k]
-        for schedule, k in variants:
-            if schedule_fits(model, sol, rows, m, schedule, k):
-                tag = schedule if schedule != "kfkb" else f"kfkb{k}"
-                out.append(PipelineCandidate(f"pipeline-S{s}-m{m}-{tag}",
-                                             build_strategy(gg, model, sol, rows, m, schedule, k), est))
+    seen = set()
+    for est, s, m, schedule, k, _, model, sol, rows in chosen:
+        strat = build_strategy(gg, model, sol, rows, m, schedule, k)
+        if strat in seen:  # one stage on every device is the same pipeline in either order
+            continue
+        seen.add(strat)
+        tag = schedule if schedule != "kfkb" else f"kfkb{k}"
+        out.append(PipelineCandidate(f"pipeline-S{s}-m{m}-{tag}" if strat.pipeline else "dp-balanced", strat, est))
     return out

@@ -207,3 +207,35 @@ def test_cli_no_pipeline_flag(capsys, flag, considered):
     assert obj["search"]["pipelines"] is considered
     if not considered:
         assert "stages" not in obj
+
+
+def test_estimate_by_hand():
+    """Two stages, m = 4: compute 30 ms per micro-batch each, one crossing 10 ms each way, syncs 60 and 30 ms.
+    1F1B (unit 1): round trip 60 + 2 x 10 = 80 over S = 2 in flight -> 40 ms per micro-batch (above the compute's
+    30); pipeline 3 x 40 + 60 + 10 (fill: no pile-up, 10 is not above a forward's 30 / 3) + 10 = 200; stage 0's
+    sync 60 less its last backward 20 = 40 exposed (stage 1's: 30 - 20 - the 30 ms drain before it, hidden): 240.
+    kFkB k = 2: (2 x 60 + 20 / 2) / (2 x 2) = 32.5 per micro-batch: 97.5 + 80 + 40 = 217.5. GPipe: (4 x 60 + 5) / 8
+    = 30.625: 91.875 + 80 + 40 = 211.875. A stage 0 of 15 ms (forward 5 < the 10 ms crossing) piles up its
+    min(m, S - 0) = 2 warm-up forwards on the NIC: fill 20 instead of 10."""
+    from tag.search.pipeline_model import StageRows
+    from tag.search.pipeline_search import estimate_ms
+
+    a = StageRows((1,), 30.0, 10.0, 60.0, 0, in_ms=0.0, out_ms=10.0)
+    b = StageRows((1,), 30.0, 10.0, 30.0, 0, in_ms=10.0, out_ms=0.0)
+    assert estimate_ms([a, b], 4, "1f1b", 1) == pytest.approx(240.0)
+    assert estimate_ms([a, b], 4, "kfkb", 2) == pytest.approx(217.5)
+    assert estimate_ms([a, b], 4, "gpipe", 1) == pytest.approx(211.875)
+    fast = StageRows((1,), 15.0, 10.0, 0.0, 0, in_ms=0.0, out_ms=10.0)
+    # period max(30, (45 + 20) / 2 = 32.5); pipeline 3 x 32.5 + 45 + 20 + 10; stage 1's sync 30 - 20 - (10 + 10)
+    assert estimate_ms([fast, b], 4, "1f1b", 1) == pytest.approx(3 * 32.5 + 45 + 20 + 10)
+
+
+def test_cheap_cut_positions_offer_every_stretch_its_cheapest_cut():
+    from tag.search.pipeline_search import cheap_cut_positions
+
+    # a transformer-like pattern: every 4th boundary carries 1 unit, the others 2-5, one boundary near the end 0.01;
+    # the globally cheapest boundary alone would leave only position 13 to cut at
+    cross = [0.0] + [1.0, 2.0, 1.0, 5.0] * 3 + [0.01, 3.0]
+    got = cheap_cut_positions(cross, [1.0] * 15, 25, window=2)
+    # the 1-unit boundaries 1, 3, ..., 9 are the cheapest within 2 positions; 11 is not (13 is two away)
+    assert got == [0, 1, 3, 5, 7, 9, 13, 15]
