@@ -20,6 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from tag.graph.batch_constants import dedupe_batch_constants, op_batch_constants
+from tag.graph.batch_values import born_axis, gather_nd_rule, track
 from tag.graph.op_families import BROADCAST_OPS, DATA_DEPENDENT_OPS, REDUCE_OPS, SHAPE_OUTPUT_OPS, TYPE_ONLY_INPUTS
 from tag.graph.op_families import norm_axis as _norm_axis
 from tag.graph.opgraph import BatchConstant, Op, TensorInfo
@@ -44,7 +45,11 @@ def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: 
     for name in data_inputs:
         view[name].batch_axis = 0
     layout: dict[str, tuple[int, int]] = {}  # tensor -> (outer, extent): batch axis dim = outer x extent x inner
+    bv: dict = {}  # tensor -> flat positions holding the row count (tag.graph.batch_values)
+    first = view[data_inputs[0]] if data_inputs else None
+    batch_dim = int(first.shape[0]) if first is not None and first.shape else None
     for op in ops:
+        track(op, view, bv, values, batch_dim)
         ins = [view[i] if i else None for i in op.inputs]
         if op.op_type in TYPE_ONLY_INPUTS:  # CastLike reads only the dtype of its second input
             ins = [t if k not in TYPE_ONLY_INPUTS[op.op_type] else None for k, t in enumerate(ins)]
@@ -52,6 +57,9 @@ def propagate_batch(ops: list[Op], tensors: dict[str, TensorInfo], data_inputs: 
         batched_in = [t for t in ins if t is not None and t.batch_axis is not None]
         if not batched_in:
             op.batched, op.splittable = False, True
+            b = born_axis(op, view, bv, values)
+            if b is not None:  # batched by a shape entry that is the row count: every rank builds its own rows
+                view[op.outputs[0]].batch_axis, op.batched = b, True
             continue
         x = batched_in[0]
         x_layout = layout.get(x.name, (1, x.shape[x.batch_axis] if x.shape is not None else 0))
@@ -111,6 +119,8 @@ def _rule(op: Op, ins, outs, opset: int, consts, ops: list[Op]) -> tuple[list[in
         return [perm.index(x.batch_axis)], True
     if t == "Gather":
         return _gather(ins, outs[0], a0.get("axis", 0))
+    if t == "GatherND":
+        return gather_nd_rule(ins[0], ins[1], outs[0], a0.get("batch_dims", 0))
     if t in REDUCE_OPS:
         return _reduce(t, x, ins, a0, consts, opset)
     if t in ("Softmax", "LogSoftmax", "Hardmax"):
@@ -121,7 +131,11 @@ def _rule(op: Op, ins, outs, opset: int, consts, ops: list[Op]) -> tuple[list[in
         axis = _norm_axis(a0.get("axis", -1), len(x.shape))
         return [x.batch_axis] + [None] * (n_out - 1), x.batch_axis < axis
     if t in ("Concat", "Split", "CumSum", "TopK", "GatherElements", "ScatterElements", "ReverseSequence", "LpNormalization"):
-        axis = _norm_axis(a0.get("axis", -1 if t in ("TopK", "LpNormalization") else 0), len(x.shape))
+        axis = a0.get("axis", -1 if t in ("TopK", "LpNormalization") else 0)
+        if t == "CumSum":  # the axis is input 1 (unknown: assume the batch axis, unsplittable)
+            c = consts.get(ins[1].name) if len(ins) > 1 and ins[1] is not None else None
+            axis = int(np.ravel(c)[0]) if c is not None else x.batch_axis
+        axis = _norm_axis(axis, len(x.shape))
         return _same_rank(x, outs, axis != x.batch_axis)
     if t == "SplitToSequence":  # the sequence's recorded shape is its input's (tag.graph.sequences)
         axis = _norm_axis(a0.get("axis", 0), len(x.shape))

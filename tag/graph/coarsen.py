@@ -3,7 +3,7 @@
 Steps (each a pure function):
 1. `atoms_of`: weight generators and free ops (no FLOPs, no parameters: shape arithmetic, Reshape,
    Identity, ...) join the atom of their earliest consumer, so they never form a group of their own and
-   parameters live with their user.
+   parameters live with their user. A sequence producer and its readers share one atom (`_tie_sequences`).
 2. `atom_weights`: balance weight of each atom = its share of the model's compute (forward + backward FLOPs
    at the global batch) + its share of its memory (saved activations at the global batch + parameter bytes).
 3. A depth-first topological order of the atoms is cut into K contiguous segments of weight at most
@@ -30,6 +30,7 @@ from tag.graph.coarsen_partition import (chain_order, merge_to_k, min_bottleneck
                                          split_disconnected)
 from tag.graph.groups import Group, GroupEdge, GroupGraph
 from tag.graph.opgraph import Op, OpGraph
+from tag.graph.sequences import SEQUENCE_PRODUCERS
 
 BALANCE_SLACK = 0.15  # segments may weigh up to 15% above the best possible maximum to cut smaller tensors
 
@@ -68,8 +69,43 @@ def atoms_of(graph: OpGraph) -> list[int]:
     for i in range(n - 1, -1, -1):
         if succs[i] and is_attachable(graph.ops[i]):
             anchor[i] = min(anchor[j] for j in succs[i])
+    anchor = _tie_sequences(graph, succs, anchor)
     ids = {a: k for k, a in enumerate(sorted(set(anchor)))}
     return [ids[a] for a in anchor]
+
+
+def _tie_sequences(graph: OpGraph, succs: list[list[int]], anchor: list[int]) -> list[int]:
+    """Anchors with every sequence producer and its readers in one atom (deploy moves tensors, not lists).
+
+    Each tie takes the smallest anchor of its members; attachable ops then re-take the minimum over their
+    consumers, until nothing changes (anchors only fall, so this ends). The atom order must stay topological
+    (anchor(x) <= anchor(y) on every edge x -> y); if a tie would break it, the untied anchors are kept.
+    """
+    ties = []
+    for i, op in enumerate(graph.ops):
+        if op.op_type in SEQUENCE_PRODUCERS:
+            readers = sorted({c for t in op.outputs if t in graph.tensors for c in graph.tensors[t].consumers})
+            if readers:
+                ties.append([i] + readers)
+    if not ties:
+        return anchor
+    tied, n = list(anchor), len(graph.ops)
+    changed = True
+    while changed:
+        changed = False
+        for members in ties:
+            low = min(tied[m] for m in members)
+            for m in members:
+                if tied[m] != low:
+                    tied[m], changed = low, True
+        for i in range(n - 1, -1, -1):
+            if succs[i] and is_attachable(graph.ops[i]):
+                low = min(tied[i], min(tied[j] for j in succs[i]))
+                if low != tied[i]:
+                    tied[i], changed = low, True
+    if any(tied[i] > tied[j] for i in range(n) for j in succs[i]):
+        return anchor
+    return tied
 
 
 def _tensor_cost_bytes(graph: OpGraph, name: str) -> float:
