@@ -80,7 +80,7 @@ class PipelineRankRuntime(RankRuntime):
             x = self.outs[(p, tr.tensor)]
             if not tr.whole:
                 off, _ = self._rows(p)
-                x = x.narrow(self._axis(tr.tensor), tr.start - off, tr.rows)
+                x = self._narrow(x, tr.tensor, tr.start - off, tr.rows)
             self._post_send(x, tr.dst, self.plan.tag(j, False, c, k))
 
     def _post_recv_output_grads(self, j: int, p: int) -> tuple[list, list]:
@@ -116,7 +116,7 @@ class PipelineRankRuntime(RankRuntime):
                 continue
             dx = self._leaf_grad(g, tr.tensor)
             if not tr.whole:
-                dx = dx.narrow(self._axis(tr.tensor), tr.start - off, tr.rows)
+                dx = self._narrow(dx, tr.tensor, tr.start - off, tr.rows)
             self._post_send(dx, tr.src, self.plan.tag(j, True, g, k))
 
     # ---- passes and the step ------------------------------------------------------------------

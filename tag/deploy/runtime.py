@@ -37,6 +37,7 @@ from tag.graph.opgraph import OpGraph
 from tag.deploy.data import torch_dtype
 from tag.deploy.loss import MSE, Loss
 from tag.deploy.onnx_torch.ops_nn import TrainingContext, training_context
+from tag.deploy.row_slices import entries_per_row, narrow_rows
 
 
 class RankRuntime:
@@ -68,6 +69,10 @@ class RankRuntime:
     def _axis(self, t: str) -> int | None:
         return self.g.tensors[t].batch_axis
 
+    def _narrow(self, x: torch.Tensor, t: str, first_row: int, rows: int) -> torch.Tensor:
+        """Rows [first_row, first_row + rows) of `x` (a value of tensor t), flattened batch axes included."""
+        return narrow_rows(x, self.g.tensors[t], self.g.file_batch, first_row, rows)
+
     def _shape(self, t: str, rows: int | None) -> tuple[int, ...]:
         info = self.g.tensors[t]
         if info.shape is None:
@@ -92,7 +97,7 @@ class RankRuntime:
                 x = self.outs[(tr.producer_group, tr.tensor)]
                 if not tr.whole:
                     off, _ = self._rows(tr.producer_group)
-                    x = x.narrow(self._axis(tr.tensor), tr.start - off, tr.rows)
+                    x = self._narrow(x, tr.tensor, tr.start - off, tr.rows)
                 sends.append((tr.dst, x.detach(), k))
             if tr.dst == self.rank:
                 buf = torch.empty(self._shape(tr.tensor, None if tr.whole else tr.rows),
@@ -121,7 +126,7 @@ class RankRuntime:
                     p_off, p_n = self._rows(p)
                     lo, hi = max(off, p_off), min(off + n, p_off + p_n)
                     if hi > lo:
-                        pieces.append((lo, mine.narrow(ax, lo - p_off, hi - lo)))
+                        pieces.append((lo, self._narrow(mine, t, lo - p_off, hi - lo)))
             pieces.sort(key=lambda q: q[0])
             x = pieces[0][1] if len(pieces) == 1 else torch.cat([q[1] for q in pieces], dim=self._axis(t))
             x = x.detach()
@@ -169,7 +174,7 @@ class RankRuntime:
         """Re-run shape subgraphs for this rank's rows: Shape ops from static shapes, the rest by the program."""
         for i in op_ids:
             op = self.g.ops[i]
-            if op.op_type == "Shape":
+            if op.op_type == "Shape" and op.inputs[0] not in env:  # else its live value (rows of this call)
                 dims = torch.tensor(self._shape(op.inputs[0], rows), dtype=torch.int64, device=self.device)
                 start, end = op.attrs.get("start", 0), op.attrs.get("end", None)
                 env[op.outputs[0]] = dims[start:end]
@@ -225,7 +230,7 @@ class RankRuntime:
                 p_off, p_n = self._rows(p)
                 lo, hi = max(off, p_off), min(off + n, p_off + p_n)
                 if hi > lo:
-                    self._add_grad(p, t, lo, dx.narrow(ax, lo - off, hi - lo))
+                    self._add_grad(p, t, lo, self._narrow(dx, t, lo - off, hi - lo))
 
     def _backward_exchange(self, g: int) -> None:
         """Send group g's input gradient slices back to their producers; add the ones received to own outputs."""
@@ -237,7 +242,7 @@ class RankRuntime:
             if tr.dst == self.rank:
                 dx = self._leaf_grad(g, tr.tensor)
                 if not tr.whole:
-                    dx = dx.narrow(self._axis(tr.tensor), tr.start - off, tr.rows)
+                    dx = self._narrow(dx, tr.tensor, tr.start - off, tr.rows)
                 sends.append((tr.src, dx, k))
             if tr.src == self.rank:
                 buf = torch.empty(self._shape(tr.tensor, None if tr.whole else tr.rows),
@@ -263,7 +268,8 @@ class RankRuntime:
             buf += dx
         else:
             p_off, _ = self._rows(p)
-            buf.narrow(self._axis(t), start - p_off, dx.shape[self._axis(t)]).add_(dx)
+            k = entries_per_row(self.g.tensors[t], self.g.file_batch)
+            self._narrow(buf, t, start - p_off, dx.shape[self._axis(t)] // k).add_(dx)
 
     # ---- sync and step -------------------------------------------------------------------------------
     def _start_ready_buckets(self, done: int) -> None:
