@@ -11,8 +11,10 @@ Usage: python benchmarks/buckets_deploy.py [--model resnet_tiny] [--batch-size 3
    `tag.strategy.planfile.plan_to_json` with its resolved buckets (`SimContext.bucket_syncs`: cap 0 = one bucket per
    group with parameters, 25 = DDP's default cap);
 3. per plan, `tag simulate MODEL TOPO --plan P --profile PROF --json` (the planner's simulator: bucket syncs overlap
-   the remaining backward) and the same simulation as deploy runs a step (`simulate(..., overlap_sync=False,
-   blocking_sends=True)`: syncs after the whole backward) are the predictions;
+   the remaining backward, asynchronous sends) and the same simulation with deploy's blocking exchanges, once with
+   syncs after the whole backward (`simulate(..., overlap_sync=False, blocking_sends=True)`) and once overlapped
+   (`overlap_sync=True, blocking_sends=True`: what the runtime starts since it overlaps bucket syncs) are the
+   predictions;
 4. `tag deploy P MODEL --steps N --warmup W --json` gives ``measured_step_ms`` (median step after the warm-up),
    `--rounds` times, the plans alternating so both see the same load; the table gives the median over rounds.
 
@@ -64,13 +66,13 @@ def write_plan(model: str, topo: str, profile: str, batch: int, cap_mb: float, o
     return obj["buckets"]
 
 
-def as_deploy_ms(model: str, topo: str, profile: str, plan: str) -> float:
-    """The plan simulated as the deploy runtime runs a step (syncs after the whole backward, blocking exchanges)."""
+def as_deploy_ms(model: str, topo: str, profile: str, plan: str, overlap_sync: bool = False) -> float:
+    """The plan simulated with deploy's blocking exchanges, syncs after the whole backward (or overlapped)."""
     from tag.modelio import ModelOptions, load_inputs
     from tag.sim import simulate
 
     inp = load_inputs(model, topo, ModelOptions(profile=profile), plan_path=plan)
-    return simulate(inp.gg, inp.cluster, inp.cost, inp.strategy, inp.training, overlap_sync=False,
+    return simulate(inp.gg, inp.cluster, inp.cost, inp.strategy, inp.training, overlap_sync=overlap_sync,
                     blocking_sends=True).iteration_ms
 
 
@@ -111,6 +113,7 @@ def main() -> None:
         plans[cap] = plan
         rows[cap] = {"buckets": len(buckets), "algorithms": sorted({b["algorithm"] for b in buckets}),
                      "sim_ms": sim["iteration_ms"], "sim_deploy_ms": as_deploy_ms(model, topo, prof, plan),
+                     "sim_overlap_ms": as_deploy_ms(model, topo, prof, plan, overlap_sync=True),
                      "measured": []}
     for _ in range(a.rounds):
         for cap in caps:
@@ -120,15 +123,17 @@ def main() -> None:
           f"--warmup {a.warmup} --rounds {a.rounds} --caps {a.caps} --sync {a.sync}"
           f"{' --profile-together' if a.profile_together else ''}` ({time.time() - t0:.0f} s; load average after "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
-    print("| bucket cap MiB | buckets | algorithms | tag simulate ms | simulated as deploy runs ms | measured ms "
-          "(median of rounds) | rounds | err vs tag simulate % | err vs as-deploy % |")
-    print("|---:|---:|---|---:|---:|---:|---|---:|---:|")
+    print("| bucket cap MiB | buckets | algorithms | tag simulate ms | blocking, syncs after backward ms | blocking, "
+          "syncs overlapped ms | measured ms (median of rounds) | rounds | err vs tag simulate % | err vs after-backward "
+          "% | err vs overlapped % |")
+    print("|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|")
     for cap in caps:
         r = rows[cap]
         m = statistics.median(r["measured"])
+        errs = " | ".join(f"{100 * (r[k] - m) / m:+.1f}" for k in ("sim_ms", "sim_deploy_ms", "sim_overlap_ms"))
         print(f"| {cap:g} | {r['buckets']} | {', '.join(r['algorithms'])} | {r['sim_ms']:.2f} | "
-              f"{r['sim_deploy_ms']:.2f} | {m:.2f} | {', '.join(f'{x:.1f}' for x in r['measured'])} | "
-              f"{100 * (r['sim_ms'] - m) / m:+.1f} | {100 * (r['sim_deploy_ms'] - m) / m:+.1f} |")
+              f"{r['sim_deploy_ms']:.2f} | {r['sim_overlap_ms']:.2f} | {m:.2f} | "
+              f"{', '.join(f'{x:.1f}' for x in r['measured'])} | {errs} |")
 
 
 if __name__ == "__main__":
