@@ -2,11 +2,14 @@
 
 Usage: python benchmarks/fidelity.py [--models mlp,small_cnn,small_transformer,fc_wide] [--nproc 2]
        [--random 4] [--steps 6] [--batch-size 64] [--out benchmarks/fidelity.md] [--work DIR]
+       [--pipeline-models mlp,small_transformer,gpt2_tiny] [--pipeline-micro 2,4] [--pipeline-only]
 
 For each model it measures the topology of `--nproc` local ranks (`tag profile links`, once) and the model's
 ops (`tag profile ops`, one thread, as deploy runs them), then builds at least 10 strategies: every baseline
 (`tag plan --baseline`), two searched plans (`tag plan`, seeds 0 and 1) and `--random` random valid strategies
-(seeded: random device subsets, uneven row splits, allreduce/ps sync). Each plan is predicted in-process
+(seeded: random device subsets, uneven row splits, allreduce/ps sync); models in `--pipeline-models` also get
+2-stage pipelined plans (`build_pipeline_plans`: a balanced and an unbalanced cut, gpipe / 1f1b / kfkb k = 2,
+`--pipeline-micro` micro-batch counts; `--pipeline-only` for those alone). Each plan is predicted in-process
 with the simulator on the profiled cost model as the deploy runtime runs a step (`overlap_sync=False`: syncs
 after the whole backward; `blocking_sends=True`: every exchange a rendezvous of its two ranks; the profile's
 ``step`` block: compute inside the step, optimizer update, sync copies) and measured by the `tag deploy` runtime: the same jobs `tag deploy` prepares,
