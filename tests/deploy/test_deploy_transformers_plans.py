@@ -95,3 +95,18 @@ def test_gpt2_plans_train_on_two_ranks_like_one_process(plans, tmp_path):
                 seen.add(n)
                 torch.testing.assert_close(v, ref_params[n], rtol=1e-4, atol=1e-6, msg=f"{sc['name']}: {n}")
         assert seen == set(ref_params), sc["name"]
+
+
+def test_row_slices_of_flattened_batch_by_hand():
+    from tag.deploy.row_slices import entries_per_row, narrow_rows
+    from tag.graph.opgraph import TensorInfo
+
+    flat = TensorInfo("addmm", "float32", (16, 192), 0)  # [B*S, 3d] at a symbolic batch (file batch 1), S = 16
+    assert entries_per_row(flat, 1) == 16
+    x = torch.arange(6 * 16).reshape(96, 1)  # 6 rows x 16 positions, entry e holds e
+    assert narrow_rows(x, flat, 1, 2, 3).flatten().tolist() == list(range(32, 80))  # rows 2..4: entries 32..79
+    fixed = TensorInfo("h", "float32", (32, 64), 0)  # the same at a fixed export batch of 2
+    assert entries_per_row(fixed, 2) == 16
+    per_row = TensorInfo("logits", "float32", (1, 16, 96), 0)
+    assert entries_per_row(per_row, 1) == 1 and narrow_rows(x.reshape(6, 16), per_row, 1, 5, 1).tolist() == [
+        list(range(80, 96))]
