@@ -60,6 +60,14 @@ class RankRuntime:
         self.bucket_ready_after = [min(g for g, io in enumerate(schedule.groups) if set(io.params) & set(b.params))
                                    for b, _, _ in self.grad_buckets]
         self._started: list = []  # this step's started bucket sums: (handle, copy-back or None), in bucket order
+        # Bucket sums overlap the backward unless a split training-mode BatchNormalization all-reduces its statistics'
+        # gradients during the backward: those collectives run on this thread, the started sums on the sync thread,
+        # and two threads' collectives on one process group would reach the ranks in different orders.
+        self.overlap_syncs = not any(
+            len(schedule.ranks_of(io.id)) > 1 and any(
+                graph.ops[i].op_type == "BatchNormalization" and graph.ops[i].attrs.get("training_mode", 0)
+                for i in io.op_ids)
+            for io in schedule.groups)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _rows(self, g: int, r: int | None = None) -> tuple[int, int]:
@@ -199,7 +207,8 @@ class RankRuntime:
     # ---- backward ------------------------------------------------------------------------------
     def _backward_group(self, g: int) -> None:
         self._backward_compute(g)
-        self._start_ready_buckets(g)
+        if self.overlap_syncs:
+            self._start_ready_buckets(g)
         self._backward_exchange(g)
 
     def _backward_compute(self, g: int) -> None:
