@@ -1,6 +1,5 @@
 """The pipeline DP against brute force over every cut, the stage model by hand, and the strategies it builds."""
 
-import itertools
 import math
 import os
 import random
