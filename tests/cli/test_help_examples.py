@@ -16,7 +16,7 @@ Reduced size (so the whole file stays near a minute and a half on two idle cores
 - datasets models other than the tiny ones are replaced by their tiny counterpart of the same structure
   (resnet50 -> resnet_tiny, vgg19 -> small_cnn, ...), except in `tag inspect`, which runs on the real model;
 - `tag plan`: `--playouts 4 --no-refine` (unless it writes a baseline);
-- `tag deploy`: `--steps 1 --nproc 2`;
+- `tag deploy`: `--steps 1 --nproc 2` (a pipelined plan keeps its one rank per device);
 - `tag profile ops`: `--rows 1,2 --repeats 1 --warmup 0 --quick`;
 - `tag profile links`: `--nproc 2 --sizes 4,1K --repeats 1 --warmup 0 --quick`;
 - `tag train`: `--topologies random:2 --episodes 1 --trajectories 1` (one episode on two random clusters);
@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import glob
 import io
+import json
 import os
 import re
 import shlex
@@ -138,6 +139,15 @@ def _verb(argv: list[str]) -> tuple[str, ...]:
     return tuple(argv[:2]) if argv and argv[0] in ("topo", "profile") else tuple(argv[:1])
 
 
+def _pipelined(plan_path: str) -> bool:
+    """Whether the plan file in the current directory has pipeline stages."""
+    try:
+        with open(plan_path) as f:
+            return "stages" in json.load(f)
+    except (OSError, ValueError):
+        return False
+
+
 def reduce_args(argv: list[str]) -> list[str]:
     """The example's arguments at reduced size (see the module docstring)."""
     verb = _verb(argv)
@@ -153,7 +163,9 @@ def reduce_args(argv: list[str]) -> list[str]:
     if verb == ("plan",) and "--baseline" not in argv:
         argv = _set_flag(_set_flag(argv, "--playouts", "4"), "--no-refine", None)
     elif verb == ("deploy",):
-        argv = _set_flag(_set_flag(argv, "--steps", "1"), "--nproc", "2")
+        argv = _set_flag(argv, "--steps", "1")
+        if not _pipelined(argv[1]):  # a pipelined plan's ranks each host one stage's devices: keep its rank count
+            argv = _set_flag(argv, "--nproc", "2")
     elif verb == ("profile", "ops"):
         for flag, value in (("--rows", "1,2"), ("--repeats", "1"), ("--warmup", "0"), ("--quick", None)):
             argv = _set_flag(argv, flag, value)
