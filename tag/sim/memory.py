@@ -52,13 +52,10 @@ def device_peak_bytes(groups_in_order: list, rows: list[int], optimizer: str,
     return static + peak
 
 
-def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static) -> np.ndarray:
-    """Peak bytes per device (topology order) for a strategy: `device_peak_bytes` for all devices at once.
-
-    recv: (consumer group, consumer device, producer group, producer device, bytes) per transfer pair;
-    the consumer receives activations in forward and the producer receives gradients in backward.
-    """
-    rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
+def _activation_terms(ctx, rows: np.ndarray, recv):
+    """Per group x device, for `rows` (groups x devices) and the received transfers `recv` (consumer group, consumer
+    device, producer group, producer device, bytes): (hosted mask, gradient bytes received in the backward, bytes
+    saved for the backward = saved per row x rows + fixed where hosted + activations received, output bytes)."""
     hosted = rows > 0
     recv_fwd = np.zeros_like(rows)
     recv_bwd = np.zeros_like(rows)
@@ -68,6 +65,17 @@ def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static) -> np.
         np.add.at(recv_bwd, (pg, pd), b)
     saved = ctx.saved_per_row[:, None] * rows + ctx.saved_fixed[:, None] * hosted + recv_fwd
     out = ctx.out_per_row[:, None] * rows
+    return hosted, recv_bwd, saved, out
+
+
+def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static) -> np.ndarray:
+    """Peak bytes per device (topology order) for a strategy: `device_peak_bytes` for all devices at once.
+
+    recv: (consumer group, consumer device, producer group, producer device, bytes) per transfer pair;
+    the consumer receives activations in forward and the producer receives gradients in backward.
+    """
+    rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
+    hosted, recv_bwd, saved, out = _activation_terms(ctx, rows, recv)
     cum = np.cumsum(saved, axis=0)  # live after each forward
     fwd_peak = (cum + out).max(axis=0)
     grads = ctx.param_bytes[:, None] * hosted
@@ -127,15 +135,7 @@ def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static
     m, n_st = pl.micro_batches, len(pl.stages)
     decisions = strategy.decisions
     rows = np.array([d.rows for d in decisions], dtype=float) / m  # groups x devices, one micro-batch
-    hosted = rows > 0
-    recv_fwd = np.zeros_like(rows)
-    recv_bwd = np.zeros_like(rows)
-    if recv:
-        cg, cd, pg, pd, b = (np.array(x) for x in zip(*recv))
-        np.add.at(recv_fwd, (cg, cd), b)
-        np.add.at(recv_bwd, (pg, pd), b)
-    saved = ctx.saved_per_row[:, None] * rows + ctx.saved_fixed[:, None] * hosted + recv_fwd
-    out = ctx.out_per_row[:, None] * rows
+    hosted, recv_bwd, saved, out = _activation_terms(ctx, rows, recv)
     cum = np.cumsum(saved, axis=0)
     held = cum[-1] if len(cum) else np.zeros(rows.shape[1])  # A_d
     fwd = (cum + out).max(axis=0)
