@@ -8,6 +8,6 @@ charges SFB in `tag.sim.sfb` / `tag.sim.gradsync.group_syncs`.
 
 from tag.compression.eligibility import Candidate, eligible_ops, with_sfb
 from tag.compression.report import sfb_summary
-from tag.compression.select import select_sfb
+from tag.compression.select import no_sfb_report, select_sfb
 
-__all__ = ["Candidate", "eligible_ops", "with_sfb", "select_sfb", "sfb_summary"]
+__all__ = ["Candidate", "eligible_ops", "with_sfb", "select_sfb", "no_sfb_report", "sfb_summary"]

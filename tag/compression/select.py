@@ -28,6 +28,12 @@ def _link_total(res) -> float:
     return float(sum(res.link_bytes.values()))
 
 
+def no_sfb_report(iteration_ms: float, candidates: int = 0) -> dict:
+    """The SFB report of a strategy that keeps every all-reduce (no op chosen; `select_sfb` documents the keys)."""
+    return {"ops": [], "groups": {}, "candidates": candidates, "bytes_saved": 0.0, "ms_saved": 0.0,
+            "iteration_ms_without": iteration_ms, "iteration_ms_with": iteration_ms, "per_group": []}
+
+
 def select_sfb(gg, cluster, cost, training, strategy: Strategy, simulate_fn=None, *, seed: int = 0,
                time_limit_s: float = 10.0, pool: int = 6, polish_passes: int = 2,
                max_simulations: int = 64) -> tuple[Strategy, dict]:
@@ -46,8 +52,7 @@ def select_sfb(gg, cluster, cost, training, strategy: Strategy, simulate_fn=None
     cands = eligible_ops(gg, plain)
     t0 = time.monotonic()
     base_res = sim(plain)
-    report = {"ops": [], "groups": {}, "candidates": len(cands), "bytes_saved": 0.0, "ms_saved": 0.0,
-              "iteration_ms_without": _ms(base_res), "iteration_ms_with": _ms(base_res), "per_group": []}
+    report = no_sfb_report(_ms(base_res), len(cands))
     if not cands or base_res.oom:
         return plain, report
     traced = simulate(gg, cluster, cost, plain, training, trace=True)

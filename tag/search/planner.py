@@ -241,7 +241,7 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
     strategies the search simulated, and keep the fastest result; the searched plan without SFB wins ties,
     so SFB never makes the plan slower. After the searched plan, further starts are skipped only when the
     safety `cap` is reached. Returns (strategy, SFB report of the kept one)."""
-    from tag.compression import select_sfb
+    from tag.compression import no_sfb_report, select_sfb
 
     # deploy sends sufficient factors only without micro-batches, so pipelined strategies are not SFB starts
     starts = [best] if best.pipeline is None else []
@@ -256,7 +256,8 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
             break
         if s not in starts:
             starts.append(s)
-    chosen, report = best, {}
+    chosen = best
+    report = {} if best.pipeline is None else no_sfb_report(ev.result(best).iteration_ms)
     for start in dict.fromkeys(starts):
         if start is not best and cap is not None and cap.reached():
             break

@@ -26,6 +26,9 @@ class _Ev:
     def value(self, s):
         return -self.cache[s].iteration_ms
 
+    def result(self, s):
+        return self.cache[s]
+
 
 def _piped(rows):
     pipe = Pipeline((Stage((0,), (0,)), Stage((1,), (1,))), micro_batches=2)
@@ -48,4 +51,5 @@ def test_pipelined_strategies_are_not_sfb_starts(monkeypatch):
     monkeypatch.setattr(tag.compression, "select_sfb", fake_select)
     chosen, report = planner._apply_sfb(None, None, None, None, best, ev, {"dp-even": (flat, _Res(20.0))}, None)
     assert seen == [flat]  # neither pipelined strategy was handed to SFB selection
-    assert chosen is best and report == {}  # 10 ms (no SFB) beats flat + SFB at 19 ms
+    assert chosen is best  # 10 ms (no SFB) beats flat + SFB at 19 ms
+    assert report["ops"] == [] and report["ms_saved"] == 0.0 and report["iteration_ms_with"] == 10.0
