@@ -59,3 +59,17 @@ def reference_training(graph, program, data, targets, steps, optimizer, lr):
         losses.append(float(loss.detach()))
         opt.step()
     return losses, {n: program.param(n).detach().clone() for n in program.param_names}
+
+
+def assert_ranks_match_reference(ranks: list[dict], ref_losses, ref_params, name: str) -> None:
+    """Every rank's per-step losses equal the reference's (rel 1e-4), every parameter a rank returns equals the
+    reference's (rtol 1e-4, atol 1e-6), and every reference parameter is returned by some rank."""
+    import pytest
+
+    seen = set()
+    for r in ranks:
+        assert r["losses"] == pytest.approx(ref_losses, rel=1e-4), name
+        for n, v in r["params"].items():
+            seen.add(n)
+            torch.testing.assert_close(v, ref_params[n], rtol=1e-4, atol=1e-6, msg=f"{name}: {n}")
+    assert seen == set(ref_params), name

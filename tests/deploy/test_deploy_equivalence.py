@@ -11,11 +11,10 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 from tag.deploy.data import synthetic_batch
 from tag.strategy import Bucket, Decision, Strategy
-from _deploy_harness import reference_training, run_scenarios
+from _deploy_harness import assert_ranks_match_reference, reference_training, run_scenarios
 from _deploy_toy import TOY_GROUPS, ToyProgram, toy_graph
 
 B = 12
@@ -118,15 +117,7 @@ def _check(results, scenarios):
         if key not in refs:
             refs[key] = _reference(*key)
         ref_losses, ref_params = refs[key]
-        ranks = results[sc["name"]]
-        for r in ranks:
-            assert r["losses"] == pytest.approx(ref_losses, rel=1e-4), sc["name"]
-        seen = set()
-        for r in ranks:
-            for n, v in r["params"].items():
-                seen.add(n)
-                torch.testing.assert_close(v, ref_params[n], rtol=1e-4, atol=1e-6, msg=f"{sc['name']}: {n}")
-        assert seen == set(ref_params), sc["name"]
+        assert_ranks_match_reference(results[sc["name"]], ref_losses, ref_params, sc["name"])
         # training moved the parameters and the loss
         assert ref_losses[-1] < ref_losses[0]
 

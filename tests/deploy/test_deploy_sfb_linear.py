@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import os
 
-import pytest
 import torch
 
-from _deploy_harness import reference_training, run_scenarios
+from _deploy_harness import assert_ranks_match_reference, reference_training, run_scenarios
 from tag.deploy.data import synthetic_batch
 from tag.graph.opgraph import Op, OpGraph, TensorInfo
 from tag.strategy import Decision, Strategy
@@ -147,11 +146,4 @@ def test_sfb_linear_three_ranks_equal_single_process(tmp_path):
         ref_losses, ref_params = reference_training(graph, program, data, targets, sc["steps"], sc["optimizer"],
                                                     sc["lr"])
         assert ref_losses[-1] < ref_losses[0], sc["name"]
-        for r in results[sc["name"]]:
-            assert r["losses"] == pytest.approx(ref_losses, rel=1e-4), sc["name"]
-        seen = set()
-        for r in results[sc["name"]]:
-            for n, v in r["params"].items():
-                seen.add(n)
-                torch.testing.assert_close(v, ref_params[n], rtol=1e-4, atol=1e-6, msg=f"{sc['name']}: {n}")
-        assert seen == set(ref_params), sc["name"]
+        assert_ranks_match_reference(results[sc["name"]], ref_losses, ref_params, sc["name"])

@@ -280,7 +280,7 @@ def make(sc):
 def test_gpt2_trains_on_two_ranks_like_one_process(hf, tmp_path):
     from tag.deploy.data import synthetic_batch
     from tag.strategy import Decision, Strategy
-    from _deploy_harness import reference_training, run_scenarios
+    from _deploy_harness import assert_ranks_match_reference, reference_training, run_scenarios
 
     path, _ = hf["gpt2"]
     graph, program, _ = make({"path": path})
@@ -295,11 +295,4 @@ def test_gpt2_trains_on_two_ranks_like_one_process(hf, tmp_path):
     ref_losses, ref_params = reference_training(graph, program, data, targets, 3, "momentum", 0.01)
     assert ref_losses[-1] < ref_losses[0]
     for sc in scenarios:
-        for r in results[sc["name"]]:
-            assert r["losses"] == pytest.approx(ref_losses, rel=1e-4), sc["name"]
-        seen = set()
-        for r in results[sc["name"]]:
-            for n, v in r["params"].items():
-                seen.add(n)
-                torch.testing.assert_close(v, ref_params[n], rtol=1e-4, atol=1e-6, msg=f"{sc['name']}: {n}")
-        assert seen == set(ref_params), sc["name"]
+        assert_ranks_match_reference(results[sc["name"]], ref_losses, ref_params, sc["name"])

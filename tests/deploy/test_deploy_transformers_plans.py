@@ -72,7 +72,7 @@ def test_plans_are_multi_group_and_of_the_intended_kinds(plans):
 
 
 def test_gpt2_plans_train_on_two_ranks_like_one_process(plans, tmp_path):
-    from _deploy_harness import reference_training, run_scenarios
+    from _deploy_harness import assert_ranks_match_reference, reference_training, run_scenarios
     from tag.deploy.data import synthetic_batch
     from tag.deploy.job import prepare_job
 
@@ -88,13 +88,7 @@ def test_gpt2_plans_train_on_two_ranks_like_one_process(plans, tmp_path):
     ref_losses, ref_params = reference_training(graph, program, data, targets, 3, "momentum", 0.01)
     assert ref_losses[-1] < ref_losses[0]
     for sc in scenarios:
-        seen = set()
-        for r in results[sc["name"]]:
-            assert r["losses"] == pytest.approx(ref_losses, rel=1e-4), sc["name"]
-            for n, v in r["params"].items():
-                seen.add(n)
-                torch.testing.assert_close(v, ref_params[n], rtol=1e-4, atol=1e-6, msg=f"{sc['name']}: {n}")
-        assert seen == set(ref_params), sc["name"]
+        assert_ranks_match_reference(results[sc["name"]], ref_losses, ref_params, sc["name"])
 
 
 def test_row_slices_of_flattened_batch_by_hand():
