@@ -33,6 +33,7 @@ import torch
 from tag.deploy.comm import Comm
 from tag.deploy.schedule import Schedule, SFBOp
 from tag.deploy.sfb import sfb_forward, sfb_weight_grad
+from tag.graph.op_families import is_training_batchnorm
 from tag.graph.opgraph import OpGraph
 from tag.deploy.data import torch_dtype
 from tag.deploy.loss import MSE, Loss
@@ -63,11 +64,8 @@ class RankRuntime:
         # Bucket sums overlap the backward unless a split training-mode BatchNormalization all-reduces its statistics'
         # gradients during the backward: those collectives run on this thread, the started sums on the sync thread,
         # and two threads' collectives on one process group would reach the ranks in different orders.
-        self.overlap_syncs = not any(
-            len(schedule.ranks_of(io.id)) > 1 and any(
-                graph.ops[i].op_type == "BatchNormalization" and graph.ops[i].attrs.get("training_mode", 0)
-                for i in io.op_ids)
-            for io in schedule.groups)
+        self.overlap_syncs = not any(len(schedule.ranks_of(io.id)) > 1 and any(
+            is_training_batchnorm(graph.ops[i]) for i in io.op_ids) for io in schedule.groups)
 
     # ---- helpers -------------------------------------------------------------------------------
     def _rows(self, g: int, r: int | None = None) -> tuple[int, int]:

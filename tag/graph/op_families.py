@@ -18,6 +18,12 @@ REDUCE_OPS = frozenset("""ReduceSum ReduceMean ReduceMax ReduceMin ReduceProd Re
 ReduceLogSumExp ReduceSumSquare ArgMax ArgMin""".split())
 
 
+def is_training_batchnorm(op) -> bool:
+    """A BatchNormalization in training mode (``training_mode=1``, opset >= 14): it normalises with the batch's
+    statistics, so splitting its rows needs their sum over the replicas, and a micro-batch's differ from the batch's."""
+    return op.op_type == "BatchNormalization" and bool(op.attrs.get("training_mode", 0))
+
+
 def norm_axis(axis: int, rank: int) -> int:
     """ONNX axis in -rank..rank-1 as 0..rank-1 (axis + rank when negative).
 

@@ -19,6 +19,7 @@ after its forward and 256 and 260 bytes after its backward.
 from __future__ import annotations
 
 from tag.cost.optimizer import FP32_BYTES
+from tag.graph.op_families import is_training_batchnorm
 
 
 def training_bn_channels(gg, g: int) -> list[int]:
@@ -28,7 +29,7 @@ def training_bn_channels(gg, g: int) -> list[int]:
     out = []
     for i in gg.groups[g].op_ids:
         op = ops[i]
-        if op.op_type == "BatchNormalization" and op.attrs.get("training_mode", 0):
+        if is_training_batchnorm(op):
             t = tensors.get(op.inputs[1]) if len(op.inputs) > 1 else None
             out.append(int(t.numel) if t is not None and t.numel else 0)
     return out

@@ -17,6 +17,7 @@ from the whole batch's). Each failure is an `InputError` naming the plan file an
 from __future__ import annotations
 
 from tag.errors import InputError, short_repr
+from tag.graph.op_families import is_training_batchnorm
 from tag.strategy import Decision
 from tag.strategy.pipeline import SCHEDULES, Pipeline, Stage
 
@@ -173,7 +174,7 @@ def check_pipeline_graph(path: str, pipeline: Pipeline, gg) -> None:
         for group in gg.groups:
             for i in group.op_ids:
                 op = gg.graph.ops[i]
-                if op.op_type == "BatchNormalization" and op.attrs.get("training_mode", 0):
+                if is_training_batchnorm(op):
                     raise InputError(path, "micro_batches", f"1 for a model with training-mode BatchNormalization "
                                      f"({op.name!r}): its batch statistics over a micro-batch differ from the whole "
                                      "batch's; set micro_batches to 1 or export the model in inference mode",
