@@ -28,6 +28,7 @@ from tag.cost.efficiency import (TENSOR_CORE_CLASSES, EfficiencyParams, bandwidt
 from tag.cost.optimizer import update_traffic_bytes_per_param
 from tag.graph.groups import GroupGraph
 from tag.strategy import TrainingConfig
+from tag.strategy.memory_decisions import peak_class
 from tag.topology.cluster import DeviceType
 
 GPU_LAUNCH_US = params_for("gpu").launch_us  # CUDA kernel launch + framework dispatch per kernel
@@ -42,14 +43,15 @@ def launch_ms(device: DeviceType, params: EfficiencyParams | None = None) -> flo
 
 
 def peak_flops_per_ms(device: DeviceType, precision: str, op_classes, tensor_core_fraction=1.0) -> np.ndarray:
-    """Peak FLOP per ms for each op class under a training precision ("fp32", "tf32" or "amp").
+    """Peak FLOP per ms for each op class under a training precision (`tag.strategy.memory_decisions.peak_class`:
+    "fp32", "tf32", or "amp" for fp16 / bf16 mixed precision).
 
     fp32: the device's FP32 peak for every op. tf32 / amp: conv and matmul ops use the catalog's
     `extra["tf32_tflops"]` / `extra["amp_tflops"]` peak x `tensor_core_fraction` (a number, or a dict per
     op class) when the device records one (else the FP32 peak); other ops stay on the FP32 pipes.
     """
     fp32 = flops_per_ms(device)
-    key = _PRECISION_PEAK_KEY.get(precision)
+    key = _PRECISION_PEAK_KEY.get(peak_class(precision))
     tc = device.extra.get(key) if key else None
     if not tc:
         return np.full(len(op_classes), fp32)

@@ -30,6 +30,10 @@ class Decision:
     sync: str | None = None  # None (= ring when replicated) | one of SYNC_METHODS | AUTO
     server: int | None = None  # device index for "ps"
     sfb: tuple[str, ...] = ()  # op names whose weight gradients go as sufficient factors
+    # ZeRO stage over the group's replicas (`tag.strategy.memory_decisions`): 0 = every replica keeps all
+    # weights, gradients and optimizer states; 1 shards optimizer states, 2 also gradients, 3 also weights
+    zero: int = 0
+    recompute: bool = False  # keep only the group's inputs in the forward and re-run it before its backward
 
     def __post_init__(self):
         if self.sync == "allreduce":  # version 1's name of the ring all-reduce
@@ -148,8 +152,8 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 class TrainingConfig:
     """Training settings a plan carries (DESIGN.md § Training semantics).
 
-    precision: "fp32" is what the planner and deploy support now; "tf32" and "amp" pick the catalog's
-    other peaks once supported.
+    precision: one of `tag.strategy.memory_decisions.PRECISIONS` ("fp32", "tf32", "fp16", "bf16"); fp16 and bf16
+    are mixed precision (autocast compute, fp32 master weights and optimizer states).
     """
 
     optimizer: str = "adam"

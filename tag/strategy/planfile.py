@@ -21,6 +21,7 @@ from tag.errors import InputError, short_repr
 from tag.fileio import write_text_atomic
 from tag.graph.reader import file_sha256
 from tag.strategy import AUTO, OPTIMIZERS, SYNC_METHODS, V1_SYNC_NAMES, Bucket, Decision, Strategy, TrainingConfig
+from tag.strategy.memory_decisions import PRECISIONS, check_precision_supported, memory_to_json, parse_memory
 from tag.strategy.planfile_pipeline import parse_pipeline, pipeline_to_json, stage_device_lists
 
 PLAN_VERSION = 2
@@ -94,6 +95,7 @@ def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, mode
             "sync": dec.sync,
             "server": ids[dec.server] if dec.server is not None else None,
             "sfb": [n for n in op_names if n in sfb] + sorted(sfb - set(op_names)),
+            **memory_to_json(dec),
         })
     plan = {
         "version": PLAN_VERSION,
@@ -237,6 +239,7 @@ def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
             raise InputError(path, f"decisions[{i}].rows", f"rows summing to model.batch_size {batch}",
                              f"sum {sum(rows.values())}")
     if cluster is not None:
+        check_precision_supported(cluster, training.precision, path, "training.precision")
         device_ids = tuple(dev.id for dev in cluster.devices)
     else:
         servers = [[d["server"]] for _, d in decs if d.get("sync") == "ps" and isinstance(d.get("server"), str)]
@@ -267,8 +270,9 @@ def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
         sfb = d.get("sfb", [])
         if not isinstance(sfb, list) or not all(isinstance(s, str) for s in sfb):
             raise InputError(path, f"decisions[{i}].sfb", "a list of op names", short_repr(sfb))
+        memory = parse_memory(d, path, f"decisions[{i}]") if version == 2 else {}
         decisions.append(Decision(rows=tuple(rows), sync=sync,
-                                  server=index[server] if server is not None else None, sfb=tuple(sfb)))
+                                  server=index[server] if server is not None else None, sfb=tuple(sfb), **memory))
     meta = PlanMeta(
         path=str(path), model_path=_str(model, "path", path, "model.path"),
         model_sha256=_str(model, "sha256", path, "model.sha256"), batch_size=batch,
@@ -364,8 +368,8 @@ def _training(obj: dict, path: str) -> TrainingConfig:
     if loss not in PLAN_LOSSES:
         raise InputError(path, "training.loss", "one of " + ", ".join(PLAN_LOSSES), short_repr(loss))
     precision = obj.get("precision", "fp32")
-    if not isinstance(precision, str):
-        raise InputError(path, "training.precision", "a string such as fp32", short_repr(precision))
+    if precision not in PRECISIONS:
+        raise InputError(path, "training.precision", "one of " + ", ".join(PRECISIONS), short_repr(precision))
     return TrainingConfig(optimizer=opt, lr=float(lr), loss=loss, precision=precision)
 
 

@@ -1,0 +1,73 @@
+"""docs/plan.md § memory and precision: every memory and precision error the page shows is the message `tag simulate`
+prints, word for word, and the documented keys read back into the strategy."""
+
+import copy
+import json
+import os
+
+from tag.cli import main
+from tag.strategy.planfile import parse_plan
+from docs_fences import DOCS, ROOT, json_fences
+
+PAGE = "plan.md"
+
+
+def _example() -> dict:
+    plan = copy.deepcopy(json_fences(PAGE)[0][1])
+    for key in ("predicted", "baselines", "search"):
+        del plan[key]
+    return plan
+
+
+def _table_rows(header: str) -> list[list[str]]:
+    lines = open(os.path.join(DOCS, PAGE)).read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def _one_device(p):
+    p["decisions"][2].update(rows={"local/0": 128}, sync=None, zero=2)
+
+
+MISTAKES = {
+    "a ZeRO stage that is not 0-3": lambda p: p["decisions"][2].update(zero=4),
+    "ZeRO on a group with one device": _one_device,
+    "`recompute` not a boolean": lambda p: p["decisions"][2].update(recompute=1),
+    "an unknown precision": lambda p: p["training"].update(precision="amp"),
+    "a precision a device lacks (fp16 on CPU ranks)": lambda p: p["training"].update(precision="fp16"),
+}
+
+
+def test_every_documented_memory_error_is_the_printed_message(tmp_path, monkeypatch, capsys):
+    rows = _table_rows("memory mistake")
+    assert {r[0] for r in rows} == set(MISTAKES)
+    example = json_fences(PAGE)[0][1]
+    model, topo = (os.path.join(ROOT, example[k]["path"]) for k in ("model", "topology"))
+    monkeypatch.chdir(tmp_path)
+    for mistake, message in rows:
+        plan = _example()
+        MISTAKES[mistake](plan)
+        (tmp_path / "p.json").write_text(json.dumps(plan))
+        code = main(["simulate", model, topo, "--plan", "p.json", "--json"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, (mistake, err)
+        assert err.strip() == message.strip("`"), mistake
+
+
+def test_memory_keys_read_into_the_decisions():
+    plan = _example()
+    plan["decisions"][0].update(zero=3, recompute=True)
+    plan["training"]["precision"] = "bf16"
+    strategy, meta = parse_plan(plan, "p.json")
+    assert (strategy.decisions[0].zero, strategy.decisions[0].recompute) == (3, True)
+    assert (strategy.decisions[1].zero, strategy.decisions[1].recompute) == (0, False)
+    assert meta.training.precision == "bf16"
+    for key in ("zero", "recompute"):
+        del plan["decisions"][0][key]
+    strategy, _ = parse_plan(plan, "p.json")
+    assert (strategy.decisions[0].zero, strategy.decisions[0].recompute) == (0, False)
