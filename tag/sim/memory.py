@@ -1,27 +1,65 @@
-"""Per-device peak memory over one iteration, in program order (see `tag.sim` for the model).
+"""Per-device peak memory over one iteration, in program order: the memory terms of every decision in one place.
 
-Static for the whole iteration: weights and optimizer states of every group a device computes rows of
-(fp32; Adam 2 states per element, momentum 1, SGD 0). Then, walking the device's program:
+Notation, per op group g and device d computing r = rows[g][d] > 0 rows of it (one micro-batch's rows under a
+pipeline), n = the group's replicas (devices with rows), z = its ZeRO stage, P = its fp32 weight bytes
+(``param_bytes``), G = P its fp32 weight-gradient bytes, S = param_count x optimizer state bytes per parameter
+(Adam 8, momentum 4, SGD 0), and c = `tag.strategy.memory_decisions.compute_bytes`(precision) / 4 (1 in fp32 and
+tf32; 1/2 under fp16/bf16 autocast, whose activations are computed, saved and sent in 16 bits).
 
-* forward of g: + saved activations (saved_bytes_per_row x rows + saved_bytes_fixed) and the input
-  slices received from other devices (kept until g's backward); transient while it runs: its outputs
-  (out_bytes_per_row x rows);
-* backward of g: + g's weight gradients (kept until the update); transient: its output gradients
-  (out_bytes_per_row x rows) plus the gradient slices it receives; afterwards - its saved activations
-  and received inputs.
+Persistent for the whole iteration (``static``)::
 
-Peak = static + the largest (live + transient) over the program. Figures are bytes.
+    P / n if z == 3 else P          weights (fp32 master weights under every precision)
+  + S / n if z >= 1 else S          optimizer states
 
-Pipelined strategies (`pipeline_peak_memory_bytes`): the same walk per micro-batch at rows[d] / m rows, with as
-many micro-batches' activations held as the stage's schedule keeps in flight, and gradient buffers that live from
-a group's first backward to the step (accumulation over micro-batches).
+Saved from g's forward until g's backward (``saved``)::
+
+    c (in_bytes_per_row r + in_bytes_fixed)                    recompute: the group's inputs only
+    c (saved_bytes_per_row r + saved_bytes_fixed + recv_fwd)   otherwise: the activations its backward reads
+                                                               and the input slices received from other devices
+
+Gradient buffers, allocated at g's backward and kept until the optimizer step (``kept``)::
+
+    G / n if z >= 2 else G
+
+Transient while g's forward runs (``fwd_transient``)::
+
+    c out_bytes_per_row r           its outputs
+  + P if z == 3                     its weights all-gathered (the shard stays; freed after the forward)
+  + c P if fp16/bf16                the 16-bit copy of its weights the autocast computes with
+
+Transient while g's backward runs (``bwd_transient``)::
+
+    c out_bytes_per_row r + c recv_bwd     its output gradients and the gradient slices it receives
+  + P if z == 3                             its weights gathered again
+  + c P if fp16/bf16                        the 16-bit weight copy
+  + c (saved_bytes_per_row r + saved_bytes_fixed) if recompute    the activations its re-run forward saves
+  + G - G / n if z >= 2                     the full gradient until its reduce-scatter (the shard is in kept)
+
+With cum_g = the saved bytes of groups <= g (forward order) and kept_from_g = the kept gradients of groups >= g:
+
+    peak = sum_g static_g + max(max_g(cum_g + fwd_transient_g), max_g(cum_g + kept_from_g + bwd_transient_g))
+
+Received slices (recv_fwd, recv_bwd) are the strategy's transfer pairs (`MemoryInputs.recv`, bytes at the graph's
+dtypes, scaled by c like every activation). Integer tensors (token ids) are scaled by c too: a small overcount of
+16-bit runs, left for simplicity. ``extra_static`` adds the persistent bytes of shared parameters held where their
+owner group is absent. Figures are bytes.
+
+Pipelined strategies (`pipeline_peak_memory_bytes`): the same terms per micro-batch at rows[d] / m rows, with as
+many micro-batches' saved bytes held as the stage's schedule keeps in flight, and gradient buffers that live from
+a group's first backward to the step (accumulation over micro-batches). ZeRO under a pipeline follows
+`tag.sim.zero` (FSDP2 under torch's pipeline schedules): gradients accumulate unsharded (kept = G at every stage;
+no per-pass full-gradient transient) and a stage-3 group's weights are gathered once before its first forward and
+stay whole until after its last backward (static + P; no per-pass gather transient).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 
-from tag.cost.optimizer import state_bytes_per_param
+from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
+from tag.strategy.memory_decisions import MIXED_PRECISIONS, compute_bytes
 from tag.strategy.pipeline import stage_order
 
 
@@ -52,36 +90,103 @@ def device_peak_bytes(groups_in_order: list, rows: list[int], optimizer: str,
     return static + peak
 
 
-def _activation_terms(ctx, rows: np.ndarray, recv):
-    """Per group x device, for `rows` (groups x devices) and the received transfers `recv` (consumer group, consumer
-    device, producer group, producer device, bytes): (hosted mask, gradient bytes received in the backward, bytes
-    saved for the backward = saved per row x rows + fixed where hosted + activations received, output bytes)."""
+@dataclass
+class MemoryTerms:
+    """The per group x device terms of the module docstring, bytes (groups x devices arrays; 0 where not hosted)."""
+
+    static: np.ndarray
+    saved: np.ndarray
+    kept: np.ndarray
+    fwd_transient: np.ndarray
+    bwd_transient: np.ndarray
+
+    def peak_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per device: (A = all saved bytes of one pass, max_g(cum_g + fwd_transient_g),
+        max_g(cum_g + kept_from_g + bwd_transient_g), all kept bytes)."""
+        cum = np.cumsum(self.saved, axis=0)
+        kept_from = np.cumsum(self.kept[::-1], axis=0)[::-1]
+        n_dev = self.saved.shape[1]
+        if not len(cum):
+            z = np.zeros(n_dev)
+            return z, z, z, z
+        return (cum[-1], (cum + self.fwd_transient).max(axis=0), (cum + kept_from + self.bwd_transient).max(axis=0),
+                self.kept.sum(axis=0))
+
+
+def group_input_bytes(gg) -> tuple[np.ndarray, np.ndarray]:
+    """(per row, fixed) bytes of each group's inputs: its in-edges' tensors plus the data inputs its ops read
+    (what a recomputed group saves)."""
+    per_row = np.zeros(gg.n_groups)
+    fixed = np.zeros(gg.n_groups)
+    for e in gg.edges:
+        per_row[e.dst] += e.bytes_per_row
+        fixed[e.dst] += e.bytes_fixed
+    graph = gg.graph
+    fb = max(graph.file_batch, 1)
+    for g in gg.groups:
+        seen = set()
+        for i in g.op_ids:
+            for t in graph.ops[i].inputs:
+                info = graph.tensors.get(t) if t else None
+                if info is not None and info.role == "data" and t not in seen:
+                    seen.add(t)
+                    per_row[g.id] += info.bytes_per_row(fb)
+                    fixed[g.id] += info.bytes_fixed()
+    return per_row, fixed
+
+
+def _input_bytes(ctx) -> tuple[np.ndarray, np.ndarray]:
+    """`group_input_bytes` of ctx.gg, computed once per context."""
+    hit = getattr(ctx, "_memory_input_bytes", None)
+    if hit is None:
+        hit = ctx._memory_input_bytes = group_input_bytes(ctx.gg)
+    return hit
+
+
+def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
+                 pipelined: bool = False) -> MemoryTerms:
+    """The module docstring's terms for `decisions` at their rows (one micro-batch's rows under a pipeline).
+
+    recv: (consumer group, consumer device, producer group, producer device, bytes) per transfer pair; the
+    consumer receives activations in forward and the producer receives gradients in backward. pipelined: the
+    ZeRO terms of gradient accumulation (`pipeline_peak_memory_bytes`).
+    """
+    rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
     hosted = rows > 0
+    c = compute_bytes(precision) / FP32_BYTES
     recv_fwd = np.zeros_like(rows)
     recv_bwd = np.zeros_like(rows)
     if recv:
         cg, cd, pg, pd, b = (np.array(x) for x in zip(*recv))
         np.add.at(recv_fwd, (cg, cd), b)
         np.add.at(recv_bwd, (pg, pd), b)
-    saved = ctx.saved_per_row[:, None] * rows + ctx.saved_fixed[:, None] * hosted + recv_fwd
+    zero = np.array([d.zero for d in decisions], dtype=int)[:, None]
+    recompute = np.array([d.recompute for d in decisions], dtype=bool)[:, None]
+    inv_n = 1.0 / np.maximum(hosted.sum(axis=1, keepdims=True), 1)
+    p = ctx.param_bytes[:, None]
+    states = (ctx.static_bytes - ctx.param_bytes)[:, None]
+    full_saved = ctx.saved_per_row[:, None] * rows + ctx.saved_fixed[:, None] * hosted
+    saved = full_saved + recv_fwd
+    if recompute.any():
+        in_row, in_fixed = _input_bytes(ctx)
+        saved = np.where(recompute, in_row[:, None] * rows + in_fixed[:, None] * hosted, saved)
     out = ctx.out_per_row[:, None] * rows
-    return hosted, recv_bwd, saved, out
+    z3, z2 = (zero == 3) & ~pipelined, (zero >= 2) & ~pipelined  # per pass; pipelined: whole for the step
+    static = (np.where(zero == 3, p * inv_n, p) + np.where(zero >= 1, states * inv_n, states)
+              + np.where((zero == 3) & pipelined, p, 0.0)) * hosted
+    kept = np.where(z2, p * inv_n, p) * hosted
+    weights_in_use = (np.where(z3, p, 0.0) + (c * p if precision in MIXED_PRECISIONS else 0.0)) * hosted
+    fwd = c * out + weights_in_use
+    bwd = (c * (out + recv_bwd) + weights_in_use + np.where(recompute, c * full_saved, 0.0)
+           + np.where(z2, p - p * inv_n, 0.0) * hosted)
+    return MemoryTerms(static, c * saved, kept, fwd, bwd)
 
 
-def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static) -> np.ndarray:
-    """Peak bytes per device (topology order) for a strategy: `device_peak_bytes` for all devices at once.
-
-    recv: (consumer group, consumer device, producer group, producer device, bytes) per transfer pair;
-    the consumer receives activations in forward and the producer receives gradients in backward.
-    """
-    rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
-    hosted, recv_bwd, saved, out = _activation_terms(ctx, rows, recv)
-    cum = np.cumsum(saved, axis=0)  # live after each forward
-    fwd_peak = (cum + out).max(axis=0)
-    grads = ctx.param_bytes[:, None] * hosted
-    grads_from = np.cumsum(grads[::-1], axis=0)[::-1]  # gradients allocated once backward reached g
-    bwd_peak = (cum + grads_from + out + recv_bwd).max(axis=0)
-    static = ctx.static_bytes @ hosted + np.asarray(extra_static, dtype=float)
+def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static, precision: str = "fp32") -> np.ndarray:
+    """Peak bytes per device (topology order) for a strategy without pipelining (module docstring)."""
+    t = memory_terms(ctx, decisions, recv, optimizer, precision)
+    _, fwd_peak, bwd_peak, _ = t.peak_parts()
+    static = t.static.sum(axis=0) + np.asarray(extra_static, dtype=float)
     return static + np.maximum(np.maximum(fwd_peak, bwd_peak), 0.0)
 
 
@@ -112,39 +217,31 @@ def in_flight_terms(order: list[tuple[str, int]]) -> tuple[int, int, int, int]:
     return f0, f1, b0, b1
 
 
-def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static) -> np.ndarray:
+def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static,
+                                precision: str = "fp32") -> np.ndarray:
     """Peak bytes per device (topology order) of a pipelined strategy, in each device's program order.
 
-    Per micro-batch, device d holds for each of its groups the saved activations of rows[d] / m rows plus the
-    activation slices it received (`recv`: the pairs of one micro-batch, as `peak_memory_bytes` reads them), A_d in
-    all, from the group's forward until its backward; a stage order holds up to `max_in_flight` micro-batches at
-    once. Gradients accumulate over micro-batches: a group's gradient buffer (param_bytes) is allocated at its first
-    backward and kept until the step. With the one-micro-batch terms of `peak_memory_bytes` (cum_g live after the
-    forward of g, out_g its outputs, recv_bwd_g the gradient slices it receives, grads_from_g the gradients of
-    groups >= g, G all of them) and the counts of `in_flight_terms` (n_F0, n_F1, n_B0, n_B1) for d's stage:
+    Per micro-batch, device d holds the saved bytes of its groups at rows[d] / m rows (`memory_terms`; `recv`: the
+    pairs of one micro-batch, as `peak_memory_bytes` reads them), A_d in all, from a group's forward until its
+    backward; a stage order holds up to `max_in_flight` micro-batches at once. Gradients accumulate over
+    micro-batches: a group's kept gradient buffer is allocated at its first backward and kept until the step. With
+    the one-micro-batch terms (cum_g saved after the forward of g, kept_from_g the kept gradients of groups >= g, K
+    all of them) and the counts of `in_flight_terms` (n_F0, n_F1, n_B0, n_B1) for d's stage:
 
-        peak = static + max(n_F0 A + max_g(cum_g + out_g),          forward, no gradients yet
-                            n_F1 A + max_g(cum_g + out_g) + G,      forward after a backward
-                            (n_B0 - 1) A + max_g(cum_g + grads_from_g + out_g + recv_bwd_g),   first backward
-                            (n_B1 - 1) A + G + max_g(cum_g + out_g + recv_bwd_g))              later backwards
+        peak = static + max(n_F0 A + max_g(cum_g + fwd_transient_g),          forward, no gradients yet
+                            n_F1 A + max_g(cum_g + fwd_transient_g) + K,      forward after a backward
+                            (n_B0 - 1) A + max_g(cum_g + kept_from_g + bwd_transient_g),   first backward
+                            (n_B1 - 1) A + K + max_g(cum_g + bwd_transient_g))             later backwards
 
-    (terms without such a pass left out). With one stage and m = 1 this is `peak_memory_bytes`. Static bytes
-    (weights and optimizer states) as without pipelining.
+    (terms without such a pass left out). With one stage and m = 1 this is `peak_memory_bytes`.
     """
     pl = strategy.pipeline
     m, n_st = pl.micro_batches, len(pl.stages)
-    decisions = strategy.decisions
-    rows = np.array([d.rows for d in decisions], dtype=float) / m  # groups x devices, one micro-batch
-    hosted, recv_bwd, saved, out = _activation_terms(ctx, rows, recv)
-    cum = np.cumsum(saved, axis=0)
-    held = cum[-1] if len(cum) else np.zeros(rows.shape[1])  # A_d
-    fwd = (cum + out).max(axis=0)
-    grads = ctx.param_bytes[:, None] * hosted
-    grads_from = np.cumsum(grads[::-1], axis=0)[::-1]
-    all_grads = grads.sum(axis=0)
-    bwd_first = (cum + grads_from + out + recv_bwd).max(axis=0)
-    bwd_later = all_grads + (cum + out + recv_bwd).max(axis=0)
-    peak = np.zeros(rows.shape[1])
+    micro = [replace(d, rows=tuple(r / m for r in d.rows)) for d in strategy.decisions]
+    t = memory_terms(ctx, micro, recv, optimizer, precision, pipelined=True)
+    held, fwd, bwd_first, all_kept = t.peak_parts()
+    later = replace(t, kept=np.zeros_like(t.kept)).peak_parts()[2] + all_kept
+    peak = np.zeros(t.saved.shape[1])
     for s, st in enumerate(pl.stages):
         f0, f1, b0, b1 = in_flight_terms(stage_order(pl.schedule, pl.k, n_st, s, m))
         d = list(st.devices)
@@ -152,20 +249,22 @@ def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static
         if f0 >= 0:
             terms.append(f0 * held[d] + fwd[d])
         if f1 >= 0:
-            terms.append(f1 * held[d] + fwd[d] + all_grads[d])
+            terms.append(f1 * held[d] + fwd[d] + all_kept[d])
         if b0 >= 0:
             terms.append((b0 - 1) * held[d] + bwd_first[d])
         if b1 >= 0:
-            terms.append((b1 - 1) * held[d] + bwd_later[d])
+            terms.append((b1 - 1) * held[d] + later[d])
         peak[d] = np.maximum.reduce(terms)
-    static = ctx.static_bytes @ hosted + np.asarray(extra_static, dtype=float)
+    static = t.static.sum(axis=0) + np.asarray(extra_static, dtype=float)
     return static + np.maximum(peak, 0.0)
 
 
 def strategy_peak_memory_bytes(ctx, strategy, memory_inputs) -> np.ndarray:
     """Peak bytes per device of `strategy` from its task graph's `MemoryInputs`: `peak_memory_bytes`, or
     `pipeline_peak_memory_bytes` for a pipelined strategy."""
-    opt = ctx.training.optimizer
+    opt, prec = ctx.training.optimizer, getattr(ctx.training, "precision", "fp32")
     if getattr(strategy, "pipeline", None) is not None:
-        return pipeline_peak_memory_bytes(ctx, strategy, memory_inputs.recv, opt, memory_inputs.extra_static_bytes)
-    return peak_memory_bytes(ctx, strategy.decisions, memory_inputs.recv, opt, memory_inputs.extra_static_bytes)
+        return pipeline_peak_memory_bytes(ctx, strategy, memory_inputs.recv, opt, memory_inputs.extra_static_bytes,
+                                          prec)
+    return peak_memory_bytes(ctx, strategy.decisions, memory_inputs.recv, opt, memory_inputs.extra_static_bytes,
+                             prec)
