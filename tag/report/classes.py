@@ -62,10 +62,16 @@ def device_classes(cluster, strategy, result) -> list[DeviceClass]:
 
 
 def group_runs(strategy) -> list[tuple[int, int]]:
-    """(first, last) group ids of runs of consecutive groups with equal row maps (their syncs may differ)."""
+    """(first, last) group ids of runs of consecutive groups with equal row maps, ZeRO stage, recomputation and
+    pipeline stage (their syncs may differ)."""
+    stage = strategy.pipeline.stage_of_group() if getattr(strategy, "pipeline", None) is not None else {}
+
+    def key(g: int, dec) -> tuple:
+        return dec.rows, dec.zero, dec.recompute, stage.get(g)
+
     runs: list[list[int]] = []
     for g, dec in enumerate(strategy.decisions):
-        if runs and strategy.decisions[runs[-1][0]].rows == dec.rows:
+        if runs and key(runs[-1][0], strategy.decisions[runs[-1][0]]) == key(g, dec):
             runs[-1][1] = g
         else:
             runs.append([g, g])

@@ -32,6 +32,7 @@ class ReportData:
     plan: dict
     result: object
     baselines: dict = field(default_factory=dict)
+    precision: str = "fp32"
 
     @property
     def span_ms(self) -> float:
@@ -57,4 +58,4 @@ def gather(inp, strategy, plan: dict, plan_path: str | None = None, baselines: d
     return ReportData(model_path=str(inp.model_path), topology_path=str(inp.topology_path), plan_path=plan_path,
                       cluster=inp.cluster, strategy=strategy, group_ops=group_ops, batch_size=inp.batch_size,
                       optimizer=inp.training.optimizer, cost_model=getattr(inp.cost, "name", ""), plan=plan,
-                      result=result, baselines=dict(baselines))
+                      result=result, baselines=dict(baselines), precision=inp.training.precision)

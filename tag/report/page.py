@@ -12,6 +12,7 @@ from tag.report.classes import device_classes
 from tag.report.cluster_graph import cluster_svg, legend_html, links_table
 from tag.report.compare import compare_html
 from tag.report.memory import memory_html
+from tag.report.pipeline import pipeline_html
 from tag.report.placement import placement_html
 from tag.report.search import search_html
 from tag.report.svg import attrs, esc, fmt_ms, num
@@ -68,7 +69,8 @@ def report_html(data) -> str:
     n_groups = len(data.strategy.decisions)
     facts = (f"model {data.model_path}: batch {data.batch_size}, {n_groups} op groups, optimizer {data.optimizer}; "
              f"cluster {cluster.name}: {_n(cluster.n_devices, 'device')} on {_n(len(cluster.machines), 'machine')} "
-             f"({_n(len(classes), 'class', 'classes')} of identical devices); cost model {data.cost_model}"
+             f"({_n(len(classes), 'class', 'classes')} of identical devices); precision {data.precision}; "
+             f"cost model {data.cost_model}"
              + (f"; plan {data.plan_path}" if data.plan_path else ""))
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -85,6 +87,9 @@ def report_html(data) -> str:
         _section("placement", "Placement", placement_html(data, classes),
                  "Op groups (rows) by classes of identical devices (columns): same type, machine kind, rows, memory "
                  "and busy time."),
+        *([_section("pipeline", "Pipeline", pipeline_html(data),
+                    "The plan's stages, in pipeline order; each runs its groups on its own devices, one micro-batch "
+                    "at a time.")] if getattr(data.strategy, "pipeline", None) is not None else []),
         _section("timeline", "Timeline of one iteration", timeline_svg(data, classes),
                  "One block per device class, drawn from its first device. Hover a bar for the task."),
         _section("memory", "Memory", memory_html(data, classes),

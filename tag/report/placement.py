@@ -28,13 +28,17 @@ def _ops_text(ops: list[str]) -> str:
 
 
 def _sync_text(dec, ids: list[str]) -> str:
-    """A group's gradient sync: 'allreduce', 'ps on m0/1', 'hierarchical, SFB on 2 op(s)', 'none' (no parameters
-    to sync or one device)."""
+    """A group's gradient sync and memory decisions: 'ring', 'ps on m0/1', 'hierarchical, SFB on 2 op(s)',
+    'ring, ZeRO 2, recompute', 'none' (no parameters to sync or one device)."""
     text = dec.sync or "none"
     if dec.sync == "ps" and dec.server is not None:
         text += f" on {ids[dec.server]}"
     if dec.sfb:
         text += f", SFB on {len(dec.sfb)} op(s)"
+    if dec.zero:
+        text += f", ZeRO {dec.zero}"
+    if dec.recompute:
+        text += ", recompute"
     return text
 
 
@@ -74,4 +78,5 @@ def placement_html(data, classes) -> str:
         body.append(f'<tr>{"".join(cells)}</tr>')
     return (f'<div class="scroll"><table class="placement"><tr>{"".join(head)}</tr>{"".join(body)}</table></div>'
             f'<p class="note">Each cell: batch rows each device of the column computes for those groups '
-            f'(global batch {data.batch_size}); darker = a larger share. An empty cell computes nothing.</p>')
+            f'(global batch {data.batch_size}); darker = a larger share. An empty cell computes nothing. The last '
+            f'column names the gradient syncs of its groups, with any ZeRO stage above 0 and recomputation.</p>')
