@@ -10,6 +10,10 @@ has the same replica set (devices), the same `Decision.sync` (and ps server) and
 ``cap = bucket_mb x 2^20`` bytes; otherwise it opens a new bucket. A group larger than the cap is a bucket of its
 own (tag fuses whole groups; DDP also fuses whole parameters). ``bucket_mb = 0`` gives one bucket per group.
 
+A bucket is one collective kind: its groups share one ZeRO stage (`Decision.zero`; stages 1-3 reduce-scatter,
+`tag.sim.zero`), and a zero-3 group is a bucket of its own (FSDP's unit: its gradients are reduce-scattered as
+soon as its backward ends).
+
 A bucket's algorithm is its groups' `Decision.sync` (None = ring), or for ``"auto"`` the cheapest of
 `tag.strategy.BY_COST` for the bucket's bytes on its devices (`tag.sim.algorithms.choose_algorithm`).
 
@@ -66,8 +70,8 @@ def derive_buckets(gg, decisions, bucket_mb: float, choose) -> tuple[Bucket, ...
             continue
         dec = decisions[g]
         sync = dec.sync or "ring"
-        key = (dec.devices, sync, dec.server if sync == "ps" else None)
-        if open_ and open_[0] == key and open_[2] < cap:
+        key = (dec.devices, sync, dec.server if sync == "ps" else None, dec.zero)
+        if open_ and open_[0] == key and open_[2] < cap and dec.zero < 3:
             open_[1].append(g)
             open_[2] += own[g]
         else:
@@ -77,7 +81,7 @@ def derive_buckets(gg, decisions, bucket_mb: float, choose) -> tuple[Bucket, ...
     if open_:
         closed.append(open_)
     out = []
-    for (devices, sync, server), groups, nbytes in closed:
+    for (devices, sync, server, _), groups, nbytes in closed:
         algorithm = choose(devices, nbytes) if sync == AUTO else sync
         out.append(Bucket(tuple(groups), algorithm, server))
     return tuple(out)
@@ -92,8 +96,8 @@ def bucket_syncs(gg, strategy, buckets: tuple[Bucket, ...]) -> list[BucketSync]:
 
 def check_buckets(gg, strategy, buckets: tuple[Bucket, ...]) -> str | None:
     """Why explicit `buckets` do not fit the strategy's decisions (None when they do): every group with own sync
-    bytes in exactly one bucket, no other group in any, and the groups of a bucket on one replica set. The message
-    names the bucket index and what is wrong."""
+    bytes in exactly one bucket, no other group in any, and the groups of a bucket on one replica set and one ZeRO
+    stage. The message names the bucket index and what is wrong."""
     own = own_sync_bytes(gg, strategy.decisions)
     seen: dict[int, int] = {}
     for i, b in enumerate(buckets):
@@ -109,6 +113,9 @@ def check_buckets(gg, strategy, buckets: tuple[Bucket, ...]) -> str | None:
             if strategy.decisions[g].devices != devs:
                 return (f"buckets[{i}].groups: group {g} runs on other devices than group {b.groups[0]}; a bucket's "
                         "groups share one replica set")
+            if strategy.decisions[g].zero != strategy.decisions[b.groups[0]].zero:
+                return (f"buckets[{i}].groups: group {g} has another ZeRO stage than group {b.groups[0]}; a bucket's "
+                        "groups share one zero stage")
     missing = [g for g, b in enumerate(own) if b > 1e-9 and g not in seen]
     if missing:
         return f"buckets: group {missing[0]} syncs gradients but is in no bucket"

@@ -10,12 +10,13 @@ builder code and leaves the event loop (`tag.sim.events`) as it is.
 from __future__ import annotations
 
 from tag.sim.build_parts import (BuildOptions, Draft, check_strategy, device_programs, sync_units, update_tasks,
-                                 wire_batch_stats, wire_syncs)
+                                 wire_batch_stats, wire_syncs, with_recompute)
 from tag.sim.context import SimContext
 from tag.sim.gradsync import sfb_compute_ms
 from tag.sim.pipeline_build import build_pipeline_task_graph
 from tag.sim.rendezvous import exchange_gates
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
+from tag.sim.zero import add_gathers_after_update, add_weight_gathers
 
 __all__ = ["BuildOptions", "build_task_graph", "check_strategy"]
 
@@ -24,7 +25,7 @@ _TRANSFER, _SYNC = DependentKind.TRANSFER, DependentKind.SYNC
 
 def _compute_tasks(ctx: SimContext, decs, draft: Draft) -> tuple[list[dict], list[dict], list[float], list]:
     """Forward tasks in group order, then backward tasks in reverse group order (SFB: the local dW leaves the
-    backward). (forward task ids per group {device: task}, backward likewise, SFB dW ms per device, the cached
+    backward; recompute: the forward runs again at its start, `with_recompute`). (forward task ids per group {device: task}, backward likewise, SFB dW ms per device, the cached
     per-group costs)."""
     n_grp = len(decs)
     per_group = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
@@ -35,12 +36,13 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft) -> tuple[list[dict], lis
         fwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.FORWARD, g, fwd)))
     sfb_upd_ms = [0.0] * len(ctx.dtypes)  # SFB: dW over all replicas' rows, formed before the optimizer step
     for g in range(n_grp - 1, -1, -1):
-        devs, _, bwd, _ = per_group[g]
+        devs, fwd, bwd, _ = per_group[g]
         if decs[g].sfb:
             saved, added = sfb_compute_ms(ctx, g, decs[g])
             bwd = [max(0.0, b - s) for b, s in zip(bwd, saved)]
             for d, a in zip(devs, added):
                 sfb_upd_ms[d] += a
+        bwd = with_recompute(decs[g], fwd, bwd)
         bwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.BACKWARD, g, bwd)))
     return fwd_id, bwd_id, sfb_upd_ms, per_group
 
@@ -98,9 +100,12 @@ def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOpt
     devs_of = [pg[0] for pg in per_group]
     transfers, recv = _transfers(ctx, decs, fwd_id, bwd_id, draft, not options.blocking_sends)
     units, extra_static = sync_units(ctx, strategy, devs_of)
-    upd_id = update_tasks(ctx, units, per_group, sfb_upd_ms, draft)
+    upd_id = update_tasks(ctx, units, per_group, sfb_upd_ms, draft, decs)
     wire_syncs(units, devs_of, bwd_id, upd_id, draft, options.overlap_sync)
+    add_gathers_after_update(ctx, decs, units, upd_id, draft)
     programs = device_programs(draft.tasks.device, n_dev)
+    passes = [(g, w, ids[g]) for g in range(len(decs)) for w, ids in (("fwd", fwd_id), ("bwd", bwd_id))]
+    add_weight_gathers(ctx, decs, units, passes, programs, draft)
     wire_batch_stats(ctx, decs, [[m] for m in fwd_id], [[m] for m in bwd_id], units, programs, draft)
     if options.blocking_sends:
         transfers = _blocking(transfers, programs, draft.tasks, draft)

@@ -14,6 +14,7 @@ from tag.sim.batch_stats import batch_stat_units
 from tag.sim.context import SimContext
 from tag.sim.gradsync import group_sfb_syncs, shared_params, sync_method, tensor_bytes
 from tag.sim.taskgraph import ComputeTasks, DependentKind, SyncUnit, TaskKind
+from tag.sim.zero import bucket_method, count_towards, update_fractions, uses_zero
 
 _TRANSFER, _SYNC = DependentKind.TRANSFER, DependentKind.SYNC
 
@@ -62,6 +63,16 @@ class Draft:
         else:
             a.append(ref)
 
+def with_recompute(decision, fwd_ms: list[float], bwd_ms: list[float]) -> list[float]:
+    """Backward ms per device of a group (`Decision.recompute`): its forward runs again at the start of its backward
+    (bwd + fwd), else bwd unchanged.
+
+    >>> from tag.strategy import Decision
+    >>> with_recompute(Decision((2,), recompute=True), [1.0], [2.0]), with_recompute(Decision((2,)), [1.0], [2.0])
+    ([3.0], [2.0])
+    """
+    return [b + f for f, b in zip(fwd_ms, bwd_ms)] if decision.recompute else bwd_ms
+
 def sync_units(ctx: SimContext, strategy, devs_of) -> tuple[list[SyncUnit], list[float]]:
     """Shared parameters' syncs (over the union of their groups' devices), then for each group in id order its SFB
     all-gathers (`group_sfb_syncs`) and, at the lowest group of a bucket (the last whose gradients become ready),
@@ -82,33 +93,39 @@ def sync_units(ctx: SimContext, strategy, devs_of) -> tuple[list[SyncUnit], list
             method = ctx.resolve_method(sync_method(dc), union, nbytes)
             units.append(SyncUnit(gids, union, nbytes, method, dc.server, f"sync {pname}"))
     at_lowest = {min(b.bucket.groups): b for b in ctx.bucket_syncs(strategy)}
+    precision = getattr(training, "precision", "fp32")
     for g in range(len(decs)):
-        for method, nbytes, label in group_sfb_syncs(gg, g, decs[g]):
+        for method, nbytes, label in group_sfb_syncs(gg, g, decs[g], precision):
             units.append(SyncUnit((g,), tuple(devs_of[g]), nbytes, method, None, label))
         b = at_lowest.get(g)
         if b is not None:
             gs = b.bucket.groups
+            zero = decs[gs[0]].zero
             label = f"sync g{gs[0]}" if len(gs) == 1 else f"bucket g{gs[0]}..g{gs[-1]}"
-            units.append(SyncUnit(gs, b.devices, b.nbytes, b.bucket.algorithm, b.bucket.server, label))
+            if zero:
+                label = "reduce-scatter " + label.split(" ", 1)[1]
+            units.append(SyncUnit(gs, b.devices, b.nbytes, bucket_method(b.bucket.algorithm, zero),
+                                  b.bucket.server, label))
     for u in units:
         u.phases = ctx.phases(u.method, u.devices, u.nbytes, u.server)
         u.copy_in_ms, u.copy_out_ms = ctx.sync_copy_ms(u.method, u.devices, u.nbytes)
     return units, extra_static
 
-def update_tasks(ctx: SimContext, units, per_group, sfb_upd_ms, draft: Draft) -> list[int]:
+def update_tasks(ctx: SimContext, units, per_group, sfb_upd_ms, draft: Draft, decisions) -> list[int]:
     """One optimizer step per device that holds parameters (as optimizer.step() after backward and sync), lasting
-    its SFB dW products plus the update of every group it computes that has parameters or syncs; task id per
-    device (-1: none)."""
+    its SFB dW products plus the update of every group it computes that has parameters or syncs (under ZeRO, the
+    replica's share of it, `tag.sim.zero.update_fractions`); task id per device (-1: none)."""
     n_dev = len(ctx.dtypes)
     groups = ctx.gg.groups
     in_unit = {g for u in units for g in u.groups}
     upd_ms = list(sfb_upd_ms)
     has_upd = [a > 0 for a in sfb_upd_ms]
+    frac = update_fractions(ctx.gg, decisions) if uses_zero(decisions) else None
     for g in range(len(per_group)):
         if groups[g].param_count > 0 or g in in_unit:
             devs, _, _, upd = per_group[g]
             for d, ms in zip(devs, upd):
-                upd_ms[d] += ms
+                upd_ms[d] += ms if frac is None else ms * frac[g]
                 has_upd[d] = True
     return [draft.add_tasks([d], TaskKind.UPDATE, -1, [upd_ms[d]])[0] if has_upd[d] else -1 for d in range(n_dev)]
 
@@ -120,17 +137,14 @@ def wire_syncs(units, devs_of, bwd_id, upd_id, draft: Draft, overlap_sync: bool)
     for g in range(len(bwd_id) - 1, -1, -1):
         for d, k in bwd_id[g].items():
             last_bwd[d] = k
-    first, inputs = draft.first_sync, draft.inputs
+    inputs = draft.inputs
     for j, u in enumerate(units):
         for g in u.groups:
             ids = bwd_id[g]
             kbs = [ids[d] for d in devs_of[g]]
             u.wait += kbs
             for kb in kbs:
-                if first[kb] < 0:
-                    first[kb] = j
-                else:
-                    draft.depend(kb, (_SYNC, j))
+                count_towards(draft, kb, j)
         # devices in topology order (a group's devices are)
         covered = devs_of[u.groups[0]] if len(u.groups) == 1 else sorted({d for g in u.groups for d in devs_of[g]})
         u.release = [upd_id[d] for d in covered]
@@ -149,7 +163,7 @@ def wire_batch_stats(ctx: SimContext, decs, fwd_maps, bwd_maps, units, programs,
     if not found:
         return
     pos = {k: (d, i) for d, prog in enumerate(programs) for i, k in enumerate(prog)}
-    first, inputs = draft.first_sync, draft.inputs
+    inputs = draft.inputs
     for g, kind, devs, tasks, phases, nbytes in found:
         j = len(units)
         u = SyncUnit((g,), devs, nbytes, "ring", None, f"sync bn-stats g{g} {kind}")
@@ -157,10 +171,7 @@ def wire_batch_stats(ctx: SimContext, decs, fwd_maps, bwd_maps, units, programs,
         for d in devs:
             k = tasks[d]
             u.wait.append(k)
-            if first[k] < 0:
-                first[k] = j
-            else:
-                draft.depend(k, (_SYNC, j))
+            count_towards(draft, k, j)
             dd, i = pos[k]
             if i + 1 < len(programs[dd]):
                 u.release.append(programs[dd][i + 1])

@@ -40,7 +40,15 @@ machines of a sync are those of its devices, in topology order, each with its de
 * ``ps``: (1) push: every replica other than the server sends S to the server (incast: they share the
   server's links); (2) pull: the server sends S to each. A tensor's pull waits for its push. Alone, when all w
   workers' routes share the server's narrowest link B: ``2 (w S / B + alpha)`` (max-min filling otherwise).
-* ``allgather`` (for sufficient factors): one ring coflow, volume (n-1)/n x S_total, n-1 steps.
+* ``allgather`` (for sufficient factors and ZeRO's weight gathers): one ring coflow, volume (n-1)/n x S_total,
+  n-1 steps: the second half of the ring all-reduce.
+* ``reducescatter`` (ZeRO's gradient sync, each replica left with the sum of its 1/n): one ring coflow, volume
+  (n-1)/n x S, n-1 steps: the first half of the ring all-reduce (``reducescatter`` then ``allgather`` of S moves
+  and waits exactly what ``ring`` does). Alone: ``(n-1)/n x S x max_l (w_l / cap_l) + (n-1) x max alpha``.
+* ``hierarchical-reducescatter`` / ``hierarchical-allgather`` (ZeRO over a ``hierarchical`` bucket): the two
+  halves of ``hierarchical``: (1) then each shard's ring reduce-scatter across the machines (volume
+  (K-1)/K x S/k, K-1 steps), and each shard's ring all-gather across the machines then (3). NCCL and gloo have no
+  tree, leader or ps form of these two collectives: ZeRO runs them as rings (`zero_collective`).
 
 **NCCL's latencies** (`tag.cost.nccl`, from NVIDIA/nccl ``tuning.cc``) apply when every device of the sync is a
 GPU (deploy runs NCCL there, gloo on CPUs): each tree step adds NCCL's Tree/Simple minus Ring/Simple per-step
@@ -71,6 +79,7 @@ route's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from tag.cost import comm, nccl
 from tag.topology.cluster import Cluster
@@ -182,6 +191,65 @@ def allgather_phases(cluster: Cluster, devices: tuple[int, ...], total_bytes: fl
     return [[ring_spec(cluster, devices, comm.allgather_volume_bytes(total_bytes, n), n - 1, ring_gbps, step_us)]]
 
 
+def reducescatter_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
+                         ring_gbps: float | None = None, step_us: float | None = None) -> list[list[FlowSpec]]:
+    """Ring reduce-scatter of `nbytes` over `devices` (topology order), each left with the sum of its 1/n: the
+    first half of `allreduce_phases` (module docstring)."""
+    n = len(devices)
+    if n < 2:
+        return []
+    volume = comm.reduce_scatter_volume_bytes(nbytes, [1.0 / n] * n)
+    return [[ring_spec(cluster, devices, volume, n - 1, ring_gbps, step_us)]]
+
+
+def _machine_rings(members: list[list[int]], n_shards: int) -> list[tuple[int, ...]]:
+    """The cross-machine rings of the hierarchical forms: the j-th devices of every machine, j < n_shards."""
+    return [tuple(m[j] for m in members) for j in range(n_shards)]
+
+
+def _intra_reducescatters(cluster: Cluster, members: list[list[int]], n_shards: int, nbytes: float, call_ms: float,
+                          ring_gbps: float | None, step_us: float | None) -> list[FlowSpec]:
+    """Phase (1) of the hierarchical forms: a ring reduce-scatter inside every machine of two or more devices, its
+    first n_shards devices owning 1/n_shards each (phase (3), the all-gather, moves the same the other way)."""
+    intra: list[FlowSpec] = []
+    for m in members:
+        if len(m) > 1:
+            owned = [1.0 / n_shards if j < n_shards else 0.0 for j in range(len(m))]
+            volume = comm.reduce_scatter_volume_bytes(nbytes, owned)
+            intra.append(_with_latency(ring_spec(cluster, tuple(m), volume, len(m) - 1, ring_gbps, step_us), call_ms))
+    return intra
+
+
+def hierarchical_half_phases(half: str, cluster: Cluster, devices: tuple[int, ...], nbytes: float,
+                             ring_gbps: float | None = None, step_us: float | None = None) -> list[list[FlowSpec]]:
+    """One half of `hierarchical_phases` (module docstring): ``half`` "reducescatter" is phase (1) then each
+    shard's ring reduce-scatter across the machines; "allgather" each shard's ring all-gather across the machines
+    then phase (3)."""
+    if len(devices) < 2:
+        return []
+    members = machine_members(cluster, devices)
+    n_shards = min(len(m) for m in members)
+    call_ms = nccl.extra_call_us() / 1e3 if uses_nccl(cluster, devices) else 0.0
+    intra = _intra_reducescatters(cluster, members, n_shards, nbytes, call_ms, ring_gbps, step_us)
+    k = len(members)
+    across = []
+    if k > 1:
+        volume = comm.reduce_scatter_volume_bytes(nbytes / n_shards, [1.0 / k] * k)
+        across = [[rings_spec(cluster, _machine_rings(members, n_shards), volume, k - 1, ring_gbps, step_us)]]
+    inside = [intra] if intra else []
+    return inside + across if half == "reducescatter" else across + inside
+
+
+def zero_collective(kind: str, algorithm: str) -> str:
+    """The `sync_phases` method of ZeRO's `kind` ("reducescatter" or "allgather") for a bucket of `algorithm`: the
+    hierarchical half for ``hierarchical``, else the ring form (NCCL and gloo run these two collectives as rings).
+
+    >>> zero_collective("reducescatter", "hierarchical"), zero_collective("allgather", "tree")
+    ('hierarchical-reducescatter', 'allgather')
+    """
+    return f"hierarchical-{kind}" if algorithm == "hierarchical" else kind
+
+
 def btree_parent(rank: int, n: int) -> int:
     """The parent of `rank` in NCCL's binary tree over n ranks rooted at 0 (``ncclGetBtree``; -1 for the root):
     clear the lowest set bit and set the next one up, or only clear it when that is out of range.
@@ -268,16 +336,11 @@ def hierarchical_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: floa
     members = machine_members(cluster, devices)
     n_shards = min(len(m) for m in members)
     call_ms = nccl.extra_call_us() / 1e3 if uses_nccl(cluster, devices) else 0.0
-    intra: list[FlowSpec] = []
-    for m in members:
-        if len(m) > 1:
-            owned = [1.0 / n_shards if j < n_shards else 0.0 for j in range(len(m))]
-            volume = comm.reduce_scatter_volume_bytes(nbytes, owned)
-            intra.append(_with_latency(ring_spec(cluster, tuple(m), volume, len(m) - 1, ring_gbps, step_us), call_ms))
+    intra = _intra_reducescatters(cluster, members, n_shards, nbytes, call_ms, ring_gbps, step_us)
     phases = [intra] if intra else []
     k = len(members)
     if k > 1:
-        rings = [tuple(m[j] for m in members) for j in range(n_shards)]
+        rings = _machine_rings(members, n_shards)
         volume = comm.ring_allreduce_volume_bytes(nbytes / n_shards, k)
         phases.append([rings_spec(cluster, rings, volume, comm.ring_allreduce_steps(k), ring_gbps, step_us)])
     if intra:
@@ -311,7 +374,9 @@ def ps_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float, server:
 
 
 SYNC_PHASES = {"ring": allreduce_phases, "allreduce": allreduce_phases, "tree": tree_phases,
-               "hierarchical": hierarchical_phases, "leader": leader_phases, "allgather": allgather_phases}
+               "hierarchical": hierarchical_phases, "leader": leader_phases, "allgather": allgather_phases,
+               "reducescatter": reducescatter_phases, "hierarchical-reducescatter": partial(hierarchical_half_phases, "reducescatter"),
+               "hierarchical-allgather": partial(hierarchical_half_phases, "allgather")}
 
 
 def sync_phases(method: str, cluster: Cluster, devices: tuple[int, ...], nbytes: float,

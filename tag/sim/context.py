@@ -16,6 +16,7 @@ from tag.cost.optimizer import state_bytes_per_param
 from tag.sim.algorithms import choose_algorithm
 from tag.sim.buckets import BucketSync, bucket_syncs, derive_buckets
 from tag.sim.collectives import p2p_spec, sync_phases
+from tag.sim.precision import edge_wire_bytes
 from tag.strategy import AUTO, slices
 from tag.strategy.pipeline import micro_rows
 
@@ -34,6 +35,8 @@ class SimContext:
         self.out_per_row = np.array([g.out_bytes_per_row for g in gs], dtype=float)
         self.param_bytes = np.array([g.param_bytes for g in gs], dtype=float)
         self.static_bytes = self.param_bytes + np.array([g.param_count for g in gs], dtype=float) * state_bytes_per_param(training.optimizer)
+        precision = getattr(training, "precision", "fp32")
+        self.edge_bytes = [edge_wire_bytes(gg, e, precision) for e in gg.edges]  # (per row, fixed) on the wire
         self._group: dict = {}
         self._edge: dict = {}
         self._phases: dict = {}
@@ -78,23 +81,24 @@ class SimContext:
 
         Batched bytes move as `slices(producer rows, consumer rows)` merged per device pair; unbatched
         bytes go whole from the first producer device to each consumer device that is not a producer; a
-        pair with no bytes still carries a latency-only message.
+        pair with no bytes still carries a latency-only message. Bytes are on the wire at the training
+        precision (`tag.sim.precision.edge_wire_bytes`: 16-bit activations under fp16 / bf16).
         """
         key = (ei, producer.rows, consumer.rows)
         hit = self._edge.get(key)
         if hit is not None:
             return hit
-        e = self.gg.edges[ei]
+        per_row, fixed = self.edge_bytes[ei]
         pairs: dict[tuple[int, int], float] = {}
-        if e.bytes_per_row > 0 and producer.rows != consumer.rows:
+        if per_row > 0 and producer.rows != consumer.rows:
             for sl in slices(producer.rows, consumer.rows):
-                pairs[(sl.src, sl.dst)] = pairs.get((sl.src, sl.dst), 0.0) + sl.rows * e.bytes_per_row
+                pairs[(sl.src, sl.dst)] = pairs.get((sl.src, sl.dst), 0.0) + sl.rows * per_row
         pdevs = producer.devices
-        if pdevs and (e.bytes_fixed > 0 or e.bytes_per_row <= 0):
+        if pdevs and (fixed > 0 or per_row <= 0):
             pset = set(pdevs)
             for d in consumer.devices:
                 if d not in pset:
-                    pairs[(pdevs[0], d)] = pairs.get((pdevs[0], d), 0.0) + e.bytes_fixed
+                    pairs[(pdevs[0], d)] = pairs.get((pdevs[0], d), 0.0) + fixed
         cl = self.cluster
         hit = [(s, d, b, p2p_spec(cl, s, d, b), p2p_spec(cl, d, s, b)) for (s, d), b in pairs.items()]
         if len(self._edge) > _MAX_ENTRIES:
@@ -105,9 +109,9 @@ class SimContext:
     def sync_copy_ms(self, method: str, devices: tuple, nbytes: float) -> tuple[float, float]:
         """(copy-in ms, copy-out ms) around a gradient sync: the slowest of `devices` preparing the bucket
         before the collective and copying it back after (if it does) (`cost.sync_copy_ms`, a cost model's optional term;
-        0 for cost models without it and for sufficient-factor all-gathers)."""
+        0 for cost models without it and for all-gathers: sufficient factors and ZeRO's weights)."""
         fn = getattr(self.cost, "sync_copy_ms", None)
-        if fn is None or method == "allgather" or nbytes <= 0:
+        if fn is None or method.endswith("allgather") or nbytes <= 0:
             return 0.0, 0.0
         key = ("copy", method, devices, nbytes)
         hit = self._phases.get(key)

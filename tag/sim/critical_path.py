@@ -63,7 +63,7 @@ def _stages(tg: TaskGraph) -> list[int]:
     kinds, groups = tg.tasks.kind, tg.tasks.group
     out, cur, prev = [], -1, None
     for k, g in zip(kinds, groups):
-        if k is TaskKind.UPDATE:
+        if k is TaskKind.UPDATE or k is TaskKind.WAIT:
             out.append(-1)
             continue
         if (k, g) != prev:

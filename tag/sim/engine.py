@@ -16,7 +16,8 @@ from tag.sim.memory import strategy_peak_memory_bytes
 from tag.sim.network import INF
 from tag.sim.result import SimResult
 from tag.sim.taskgraph import TaskGraph, TaskKind
-from tag.sim.trace import COMPUTE_PID, NETWORK_PID, compute_event_name, idle_events, lane_metadata, x_event
+from tag.sim.trace import (COMPUTE_PID, NETWORK_PID, STEP_EVENT_NAMES, compute_event_name, idle_events, lane_metadata,
+                           x_event)
 from tag.strategy import Strategy, TrainingConfig
 
 
@@ -83,18 +84,20 @@ def _trace_events(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeli
     micro = getattr(tg, "micro_batch", None)  # a pipelined graph's micro-batch per task (`tag.sim.pipeline_build`)
     for k in range(len(tasks)):
         g, d, ms, kind = tasks.group[k], tasks.device[k], tasks.duration_ms[k], tasks.kind[k]
-        if kind is TaskKind.UPDATE:
-            events.append(x_event("update", "update", tl.start_ms[k], ms, COMPUTE_PID, d))
+        if kind is TaskKind.UPDATE or kind is TaskKind.WAIT:
+            events.append(x_event(STEP_EVENT_NAMES[kind.value], kind.value, tl.start_ms[k], ms, COMPUTE_PID, d))
             continue
         oids = groups[g].op_ids
         ops = f"{op_names[oids[0]].name}" + (f" .. {op_names[oids[-1]].name}" if len(oids) > 1 else "") if oids else ""
+        dec = strategy.decisions[g]
+        extra = {"recompute": True} if dec.recompute and kind is TaskKind.BACKWARD else {}
         if micro is None:
             events.append(x_event(f"{kind.value} g{g} {ops}".strip(), kind.value, tl.start_ms[k], ms,
-                                  COMPUTE_PID, d, {"group": g, "rows": strategy.decisions[g].rows[d]}))
+                                  COMPUTE_PID, d, {"group": g, "rows": dec.rows[d], **extra}))
         else:
-            mb_rows = strategy.decisions[g].rows[d] // tg.micro_batches
+            mb_rows = dec.rows[d] // tg.micro_batches
             events.append(x_event(compute_event_name(kind.value, g, ops, micro[k]), kind.value, tl.start_ms[k], ms,
-                                  COMPUTE_PID, d, {"group": g, "rows": mb_rows, "micro_batch": micro[k]}))
+                                  COMPUTE_PID, d, {"group": g, "rows": mb_rows, "micro_batch": micro[k], **extra}))
     used_links = {}
     for label, s, e, links in tl.flows:
         for l in links:

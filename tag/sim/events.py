@@ -11,7 +11,8 @@ Event kinds (`EventKind`), each a small dataclass:
 * `FlowStart`: a transfer's flow enters the network (all the tasks it waits for have ended);
 * `TransferArrived`: a transfer's flow has drained and its latency passed: its deliver tasks may start;
 * `PhaseFlowArrived`: one flow of a sync's current phase has arrived (the phase ends with its last flow);
-* `SyncReady`: every task a sync waits for has ended: it queues on its communicator (its device set);
+* `SyncReady`: every task a sync waits for has ended (at time 0 for a sync that waits for none): it queues on
+  its communicator (its device set);
 * `SyncStep`: a sync's copy-in or copy-out has ended: it continues with its next phase or releases.
 """
 
@@ -248,6 +249,9 @@ class _Run:
         for i, w in enumerate(self.xfer_wait):
             if w == 0:  # waits for no task (a blocking exchange before both ranks' first task)
                 self.push(0.0, FlowStart(i))
+        for j, s in enumerate(self.syncs):
+            if s.waiting == 0:  # waits for no task (a weight gather before its ranks' second task)
+                self.push(0.0, SyncReady(j))
         for d in range(self.tg.n_devices):
             self.advance(d)
         heap, net, handlers = self.heap, self.net, _HANDLERS

@@ -8,21 +8,29 @@ sufficient-factor (SFB) path (`tag.sim.sfb`).
 
 from __future__ import annotations
 
+from tag.sim.precision import wire_bytes
 from tag.sim.sfb import dw_ms, group_sfb_factors
 
 
-def group_sfb_syncs(gg, gid: int, decision) -> list[tuple[str, float, str]]:
+def group_sfb_syncs(gg, gid: int, decision, precision: str = "fp32") -> list[tuple[str, float, str]]:
     """The sufficient-factor all-gathers of group `gid` (this is the one place of the per-op SFB path,
     `tag.sim.sfb`): each op in ``decision.sfb`` adds two all-gathers, of X and of dY over the group's rows (as
     deploy runs them, before the buckets); its weight leaves the group's bucket (`tag.sim.buckets.own_sync_bytes`).
-    A list of ("allgather", bytes, label)."""
+    Float factors travel at `precision` (`tag.sim.precision.wire_bytes`: 16 bits under fp16 / bf16); an embedding's
+    X (its indices) keeps its size. A list of ("allgather", bytes, label)."""
     out: list[tuple[str, float, str]] = []
     if decision.replicated:
         batch = float(sum(decision.rows))
+        graph = gg.graph
         for f in group_sfb_factors(gg, gid, decision):
-            name = gg.graph.ops[f.op_index].name
-            out += [("allgather", batch * f.x_bytes_per_row, f"sfb X {name}"),
-                    ("allgather", batch * f.dy_bytes_per_row, f"sfb dY {name}")]
+            op = graph.ops[f.op_index]
+            y = graph.tensors.get(op.outputs[0]) if op.outputs else None
+            dtype, size = (y.dtype, y.itemsize) if y is not None else ("float32", 4)  # MatMul / Gemm: X, Y one type
+            x_bytes = batch * f.x_bytes_per_row
+            if f.kind != "gather":
+                x_bytes = wire_bytes(x_bytes, dtype, size, precision)
+            out += [("allgather", x_bytes, f"sfb X {op.name}"),
+                    ("allgather", wire_bytes(batch * f.dy_bytes_per_row, dtype, size, precision), f"sfb dY {op.name}")]
     return out
 
 

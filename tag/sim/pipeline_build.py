@@ -33,10 +33,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tag.sim.build_parts import (BuildOptions, Draft, check_strategy, device_programs, sync_units, update_tasks,
-                                 wire_batch_stats, wire_syncs)
+                                 wire_batch_stats, wire_syncs, with_recompute)
 from tag.sim.context import SimContext, micro_decision
 from tag.sim.gradsync import sfb_compute_ms
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
+from tag.sim.zero import add_gathers_after_update, add_weight_gathers
 from tag.strategy.pipeline import stage_order
 
 _TRANSFER = DependentKind.TRANSFER
@@ -132,14 +133,14 @@ def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int]):
     bwd_ms = []
     sfb_upd_ms = [0.0] * len(ctx.dtypes)
     for g in range(n_grp):
-        devs, _, bwd, _ = per_mb[g]
+        devs, fwd, bwd, _ = per_mb[g]
         if decs[g].sfb:  # each micro-batch skips its local dW; the step forms dW over the whole batch
             saved, _ = sfb_compute_ms(ctx, g, micro_decision(decs[g], m))
             _, added = sfb_compute_ms(ctx, g, decs[g])
             bwd = [max(0.0, b - s) for b, s in zip(bwd, saved)]
             for d, a in zip(devs, added):
                 sfb_upd_ms[d] += a
-        bwd_ms.append(bwd)
+        bwd_ms.append(with_recompute(decs[g], fwd, bwd))
     fwd_id: list[list] = [[None] * m for _ in range(n_grp)]
     bwd_id: list[list] = [[None] * m for _ in range(n_grp)]
     for s, kind, j in pass_sequence(pl):
@@ -191,11 +192,13 @@ def build_pipeline_task_graph(ctx: SimContext, strategy, options: BuildOptions =
     devs_of = [pg[0] for pg in full]
     transfers, recv = _transfers(ctx, strategy, fwd_id, bwd_id, draft)
     units, extra_static = sync_units(ctx, strategy, devs_of)
-    upd_id = update_tasks(ctx, units, full, sfb_upd_ms, draft)
-    micro += [-1] * (len(draft.tasks) - len(micro))
+    upd_id = update_tasks(ctx, units, full, sfb_upd_ms, draft, decs)
     last_bwd = [bwd_id[g][m - 1] for g in range(len(decs))]  # the stage's last backward of each group
     wire_syncs(units, devs_of, last_bwd, upd_id, draft, options.overlap_sync)
+    add_gathers_after_update(ctx, decs, units, upd_id, draft)
+    micro += [-1] * (len(draft.tasks) - len(micro))
     programs = device_programs(draft.tasks.device, n_dev)
+    add_weight_gathers(ctx, decs, units, [(g, "fwd", fwd_id[g][0]) for g in range(len(decs))], programs, draft)
     wire_batch_stats(ctx, decs, fwd_id, bwd_id, units, programs, draft)
     return PipelineTaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, draft.first_sync,
                              draft.dependents, MemoryInputs(recv, extra_static), sum(decs[0].rows) if decs else 0,

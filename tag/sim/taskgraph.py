@@ -37,6 +37,7 @@ class TaskKind(Enum):
     FORWARD = "fwd"
     BACKWARD = "bwd"
     UPDATE = "update"
+    WAIT = "wait"  # zero length: the stream waits for collectives that end the iteration (`tag.sim.zero`)
 
 
 class DependentKind(Enum):
@@ -49,7 +50,7 @@ class DependentKind(Enum):
 @dataclass
 class ComputeTasks:
     """Compute tasks as parallel lists indexed by task id: device index, kind, op group (-1: the optimizer step,
-    which spans groups) and duration (ms)."""
+    which spans groups, and a wait task) and duration (ms)."""
 
     device: list[int] = field(default_factory=list)
     kind: list[TaskKind] = field(default_factory=list)

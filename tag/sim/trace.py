@@ -4,7 +4,11 @@ Process 0 ("compute") has one thread (lane) per device, tid = device index; proc
 one lane per link direction, tid = link index. A pipelined iteration adds process 2 ("idle"): one lane per
 device, tid = device index, with an "idle" event for every gap in the device's compute stream before its last
 task ends (the pipeline's bubbles; `idle_events`). Compute events of a pipelined iteration name their micro-batch
-("fwd g3 mb2 ..."; `compute_event_name`). Events are complete events ("ph": "X") with ts and dur
+("fwd g3 mb2 ..."; `compute_event_name`). Tasks of no group are "update" (the optimizer step) and "wait gathers"
+(a stream waiting for ZeRO's all-gathers of updated weights, `tag.sim.zero`). Flows carry their sync's label:
+"sync g3", "bucket g5..g3", "reduce-scatter g3" (ZeRO), "gather w g3 fwd" / "gather w g3 bwd" (ZeRO 3's weight
+gathers before a pass), "gather w g5..g3 updated" (ZeRO 1-2 after the step). A backward that re-runs its forward
+(recompute) has ``"recompute": true`` in its args. Events are complete events ("ph": "X") with ts and dur
 in microseconds; thread_name / process_name metadata events ("ph": "M") name the lanes.
 """
 
@@ -41,6 +45,9 @@ def lane_metadata(device_names: dict[int, str], link_names: dict[int, str]) -> l
 def write_chrome_trace(result, path: str) -> None:
     """Write a SimResult's trace events as Chrome-trace JSON ({"traceEvents": [...]})."""
     atomic_write(path, lambda f: json.dump({"traceEvents": result.trace_events, "displayTimeUnit": "ms"}, f))
+
+
+STEP_EVENT_NAMES = {"update": "update", "wait": "wait gathers"}  # tasks of no group: TaskKind value -> event name
 
 
 def compute_event_name(kind: str, group: int, ops: str, micro_batch: int | None = None) -> str:
