@@ -5,8 +5,13 @@ prediction at the row's batch (`published_predict`), the error, the MAPE per mod
 the DGX-1 scaling rows the 1- and 8-GPU predictions and the scaling efficiency 100 x T8 / (8 x T1), and for the
 512-GPU Horovod rows the efficiency as Horovod synced (`published_horovod`: fusion cycles, NCCL2's flat ring). With
 `fit`, the GPU efficiency parameters are first refitted (`tag.cost.calibrate.coordinate_fit`: FP32 rows, then
-the tensor-core fractions on the TF32 rows); without it the shipped parameters are reported. With `logo`, each
-GPU's FP32 rows are predicted by parameters fitted on the other GPUs' FP32 rows (leave one GPU out).
+the tf32 tensor-core fractions on the TF32 rows, then the amp fractions on the AMP fit rows); without it the shipped
+parameters are reported. With `logo`, each GPU's FP32 rows are predicted by parameters fitted on the other GPUs'
+FP32 rows (leave one GPU out).
+
+The AMP rows are split once (`amp_split`): the rows on AMP_FIT_DEVICES (V100 16 GB, A100 40 GB: the two GPUs with
+both ResNet-50 and BERT-large AMP rows from several frameworks) fit the amp fractions; every other AMP row (A100
+80 GB, H100, A10, RTX 2080 Ti) is held out, and its MAPE is reported on its own.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from tag.bench.data import published_table
 from tag.bench.published_horovod import HorovodResult, horovod_results
 from tag.bench.published_predict import predict_rows, predict_samples_per_s
 from tag.bench.published_rows import PublishedRow, parse_rows, read_table
-from tag.cost.calibrate import TC_GRID, coordinate_fit, describe, mape
+from tag.cost.calibrate import AMP_GRID, TC_GRID, coordinate_fit, describe, mape
 from tag.cost.efficiency import params_for
 
 # DGX-1 NVLink per GPU and direction (datasheets): P100 4 links x 20 GB/s, V100 6 links x 25 GB/s, in Gbit/s.
@@ -29,12 +34,24 @@ SCALING_MODELS = {"ResNet-50": "resnet50_v1", "Inception-v3": "inception_v3", "R
                   "VGG-16": "vgg16"}
 
 
+# GPUs whose AMP rows fit the amp tensor-core fractions; the other GPUs' AMP rows are held out.
+AMP_FIT_DEVICES = ("V100-16GB", "A100-40GB")
+
+
+def amp_split(rows: list[PublishedRow]) -> tuple[list[PublishedRow], list[PublishedRow]]:
+    """(fit, held out): the AMP rows on AMP_FIT_DEVICES and the other AMP rows, each in table order."""
+    amp = [r for r in rows if r.precision == "amp"]
+    return [r for r in amp if r.device in AMP_FIT_DEVICES], [r for r in amp if r.device not in AMP_FIT_DEVICES]
+
+
 @dataclass(frozen=True)
 class RowResult:
-    """One single-GPU row: published and predicted samples/s, error percent = 100 x (pred - pub) / pub."""
+    """One single-GPU row: published and predicted samples/s, error percent = 100 x (pred - pub) / pub;
+    `in_fit`: whether the row was one the parameters were fitted on."""
 
     row: PublishedRow
     predicted: float
+    in_fit: bool = True
 
     @property
     def error_pct(self) -> float:
@@ -167,32 +184,49 @@ def scaling_results(params: dict | None = None) -> list[ScalingResult]:
 
 
 def _fit_params(rows: list[PublishedRow], log: Callable[[str], None]):
-    """FP32 fit, then the tensor-core fractions on the TF32 rows; returns EfficiencyParams."""
+    """FP32 fit, then the tf32 tensor-core fractions on the TF32 rows, then the amp fractions on the AMP fit rows
+    (`amp_split`); returns EfficiencyParams."""
     fp32 = [r for r in rows if r.precision == "fp32"]
     tf32 = [r for r in rows if r.precision == "tf32"]
+    amp_fit, _held = amp_split(rows)
     first = coordinate_fit(lambda p: predict_rows(fp32, {"gpu": p}), [r.published for r in fp32], log=log)
     log(f"fitted on FP32 rows: {describe(first.params)}  (FP32 MAPE {first.mape_pct:.1f}%)")
     second = coordinate_fit(lambda p: predict_rows(tf32, {"gpu": p}), [r.published for r in tf32],
                             start=first.params, grid=TC_GRID)
-    log(f"fitted: {describe(second.params)}  (TF32 MAPE {second.mape_pct:.1f}%)")
-    return second.params
+    log(f"fitted on TF32 rows: {describe(second.params)}  (TF32 MAPE {second.mape_pct:.1f}%)")
+    third = coordinate_fit(lambda p: predict_rows(amp_fit, {"gpu": p}), [r.published for r in amp_fit],
+                           start=second.params, grid=AMP_GRID)
+    log(f"fitted: {describe(third.params)}  (AMP fit-row MAPE {third.mape_pct:.1f}%)")
+    return third.params
+
+
+def _mape_lines(results: list[RowResult]) -> list[MapeLine]:
+    """MAPE per family (and "all") and precision; AMP rows as "amp fit" and "amp held-out" lines."""
+    def precision_of(x: RowResult) -> str:
+        if x.row.precision != "amp":
+            return x.row.precision
+        return "amp fit" if x.in_fit else "amp held-out"
+
+    out = []
+    for fam in ("resnet50", "bert_large", "all"):
+        for prec in ("fp32", "tf32", "amp fit", "amp held-out"):
+            sel = [x for x in results if precision_of(x) == prec and fam in ("all", x.row.family)]
+            if sel:
+                out.append(MapeLine(fam, prec, len(sel), mape([x.predicted for x in sel],
+                                                              [x.row.published for x in sel])))
+    return out
 
 
 def published_report(fit: bool = False, logo: bool = False,
                      log: Callable[[str], None] = lambda _m: None) -> PublishedReport:
     """Every table of the comparison (see the module docstring); `log` receives the fit's progress lines."""
-    rows = parse_rows(read_table(published_table("gpu-training-throughput.json")))
-    pred_rows = [r for r in rows if r.precision in ("fp32", "tf32")]
+    pred_rows = parse_rows(read_table(published_table("gpu-training-throughput.json")))
     gpu = _fit_params(pred_rows, log) if fit else params_for("gpu")
     params = {"gpu": gpu} if fit else None
     rep = PublishedReport(describe(gpu), fit)
-    rep.rows = [RowResult(r, p) for r, p in zip(pred_rows, predict_rows(pred_rows, params))]
-    for fam in ("resnet50", "bert_large", "all"):
-        for prec in ("fp32", "tf32"):
-            sel = [x for x in rep.rows if x.row.precision == prec and fam in ("all", x.row.family)]
-            if sel:
-                rep.mape.append(MapeLine(fam, prec, len(sel), mape([x.predicted for x in sel],
-                                                                   [x.row.published for x in sel])))
+    held = set(amp_split(pred_rows)[1])
+    rep.rows = [RowResult(r, p, r not in held) for r, p in zip(pred_rows, predict_rows(pred_rows, params))]
+    rep.mape = _mape_lines(rep.rows)
     rep.scaling = scaling_results(params)
     rep.horovod = horovod_results(with_simulate=True)
     if logo:

@@ -11,8 +11,14 @@ ResNet-50 v1.5 = `datasets/models/resnet50.onnx`, ResNet-50 v1 = the ONNX light 
 the datasets zoo builder exported at sequence 128 / 384 / 512, Inception-v3 = `datasets/models/inception_v3.onnx`.
 Optimizer: momentum SGD for the CNNs, Adam for BERT; BERT pre-training rows (gradient accumulation) and rows that
 say so exclude the update. Precision: `fp32` rows ran on the FP32 pipes; `tf32` rows requested FP32 on
-Ampere/Hopper, where convolutions and GEMMs ran in TF32 (predicted with precision "tf32"); AMP rows are not
-predicted. The GPU parameters are one set for every model and GPU (`tag/cost/efficiency.py`, fitted by
+Ampere/Hopper, where convolutions and GEMMs ran in TF32 (predicted with precision "tf32"); `amp` rows ran FP16
+mixed precision (predicted with precision "fp16": 16-bit activations, fp32 master weights cast per iteration,
+GradScaler's unscale pass, `tag/cost/mixed_precision.py`), with the row's convolution layout (`nhwc` when the row
+says NHWC or its framework runs 16-bit convolutions channels-last: TensorFlow + XLA, MXNet; `nchw` for PyTorch's
+default format, which adds a transpose of each convolution's input and output). The amp tensor-core fractions are
+fitted on the V100 16 GB and A100 40 GB AMP rows only (`in fit` = yes); the other AMP rows (A100 80 GB, H100,
+A10, RTX 2080 Ti) are held out (`in fit` = no) and their MAPE is the `amp held-out` line. Every FP32 and TF32 row
+is a fitted row. The GPU parameters are one set for every model and GPU (`tag/cost/efficiency.py`, fitted by
 `tag/cost/calibrate.py`, sources in `tag/topology/catalog.py`). The scaling table predicts 8 GPUs in one DGX-1
 (NVLink per GPU and direction from the datasheets: P100 80 GB/s, V100 150 GB/s); its Inception-v3, ResNet-152
 and VGG-16 rows are in no fitted row, so their 1-GPU errors are out-of-sample checks. The leave-one-GPU-out table
@@ -38,13 +44,20 @@ def _table(headers: list, rows: list) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _precision_cell(row) -> str:
+    """A row's precision class, with the convolution layout for a ResNet AMP row ("amp nchw")."""
+    return f"{row.precision} {row.conv_layout}" if row.precision == "amp" and row.family != "bert_large" \
+        else row.precision
+
+
 def published_markdown(rep: PublishedReport) -> str:
     """Single-GPU rows, MAPE per family and precision, DGX-1 scaling, the parameters, leave-one-GPU-out."""
-    rows = [[x.row.family, x.row.model_key.split("_")[-1], x.row.gpu[:22], x.row.precision, x.row.label,
-             x.row.batch, f"{x.row.published:.1f}", f"{x.predicted:.1f}", f"{x.error_pct:+.1f}"] for x in rep.rows]
+    rows = [[x.row.family, x.row.model_key.split("_")[-1], x.row.gpu[:22], _precision_cell(x.row), x.row.label,
+             x.row.batch, f"{x.row.published:.1f}", f"{x.predicted:.1f}", f"{x.error_pct:+.1f}",
+             "yes" if x.in_fit else "no"] for x in rep.rows]
     parts = ["## Single GPU: predicted vs published samples/s\n",
              _table(["family", "variant", "gpu", "precision", "framework", "batch", "published", "predicted",
-                     "error %"], rows),
+                     "error %", "in fit"], rows),
              "## MAPE per family and precision\n",
              _table(["family", "precision", "rows", "MAPE %"],
                     [[m.family, m.precision, m.rows, f"{m.mape_pct:.1f}"] for m in rep.mape]),
@@ -82,7 +95,8 @@ def published_json(rep: PublishedReport) -> dict:
         "rows": [{"family": x.row.family, "variant": x.row.model_key.split("_")[-1], "gpu": x.row.gpu,
                   "device": x.row.device, "precision": x.row.precision, "framework": x.row.label,
                   "batch": x.row.batch, "published_samples_per_s": x.row.published,
-                  "predicted_samples_per_s": x.predicted, "error_pct": x.error_pct} for x in rep.rows],
+                  "predicted_samples_per_s": x.predicted, "error_pct": x.error_pct, "in_fit": x.in_fit,
+                  "conv_layout": x.row.conv_layout} for x in rep.rows],
         "mape": [{"family": m.family, "precision": m.precision, "rows": m.rows, "mape_pct": m.mape_pct}
                  for m in rep.mape],
         "scaling": [{"model": s.model, "system": s.system, "batch_per_gpu": s.batch_per_gpu,

@@ -66,11 +66,12 @@ def _cluster(device: str, count: int = 1, intra_gbps: float | None = None):
 
 def predict_samples_per_s(key: str, family: str, device: str, batch: int, precision: str = "fp32",
                           no_update: bool = False, count: int = 1, intra_gbps: float | None = None,
-                          params: dict | None = None, overlap_sync: bool = True) -> float:
+                          params: dict | None = None, overlap_sync: bool = True, conv_layout: str = "nhwc") -> float:
     """Predicted samples/s of one training iteration at global batch `batch` on `count` devices of type
     `device` (dp-even), ignoring memory limits; `no_update` leaves the optimizer step out (single device).
     params: {"gpu": EfficiencyParams} to predict with other than the shipped parameters. overlap_sync=False: the
-    gradient syncs start after the whole backward (frameworks that all-reduce after computing every gradient)."""
+    gradient syncs start after the whole backward (frameworks that all-reduce after computing every gradient).
+    precision: a `TrainingConfig.precision`; conv_layout: "nhwc" or "nchw" (`RooflineCostModel`)."""
     from tag.cost.roofline import RooflineCostModel
     from tag.search.baselines import dp_even
     from tag.sim import simulate
@@ -79,7 +80,7 @@ def predict_samples_per_s(key: str, family: str, device: str, batch: int, precis
     gg = group_graph(key, count)
     training = TrainingConfig(optimizer=FAMILY_OPTIMIZER[family], precision=precision)
     cluster = _cluster(device, count, intra_gbps)
-    cost = RooflineCostModel(gg, training, params)
+    cost = RooflineCostModel(gg, training, params, conv_layout=conv_layout)
     res = simulate(gg, cluster, cost, dp_even(gg, cluster, cost, training, batch), training, overlap_sync=overlap_sync)
     ms = res.fit_iteration_ms
     if no_update:
@@ -89,5 +90,5 @@ def predict_samples_per_s(key: str, family: str, device: str, batch: int, precis
 
 def predict_rows(rows, params: dict | None = None) -> list[float]:
     """Predicted samples/s for each `PublishedRow`."""
-    return [predict_samples_per_s(r.model_key, r.family, r.device, r.batch, r.precision, r.no_update,
-                                  params=params) for r in rows]
+    return [predict_samples_per_s(r.model_key, r.family, r.device, r.batch, r.training_precision, r.no_update,
+                                  params=params, conv_layout=r.conv_layout) for r in rows]

@@ -3,7 +3,12 @@ precision. Tables: `tag/bench/data/published/gpu-training-throughput.json` (sing
 (1- and 8-GPU DGX-1 throughputs); each row carries its `source`.
 
 Precision classes: "fp32" (plain FP32 pipes), "tf32" (rows that requested FP32 on Ampere/Hopper and ran
-convolutions or GEMMs in TF32), "amp" (FP16 mixed precision; not predicted).
+convolutions or GEMMs in TF32), "amp" (FP16 mixed precision, predicted with training precision "fp16").
+Convolution layout of a row (`conv_layout`, costed only under mixed precision, `tag.cost.mixed_precision`): "nhwc"
+when the row says NHWC or its framework runs 16-bit convolutions channels-last on its own (TensorFlow with XLA:
+XLA's GPU layout assignment; MXNet: DeepLearningExamples' float16 runner sets ``--conv-layout NHWC``), else "nchw"
+(PyTorch's default memory format; DeepLearningExamples' ConvNets ``main.py`` and Lambda's configs that run it do
+not pass ``--memory-format nhwc``).
 """
 
 from __future__ import annotations
@@ -38,6 +43,12 @@ class PublishedRow:
     no_update: bool  # timed forward and backward only
     label: str  # short description for the table
     gpu: str  # the row's GPU text
+    conv_layout: str = "nhwc"  # "nhwc" | "nchw": memory format of convolution activations (`conv_layout`)
+
+    @property
+    def training_precision(self) -> str:
+        """The `TrainingConfig.precision` the row is predicted at (every published AMP row ran fp16)."""
+        return "fp16" if self.precision == "amp" else self.precision
 
 
 def read_table(path: str | Path):
@@ -62,6 +73,17 @@ def precision_class(text: str) -> str:
     if "TF32" in text and "no TF32" not in text:
         return "tf32"
     return "fp32"
+
+
+def conv_layout(precision: str, framework: str) -> str:
+    """Memory format a row's convolutions ran in, from its precision and framework texts (module docstring).
+
+    >>> conv_layout("AMP (FP16 mixed, NHWC)", "PyTorch"), conv_layout("AMP (FP16 mixed)", "PyTorch 1.13")
+    ('nhwc', 'nchw')
+    """
+    if "NHWC" in precision or "MXNet" in framework or ("TensorFlow" in framework and "XLA" in precision):
+        return "nhwc"
+    return "nchw"
 
 
 def device_for(gpu: str) -> str | None:
@@ -98,5 +120,6 @@ def parse_rows(rows: list) -> list[PublishedRow]:
         no_update = "excludes optimizer" in note or "no update" in note or "pretraining" in model
         out.append(PublishedRow(family, key, dev, precision_class(r["precision"]), int(r["batch_per_gpu"]),
                                 float(r["throughput"]), no_update,
-                                f"{r['framework'].split(',')[0][:28]}", r["gpu"]))
+                                f"{r['framework'].split(',')[0][:28]}", r["gpu"],
+                                conv_layout(r["precision"], r["framework"])))
     return out

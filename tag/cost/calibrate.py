@@ -32,6 +32,8 @@ FIT_GRID: dict[str, list[float]] = {
 _TC = [0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0]
 # Grid of the tensor-core fit (the TF32 rows, starting from the FP32 fit).
 TC_GRID: dict[str, list[float]] = {"tc_conv": _TC, "tc_matmul": _TC}
+# Grid of the mixed-precision fit (the AMP fit rows, starting from the TF32 fit): the share of the 16-bit peak.
+AMP_GRID: dict[str, list[float]] = {"amp_conv": _TC, "amp_matmul": _TC}
 
 
 @dataclass(frozen=True)
@@ -85,4 +87,5 @@ def describe(p: EfficiencyParams) -> str:
     return (f"e_conv={p.base['conv']} e_matmul={p.base['matmul']} half_size_flops={p.half_size_flops:g} "
             f"knee_intensity={p.knee_intensity:g} mem_efficiency={p.mem_efficiency} launch_us={p.launch_us} "
             f"winograd_speedup={p.winograd_speedup} "
-            f"tc_conv={p.tensor_core_fraction['conv']} tc_matmul={p.tensor_core_fraction['matmul']}")
+            f"tc_conv={p.tensor_core_fraction['conv']} tc_matmul={p.tensor_core_fraction['matmul']} "
+            f"amp_conv={p.amp_fraction['conv']} amp_matmul={p.amp_fraction['matmul']}")

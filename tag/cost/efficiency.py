@@ -19,9 +19,11 @@ calibration fits them in one place. For an op of class c with F FLOPs and M byte
 * ``winograd_speedup``: cuDNN runs FP32 3x3 stride-1 convolutions with Winograd transforms, which do
   fewer multiplies than the direct convolution the graph's FLOPs count; their efficiency is multiplied by
   this factor (may exceed 1; `winograd_eligible` says which ops; FP32 pipes only).
-* ``tensor_core_fraction``: under tf32 / amp, conv and matmul ops run against the tensor-core peak times
+* ``tensor_core_fraction``: under tf32, conv and matmul ops run against the TF32 tensor-core peak times
   this per-class fraction (tensor-core kernels are starved by operand bandwidth long before the datasheet
   peak; implicit-GEMM convolutions more than plain GEMMs).
+* ``amp_fraction``: the same under fp16 / bf16 mixed precision, against the catalog's ``amp_tflops`` peak
+  (fitted on its own rows: the 16-bit peak is twice the TF32 one, so operand traffic starves it sooner).
 
 ``half_intensity`` is the older saturating intensity factor ``AI / (AI + half_intensity)``, kept for
 callers that set it; every zero disables its factor. `tag.topology.catalog` records where the fitted
@@ -62,25 +64,33 @@ class EfficiencyParams:
     half_size_bytes: float = 0.0  # bytes at which a kernel reaches half of mem_efficiency; 0 = off
     launch_us: float = 5.0  # per-kernel launch + dispatch, us
     winograd_speedup: float = 1.0  # FP32 3x3 stride-1 convolutions: effective FLOP-rate gain of Winograd; 1 = off
-    # per tensor-core class: scales the tf32 / amp tensor-core peak (operand traffic limits MMA kernels)
+    # per tensor-core class: scales the tf32 tensor-core peak (operand traffic limits MMA kernels)
     tensor_core_fraction: dict = field(default_factory=lambda: {c: 1.0 for c in TENSOR_CORE_CLASSES})
+    # per tensor-core class: scales the fp16 / bf16 (amp) tensor-core peak
+    amp_fraction: dict = field(default_factory=lambda: {c: 1.0 for c in TENSOR_CORE_CLASSES})
 
     def with_values(self, **values) -> "EfficiencyParams":
-        """A copy with some fields replaced; ``e_<class>=x`` keys set one class's e_max and
-        ``tc_<class>=x`` its tensor-core fraction."""
-        base, tc = dict(self.base), dict(self.tensor_core_fraction)
-        for k in [k for k in values if k.startswith("e_")]:
-            base[k[2:]] = values.pop(k)
-        for k in [k for k in values if k.startswith("tc_")]:
-            tc[k[3:]] = values.pop(k)
-        return replace(self, base=base, tensor_core_fraction=tc, **values)
+        """A copy with some fields replaced; ``e_<class>=x`` keys set one class's e_max, ``tc_<class>=x`` its
+        tf32 tensor-core fraction and ``amp_<class>=x`` its amp one."""
+        base, tc, amp = dict(self.base), dict(self.tensor_core_fraction), dict(self.amp_fraction)
+        for prefix, target in (("e_", base), ("tc_", tc), ("amp_", amp)):
+            for k in [k for k in values if k.startswith(prefix)]:
+                target[k[len(prefix):]] = values.pop(k)
+        return replace(self, base=base, tensor_core_fraction=tc, amp_fraction=amp, **values)
+
+    def peak_fraction(self, peak: str) -> dict:
+        """Per tensor-core class, the fraction of the tensor-core peak of `peak` ("tf32" or "amp",
+        `tag.strategy.memory_decisions.peak_class`) large kernels reach."""
+        return self.amp_fraction if peak == "amp" else self.tensor_core_fraction
 
 
 # Fitted on the FP32 ResNet-50 and BERT-large rows of the published single-GPU table (P100, GTX 1080 Ti,
-# RTX 2080 Ti, V100, A100 without TF32, K80); see the comment block in tag/topology/catalog.py.
+# RTX 2080 Ti, V100, A100 without TF32, K80), the tf32 fractions on its TF32 rows and the amp fractions on its
+# V100 and A100-40GB AMP rows; see the comment block in tag/topology/catalog.py.
 GPU_PARAMS = EfficiencyParams(base=dict(_GPU_BASE, conv=0.70, matmul=0.75), half_size_flops=3e8,
                               knee_intensity=0.0, mem_efficiency=0.9, launch_us=20.0, winograd_speedup=2.25,
-                              tensor_core_fraction={"conv": 0.4, "matmul": 0.7})
+                              tensor_core_fraction={"conv": 0.4, "matmul": 0.7},
+                              amp_fraction={"conv": 1.0, "matmul": 1.0})
 CPU_PARAMS = EfficiencyParams(base=dict(_CPU_BASE), launch_us=3.0)
 
 

@@ -3,20 +3,26 @@
 For a group g on a device type for r rows:
 
     fwd_ms(g, r) = sum over compute ops o of g of
-                   max(F_o(r) / (peak x eff_o), M_o(r) / mem_bw) + launch_ms
+                   max(F_o(r) / (peak_o x eff_o), s x M_o(r) / (mem_bw x bw(s x M_o(r)))) + launch_ms
+                   + cast_ms(o)
     F_o(r) = fwd_flops_per_row x r + fwd_flops_fixed,  M_o(r) = mem_bytes_per_row x r + mem_bytes_fixed
 
-``eff_o`` and the bandwidth fraction come from `tag.cost.efficiency` (per op class, size and arithmetic
-intensity; one parameter set per device kind), and the peak from the training precision (`peak_flops_per_ms`):
-fp32 uses the device's FP32 peak, tf32 and amp the catalog's tensor-core peaks for conv and matmul ops.
+``eff_o`` and the bandwidth fraction ``bw`` come from `tag.cost.efficiency` (per op class, size and arithmetic
+intensity; one parameter set per device kind). ``peak_o`` comes from the training precision (`peak_flops_per_ms`):
+fp32 uses the device's FP32 peak, tf32 and fp16 / bf16 the catalog's TF32 / 16-bit tensor-core peaks for conv and
+matmul ops, each times its fitted fraction (`EfficiencyParams.peak_fraction`). ``s`` and ``cast_ms`` are the
+mixed-precision terms of `tag.cost.mixed_precision`: s = 1/2 under fp16 / bf16 (16-bit activations and weight
+copies; 1 otherwise), and a conv / matmul op with weights runs one cast kernel per weight tensor in each phase,
+cast_ms = P_o x 6 / (mem_bw x bw(P_o x 6)) + tensors x launch_ms for its P_o weight elements (0 otherwise).
 
 Backward uses the backward FLOPs and twice the forward memory traffic (read the output gradient and the
 saved activations, write the input gradient; weight-gradient ops read the weights and write their
 gradient), with two kernels for ops that own parameters (input and weight gradient) and one otherwise;
 ops that neither compute nor move bytes (views, shape arithmetic) launch no kernel.
 Ops that only generate weights (`Op.is_weight_generator`) cost nothing. The optimizer update is
-memory-bound: ``param_count x update_traffic_bytes_per_param / (mem_bw x bandwidth fraction)`` plus one
-launch per parameter tensor. Results are cached per (group, device type name, rows).
+memory-bound: ``param_count x (update_traffic_bytes_per_param + loss_scaling_bytes_per_param) / (mem_bw x
+bandwidth fraction)`` plus one launch per parameter tensor (fp16's loss-scale unscale pass adds 8 bytes per
+element). Results are cached per (group, device type name, rows).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import numpy as np
 
 from tag.cost.efficiency import (TENSOR_CORE_CLASSES, EfficiencyParams, bandwidth_fraction, efficiency_array,
                                  params_for, winograd_eligible)
+from tag.cost.mixed_precision import (LAYOUTS, cast_bytes_per_param, layout_transpose_factor,
+                                      loss_scaling_bytes_per_param, traffic_scale)
 from tag.cost.optimizer import update_traffic_bytes_per_param
 from tag.graph.groups import GroupGraph
 from tag.strategy import TrainingConfig
@@ -48,7 +56,12 @@ def peak_flops_per_ms(device: DeviceType, precision: str, op_classes, tensor_cor
 
     fp32: the device's FP32 peak for every op. tf32 / amp: conv and matmul ops use the catalog's
     `extra["tf32_tflops"]` / `extra["amp_tflops"]` peak x `tensor_core_fraction` (a number, or a dict per
-    op class) when the device records one (else the FP32 peak); other ops stay on the FP32 pipes.
+    op class: `EfficiencyParams.peak_fraction` of the precision's peak class) when the device records one (else
+    the FP32 peak); other ops stay on the FP32 pipes.
+
+    >>> from tag.topology.catalog import CATALOG
+    >>> [float(x) / 1e9 for x in peak_flops_per_ms(CATALOG["A100-40GB"], "bf16", ["matmul", "norm"], 0.5)]
+    [156.0, 19.5]
     """
     fp32 = flops_per_ms(device)
     key = _PRECISION_PEAK_KEY.get(peak_class(precision))
@@ -104,6 +117,11 @@ class _GroupOps:
         self.winograd = np.array([winograd_eligible(o) for o in ops], dtype=bool)
         self.fwd_kernels = runs
         self.bwd_kernels = runs * np.array([2.0 if o.params else 1.0 for o in ops])
+        # weight casts under mixed precision (conv / matmul ops): weight elements and tensors per op
+        tc = np.array([o.op_class in TENSOR_CORE_CLASSES for o in ops], dtype=bool)
+        self.cast_params = np.where(tc, np.array([float(o.param_count) for o in ops]), 0.0)
+        self.cast_tensors = np.where(tc & (self.cast_params > 0), np.array([float(len(o.params)) for o in ops]), 0.0)
+        self.conv = np.array([o.op_class == "conv" for o in ops], dtype=bool)  # layout transposes under amp
 
 
 class RooflineCostModel:
@@ -114,10 +132,13 @@ class RooflineCostModel:
 
     name = "roofline"
 
-    def __init__(self, gg: GroupGraph, training: TrainingConfig, params: dict | None = None):
+    def __init__(self, gg: GroupGraph, training: TrainingConfig, params: dict | None = None, conv_layout: str = "nhwc"):
         self.gg = gg
         self.training = training
         self.params = dict(params or {})  # device kind -> EfficiencyParams; default `params_for(kind)`
+        if conv_layout not in LAYOUTS:
+            raise ValueError(f"convolution layout {conv_layout!r}: expected one of {', '.join(LAYOUTS)}")
+        self.conv_layout = conv_layout  # memory format of convolution activations; costs only under fp16 / bf16
         ops = gg.graph.ops
         self.compute_ops = [[i for i in g.op_ids if not ops[i].is_weight_generator] for g in gg.groups]
         self._groups = [_GroupOps([ops[i] for i in ids]) for ids in self.compute_ops]
@@ -126,22 +147,41 @@ class RooflineCostModel:
     def op_ms(self, gid: int, device: DeviceType, rows: int, phase: str) -> np.ndarray:
         """Per-op time (roofline + launches) of the compute ops of group `gid`, phase "fwd" or "bwd", ms."""
         go = self._groups[gid]
+        factor = 1.0 if phase == "fwd" else BWD_MEM_FACTOR
         if phase == "fwd":
             flops = go.fwd_fpr * rows + go.fwd_ffix
-            mem = go.mpr * rows + go.mfix
             kernels = go.fwd_kernels
         else:
             flops = go.bwd_fpr * rows + go.bwd_ffix
-            mem = BWD_MEM_FACTOR * (go.mpr * rows + go.mfix)
             kernels = go.bwd_kernels
+        mem = factor * (go.mpr * rows + go.mfix)
         p = self.params_for(device.kind)
-        eff = efficiency_array(go.classes, device.kind, flops, mem, p)
         precision = getattr(self.training, "precision", "fp32")
+        mem = mem * traffic_scale(precision)
+        eff = efficiency_array(go.classes, device.kind, flops, mem, p)
         if p.winograd_speedup != 1.0 and precision == "fp32" and go.winograd.any():
             eff = np.where(go.winograd, eff * p.winograd_speedup, eff)
-        peak = peak_flops_per_ms(device, precision, go.classes, p.tensor_core_fraction)
+        peak = peak_flops_per_ms(device, precision, go.classes, p.peak_fraction(peak_class(precision)))
         t = roofline_ms(flops, mem, eff, device, bandwidth_fraction(mem, device.kind, p), peak)
-        return t + kernels * launch_ms(device, p)
+        return t + kernels * launch_ms(device, p) + self._side_kernels_ms(go, device, rows, factor, precision, p)
+
+    def _side_kernels_ms(self, go: _GroupOps, device: DeviceType, rows: int, factor: float, precision: str,
+                         p: EfficiencyParams) -> np.ndarray:
+        """Per-op time of the memory-bound kernels mixed precision adds to one phase (`tag.cost.mixed_precision`),
+        ms: weight casts (conv / matmul weights, 6 bytes per element, one kernel per tensor) and, for NCHW
+        convolutions, layout transposes (`layout_transpose_factor` x the conv's 16-bit activation traffic of the
+        phase, that many kernels x `factor`); 0 under fp32 / tf32."""
+        per_param = cast_bytes_per_param(precision)
+        if not per_param:
+            return np.zeros(go.n_ops)
+        nbytes = go.cast_params * per_param
+        launches = go.cast_tensors.copy()
+        transpose = layout_transpose_factor(precision, self.conv_layout)
+        if transpose and go.conv.any():
+            nbytes = nbytes + np.where(go.conv, transpose * factor * traffic_scale(precision) * go.mpr * rows, 0.0)
+            launches = launches + np.where(go.conv, transpose * factor, 0.0)
+        bw = mem_bytes_per_ms(device) * bandwidth_fraction(nbytes, device.kind, p)
+        return np.where(nbytes > 0, nbytes / bw, 0.0) + launches * launch_ms(device, p)
 
     def params_for(self, kind: str) -> EfficiencyParams:
         """The efficiency parameters this model uses for a device kind."""
@@ -177,7 +217,9 @@ class RooflineCostModel:
         if g.param_count <= 0:
             t = 0.0
         else:
-            traffic = g.param_count * update_traffic_bytes_per_param(self.training.optimizer)
+            precision = getattr(self.training, "precision", "fp32")
+            traffic = g.param_count * (update_traffic_bytes_per_param(self.training.optimizer)
+                                       + loss_scaling_bytes_per_param(precision))
             p = self.params_for(device.kind)
             frac = float(bandwidth_fraction([traffic], device.kind, p)[0])
             t = traffic / (mem_bytes_per_ms(device) * frac) + max(len(g.params), 1) * launch_ms(device, p)

@@ -22,17 +22,23 @@ from tag.topology.cluster import DeviceType
 #   knee_intensity 0 (off)                    the fit found no gain from an intensity knee
 #   mem_efficiency 0.9, half_size_bytes 0     memory-bound kernels at 90 % of the datasheet bandwidth
 #   launch_us 20                              per kernel, launch plus eager-framework dispatch (views launch none)
-#   tensor_core_fraction conv 0.4, matmul 0.7 share of the TF32/AMP tensor-core peak (tf32 rows only)
+#   tensor_core_fraction conv 0.4, matmul 0.7 share of the TF32 tensor-core peak (tf32 rows)
+#   amp_fraction conv 1.0, matmul 1.0         share of the FP16 tensor-core peak `amp_tflops` (amp fit rows)
 # plus the optimizer update traffic counted from torch.optim's foreach kernels (adam 72, momentum 32, sgd 12
 # bytes per parameter element; not fitted). Data: /work/shared/reference/gpu-training-throughput.json, its 32
 # plain-FP32 rows (ResNet-50 v1/v1.5 and BERT-large seq 128/384/512 on P100-SXM2, GTX 1080 Ti, RTX 2080 Ti,
 # V100 16/32 GB, A100 without TF32, K80; 1-GPU throughputs from NVIDIA DeepLearningExamples tables and logs,
 # tf_cnn_benchmarks logs and the TensorFlow benchmarks page) for the FP32 terms, and its 28 TF32 rows (A10,
-# A100, H100, "FP32 requested" on Ampere/Hopper) for the two tensor-core fractions. Fit: coordinate search
-# minimising the MAPE of predicted vs published samples/s (`python benchmarks/published.py --fit`), started
-# from a joint grid over (e_conv, winograd_speedup, knee_intensity).
+# A100, H100, "FP32 requested" on Ampere/Hopper) for the two tensor-core fractions, and 8 of its 17 FP16 AMP rows
+# (the V100 16 GB and A100 40 GB ones; tag/bench/published.py AMP_FIT_DEVICES) for the two amp fractions, with the
+# mixed-precision traffic terms of tag/cost/mixed_precision.py (16-bit activations, per-iteration weight casts,
+# NCHW layout transposes, fp16 loss-scale pass; not fitted). Fit: coordinate search minimising the MAPE of
+# predicted vs published samples/s (`tag bench --published --fit`), started from a joint grid over (e_conv,
+# winograd_speedup, knee_intensity).
 # Result (benchmarks/published.md): FP32 MAPE 14.1 % (ResNet-50 14.6, BERT-large 13.3), TF32 MAPE 12.9 %,
-# leave-one-GPU-out FP32 MAPE 16.4 %; out of sample (DGX-1 P100 1-GPU, no fitted row): VGG-16 +1 %,
+# leave-one-GPU-out FP32 MAPE 16.4 %; AMP MAPE 6.6 % on its 8 fit rows and 15.6 % on the 9 held-out rows
+# (A100 80 GB, H100, A10, RTX 2080 Ti; the amp fractions end at the grid's 1.0: ResNet-50 AMP is memory-bound);
+# out of sample (DGX-1 P100 1-GPU, no fitted row): VGG-16 +1 %,
 # ResNet-152 +8 %, Inception-v3 +37 % (many 1x7 / 7x1 / small convolutions). 8-GPU DGX-1 scaling efficiency
 # within 3 points except VGG-16 (12 points: TF 1.1's replicated-variable all-reduce of 138 M parameters).
 # Known outlier: K80 (+90 %: Kepler-era cuDNN reaches far less of its boost-clock peak).

@@ -108,15 +108,16 @@ def test_real_model_moves_with_peak_and_bandwidth():
 
 def test_precision_reads_the_matching_peak():
     a100 = CATALOG["A100-40GB"]
-    nominal = {"gpu": EfficiencyParams(launch_us=0.0).with_values(tc_matmul=0.5, tc_conv=0.25)}
+    nominal = {"gpu": EfficiencyParams(launch_us=0.0).with_values(tc_matmul=0.5, tc_conv=0.25, amp_matmul=0.8)}
     gg = _gg([_mm(fpr=1e10), _relu()])
     fp32 = RooflineCostModel(gg, TrainingConfig(precision="fp32"), nominal).op_ms(0, a100, 4, "fwd")
     tf32 = RooflineCostModel(gg, TrainingConfig(precision="tf32"), nominal).op_ms(0, a100, 4, "fwd")
-    amp = RooflineCostModel(gg, TrainingConfig(precision="amp"), nominal).op_ms(0, a100, 4, "fwd")
+    amp = RooflineCostModel(gg, TrainingConfig(precision="fp16"), nominal).op_ms(0, a100, 4, "fwd")
     F = 4e10
     assert fp32[0] == pytest.approx(F / (19.5e12 * 0.7) * 1e3)
     assert tf32[0] == pytest.approx(F / (156e12 * 0.5 * 0.7) * 1e3)
-    assert amp[0] == pytest.approx(F / (312e12 * 0.5 * 0.7) * 1e3)
+    # the amp peak has its own fraction; plus the weight cast kernel: 1e6 weights x (4 + 2) bytes at 1,555 GB/s
+    assert amp[0] == pytest.approx(F / (312e12 * 0.8 * 0.7) * 1e3 + 6e6 / 1555e9 * 1e3)
     assert tf32[1] == pytest.approx(fp32[1])  # elementwise ops stay on the FP32 pipes (memory-bound here)
     # a device without a tf32 figure falls back to its FP32 peak
     v100 = CATALOG["V100-16GB"]
