@@ -1,0 +1,125 @@
+"""The search's ablation: for one model x topology, the plan each part of the search reaches, side by side.
+
+Every column is one `tag.search.planner.plan` call on the same inputs, cost model and seed, and one `tag plan`
+command line (`PART_FLAGS`); columns differ only in which parts run:
+
+    start            --playouts 0 --no-refine --no-sfb   the starts (baselines, memory-pass variants, pipelines)
+    start+refine     --playouts 0 --no-sfb               ... then local refinement
+    tree (uniform)   --no-gnn --no-refine --no-sfb       the tree search from the best start, uniform priors
+    tree (GNN)       --no-refine --no-sfb                the tree search with the GNN's priors
+    tree+refine      --no-sfb                            ... then refinement
+    full             (no flag)                           ... then SFB selection
+
+and the compute bound (`tag.bench.ideal.compute_bound`). The share of the gain each part earns is measured in
+log-speedup along the chain start -> tree (uniform) -> tree (GNN) -> tree+refine -> full:
+
+    share(part) = ln(t_before / t_after) / ln(t_start / t_full)
+
+(a part that makes the plan slower has a negative share; shares sum to 1 when t_full < t_start). `refine alone`
+is ln(t_start / t_start+refine) / ln(t_start / t_full): what refinement earns without the tree. Times that do not
+fit in memory are inf, and shares involving them are nan.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+PARTS = ("start", "start+refine", "tree (uniform)", "tree (GNN)", "tree+refine", "full")
+PART_FLAGS = {"start": "--playouts 0 --no-refine --no-sfb", "start+refine": "--playouts 0 --no-sfb",
+              "tree (uniform)": "--no-gnn --no-refine --no-sfb", "tree (GNN)": "--no-refine --no-sfb",
+              "tree+refine": "--no-sfb", "full": ""}
+# (playouts given?, GNN priors, refine, SFB) per part; playouts False = 0 playouts
+_SETTINGS = {"start": (False, False, False, False), "start+refine": (False, False, True, False),
+             "tree (uniform)": (True, False, False, False), "tree (GNN)": (True, True, False, False),
+             "tree+refine": (True, True, True, False), "full": (True, True, True, True)}
+CHAIN = ("start", "tree (uniform)", "tree (GNN)", "tree+refine", "full")
+
+
+@dataclass
+class AblationCase:
+    """One model x topology: iteration ms per part (inf = out of memory), the compute bound, work per part."""
+
+    model: str
+    topology: str
+    ms: dict[str, float] = field(default_factory=dict)
+    bound_ms: float = math.nan
+    simulations: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+    def shares(self) -> dict[str, float]:
+        """Share of the start -> full gain per step of `CHAIN` (keyed by the part reached) and "refine alone"
+        (module docstring); nan when the gain is zero or a time is not finite."""
+        t = self.ms
+        out = {}
+        total = _log_gain(t.get("start"), t.get("full"))
+        steps = list(zip(CHAIN, CHAIN[1:])) + [("start", "start+refine")]
+        for a, b in steps:
+            g = _log_gain(t.get(a), t.get(b))
+            name = "refine alone" if (a, b) == ("start", "start+refine") else b
+            out[name] = g / total if total and math.isfinite(total) and math.isfinite(g) else math.nan
+        return out
+
+    @property
+    def headroom(self) -> float:
+        """How far the start is above the compute bound: t_start / bound - 1."""
+        s = self.ms.get("start", math.nan)
+        return s / self.bound_ms - 1.0 if self.bound_ms > 0 else math.nan
+
+
+def _log_gain(before: float | None, after: float | None) -> float:
+    if before is None or after is None or not (math.isfinite(before) and math.isfinite(after)) or after <= 0:
+        return math.nan
+    return math.log(before / after)
+
+
+def command_line(part: str, model_path: str, topology_path: str, playouts: int | None, seed: int) -> str:
+    """The `tag plan` command that reproduces one column."""
+    flags = PART_FLAGS[part]
+    if playouts is not None and "--playouts 0" not in flags:
+        flags = f"--playouts {playouts} " + flags
+    return f"tag plan {model_path} {topology_path} {flags} --seed {seed}".replace("  ", " ").strip()
+
+
+def run_ablation(model_path: str, topology_path: str, *, model: str | None = None, topology: str | None = None,
+                 playouts: int | None = None, refine_simulations: int | None = None, seed: int = 0,
+                 budget_s: float | None = None, gnn_checkpoint: str | None = None,
+                 parts=PARTS) -> AblationCase:
+    """Plan one case once per part (module docstring) and compute its bound. `gnn_checkpoint`: None = the
+    shipped GNN. The model's own batch, Adam, the roofline cost model (as `tag bench`)."""
+    from tag.bench.ideal import compute_bound
+    from tag.gnn import default_checkpoint, load_priors_fn
+    from tag.modelio import ModelOptions, load_inputs
+    from tag.search.budget import DEFAULT_BUDGET_S
+    from tag.search.planner import plan
+
+    case = AblationCase(model or os.path.basename(model_path), topology or os.path.basename(topology_path))
+    inp = load_inputs(model_path, topology_path, ModelOptions())
+    priors = load_priors_fn(gnn_checkpoint or default_checkpoint(), inp.gg, inp.cluster, inp.cost, inp.training)
+    for part in parts:
+        tree, gnn, refine, sfb = _SETTINGS[part]
+        res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=playouts if tree else 0,
+                   refine_simulations=refine_simulations, budget_s=budget_s or DEFAULT_BUDGET_S, seed=seed,
+                   priors_fn=priors if gnn else None, refine=refine, sfb=sfb)
+        r = res.result
+        case.ms[part] = r.iteration_ms if not r.oom else math.inf
+        case.simulations[part] = res.simulations
+        case.seconds[part] = res.seconds
+    case.bound_ms = compute_bound(inp.gg, inp.cluster, inp.cost, inp.batch_size).iteration_ms
+    return case
+
+
+def random_topology_file(seed: int, directory: str) -> str:
+    """Write the random cluster of `seed` (`tag.topology.random_topology`, at most 4 machines x 4 devices, the
+    sizes `tag train` draws) to `directory`/random-SEED.json and return the path. `tag train --topologies random:N`
+    draws its seeds from [10,000, 2^31), so seeds below 10,000 are clusters the shipped GNN never trained on."""
+    import json
+
+    from tag.topology import random_topology
+
+    path = os.path.join(directory, f"random-{seed}.json")
+    with open(path, "w") as f:
+        json.dump(random_topology(seed, max_machines=4, max_devices_per_machine=4), f)
+    return path

@@ -1,0 +1,59 @@
+"""The ablation table (`tag bench --ablate`): one row per case with each part's iteration ms, the bound and the
+share of the gain each part earns, then the geomean summary the search is judged by.
+
+Summary lines (geomeans over the cases where both times are finite):
+  * full / start and tree (GNN) / tree (uniform): how much the whole search and the GNN's priors earn;
+  * (tree+refine) vs (start+refine) on the cases whose start leaves >= 20 % headroom over the compute bound:
+    what the tree adds on top of starts and refinement where there is room to gain.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tag.bench.ablate import CHAIN, PARTS, AblationCase
+
+HEADROOM_MIN = 0.20  # cases whose start is at least 20 % above the compute bound
+
+
+def _ms(v: float) -> str:
+    return "OOM" if v == math.inf else ("-" if not math.isfinite(v) else f"{v:.2f}")
+
+
+def _pct(v: float) -> str:
+    return "-" if not math.isfinite(v) else f"{100 * v:.0f}%"
+
+
+def geomean_ratio(cases: list[AblationCase], num: str, den: str) -> tuple[float, int]:
+    """Geomean of ms[den] / ms[num] (a speedup of `num` over `den`) over cases where both are finite; (nan, 0)
+    when none."""
+    logs = [math.log(c.ms[den] / c.ms[num]) for c in cases if c.error is None
+            and all(math.isfinite(c.ms.get(k, math.nan)) and c.ms.get(k, 0) > 0 for k in (num, den))]
+    return (math.exp(sum(logs) / len(logs)), len(logs)) if logs else (math.nan, 0)
+
+
+def ablation_markdown(cases: list[AblationCase], commands: list[str] | None = None) -> str:
+    """The table and summary (module docstring); `commands` (optional) are listed under it."""
+    share_cols = list(CHAIN[1:]) + ["refine alone"]
+    head = ["case", *PARTS, "bound", "headroom", *[f"share: {s}" for s in share_cols]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in cases:
+        if c.error is not None:
+            lines.append(f"| {c.model} on {c.topology} | " + " | ".join([f"error: {c.error}"] + [""] * (len(head) - 2))
+                         + " |")
+            continue
+        sh = c.shares()
+        cells = [f"{c.model} on {c.topology}", *[_ms(c.ms.get(p, math.nan)) for p in PARTS], _ms(c.bound_ms),
+                 _pct(c.headroom), *[_pct(sh.get(s, math.nan)) for s in share_cols]]
+        lines.append("| " + " | ".join(cells) + " |")
+    room = [c for c in cases if c.error is None and math.isfinite(c.headroom) and c.headroom >= HEADROOM_MIN]
+    full, n_full = geomean_ratio(cases, "full", "start")
+    gnn, n_gnn = geomean_ratio(cases, "tree (GNN)", "tree (uniform)")
+    tree, n_tree = geomean_ratio(room, "tree+refine", "start+refine")
+    lines += ["", f"- full over start: {full:.3f}x geomean over {n_full} cases",
+              f"- tree (GNN) over tree (uniform): {gnn:.3f}x geomean over {n_gnn} cases",
+              f"- tree+refine over start+refine, on the {len(room)} cases with >= {100 * HEADROOM_MIN:.0f}% headroom "
+              f"over the bound: {tree:.3f}x geomean over {n_tree} cases"]
+    if commands:
+        lines += ["", "Each column is a `tag plan` command line:", ""] + [f"    {c}" for c in commands]
+    return "\n".join(lines) + "\n"
