@@ -81,26 +81,21 @@ class SimContext:
 
         Batched bytes move as `slices(producer rows, consumer rows)` merged per device pair; unbatched
         bytes go whole from the first producer device to each consumer device that is not a producer; a
-        pair with no bytes still carries a latency-only message. Bytes are on the wire at the training
-        precision (`tag.sim.precision.edge_wire_bytes`: 16-bit activations under fp16 / bf16).
+        pair with no bytes still carries a latency-only message. The bytes are at the graph's dtypes (what
+        `MemoryInputs.recv` records; the memory model applies the precision itself); the flows carry them at the
+        training precision (`tag.sim.precision.edge_wire_bytes`: 16-bit activations under fp16 / bf16).
         """
         key = (ei, producer.rows, consumer.rows)
         hit = self._edge.get(key)
         if hit is not None:
             return hit
-        per_row, fixed = self.edge_bytes[ei]
-        pairs: dict[tuple[int, int], float] = {}
-        if per_row > 0 and producer.rows != consumer.rows:
-            for sl in slices(producer.rows, consumer.rows):
-                pairs[(sl.src, sl.dst)] = pairs.get((sl.src, sl.dst), 0.0) + sl.rows * per_row
-        pdevs = producer.devices
-        if pdevs and (fixed > 0 or per_row <= 0):
-            pset = set(pdevs)
-            for d in consumer.devices:
-                if d not in pset:
-                    pairs[(pdevs[0], d)] = pairs.get((pdevs[0], d), 0.0) + fixed
+        e = self.gg.edges[ei]
+        pairs = _edge_pairs(producer, consumer, e.bytes_per_row, e.bytes_fixed)
+        wire = pairs if self.edge_bytes[ei] == (e.bytes_per_row, e.bytes_fixed) else \
+            _edge_pairs(producer, consumer, *self.edge_bytes[ei])
         cl = self.cluster
-        hit = [(s, d, b, p2p_spec(cl, s, d, b), p2p_spec(cl, d, s, b)) for (s, d), b in pairs.items()]
+        hit = [(s, d, b, p2p_spec(cl, s, d, wire[(s, d)]), p2p_spec(cl, d, s, wire[(s, d)]))
+               for (s, d), b in pairs.items()]
         if len(self._edge) > _MAX_ENTRIES:
             self._edge.clear()
         self._edge[key] = hit
@@ -170,6 +165,22 @@ class SimContext:
                 self._phases.clear()
             self._phases[key] = hit
         return hit
+
+
+def _edge_pairs(producer, consumer, per_row: float, fixed: float) -> dict[tuple[int, int], float]:
+    """{(src device, dst device): bytes} of an edge of `per_row` batched and `fixed` unbatched bytes
+    (`SimContext.edge_transfers`)."""
+    pairs: dict[tuple[int, int], float] = {}
+    if per_row > 0 and producer.rows != consumer.rows:
+        for sl in slices(producer.rows, consumer.rows):
+            pairs[(sl.src, sl.dst)] = pairs.get((sl.src, sl.dst), 0.0) + sl.rows * per_row
+    pdevs = producer.devices
+    if pdevs and (fixed > 0 or per_row <= 0):
+        pset = set(pdevs)
+        for d in consumer.devices:
+            if d not in pset:
+                pairs[(pdevs[0], d)] = pairs.get((pdevs[0], d), 0.0) + fixed
+    return pairs
 
 
 def micro_decision(decision, micro_batches: int):
