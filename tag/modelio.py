@@ -24,7 +24,8 @@ class ModelOptions:
     batch_size: global batch in samples (None: the model file's); input_shapes: {input name: dims} overriding the
     file's shapes; data_inputs: inputs that carry the batch (empty: detected); optimizer: None for "adam" (with a
     plan: the plan's); profile: a `tag profile ops` database path (None: the roofline cost model); groups: the
-    number of op groups to coarsen to (None: automatic).
+    number of op groups to coarsen to (None: automatic); precision: the training precision
+    (`tag.strategy.memory_decisions.PRECISIONS`; None: fp32, or with a plan the plan's).
     """
 
     batch_size: int | None = None
@@ -33,10 +34,11 @@ class ModelOptions:
     optimizer: str | None = None
     profile: str | None = None
     groups: int | None = None
+    precision: str | None = None
 
     def training(self) -> TrainingConfig:
-        """The TrainingConfig these options ask for (the optimizer; lr and loss at their defaults)."""
-        return TrainingConfig(optimizer=self.optimizer or "adam")
+        """The TrainingConfig these options ask for (the optimizer and precision; lr and loss at their defaults)."""
+        return TrainingConfig(optimizer=self.optimizer or "adam", precision=self.precision or "fp32")
 
 
 @dataclass
@@ -70,6 +72,17 @@ def measured_ring_gbps(topology_path, fit=None) -> float | None:
         return None
 
 
+def cost_model_for(gg, training: TrainingConfig, topology_path, profile: str | None = None):
+    """The cost model of `gg` under `training` (its precision): roofline, or measured op times from `profile` with
+    the collective rates `tag profile links` measured into the topology file."""
+    from tag.cost import make_cost_model
+    from tag.profile.links import collective_step_us
+
+    return make_cost_model(gg, training, profile=profile,
+                           collective_gbps=measured_ring_gbps(topology_path) if profile else None,
+                           collective_step_us=measured_ring_gbps(topology_path, collective_step_us) if profile else None)
+
+
 def load_inputs(model_path: str, topology_path: str, options: ModelOptions = ModelOptions(),
                 plan_path: str | None = None, on_step: Callable[[str], None] | None = None) -> Inputs:
     """Load topology, model, groups and cost model from the paths and `options`.
@@ -79,12 +92,15 @@ def load_inputs(model_path: str, topology_path: str, options: ModelOptions = Mod
     shape in `options` that contradicts the plan is an InputError. `on_step(stage)` is called after each of
     the `LOAD_STAGES` stages with the stage's name (a progress bar).
     """
-    from tag.cost import make_cost_model
     from tag.graph import load_model
     from tag.topology import load_topology
 
     step = on_step or (lambda stage: None)
     cluster = load_topology(topology_path)
+    if options.precision is not None:
+        from tag.strategy.memory_decisions import check_precision_supported
+
+        check_precision_supported(cluster, options.precision, str(topology_path), "--precision")
     step("topology")
     shapes = dict(options.input_shapes)
     batch = options.batch_size
@@ -117,16 +133,15 @@ def load_inputs(model_path: str, topology_path: str, options: ModelOptions = Mod
                                  "x".join(map(str, meta.input_shapes[name])))
         shapes = {**meta.input_shapes, **shapes}
         training = meta.training
+        if options.precision is not None and options.precision != training.precision:
+            raise InputError(plan_path, "training.precision", f"--precision {options.precision} as given on the "
+                             "command line", training.precision)
         graph = load_model(model_path, data_inputs=data_inputs, input_shapes=shapes, batch_size=meta.batch_size,
                            n_devices=cluster.n_devices)
         step("model")
         strategy, gg, meta = validate_plan(raw, graph, None, cluster, model_path, topology_path, plan_path=plan_path)
         step("plan check")
-    profile = options.profile
-    from tag.profile.links import collective_step_us
-    cost = make_cost_model(gg, training, profile=profile,
-                           collective_gbps=measured_ring_gbps(topology_path) if profile else None,
-                           collective_step_us=measured_ring_gbps(topology_path, collective_step_us) if profile else None)
+    cost = cost_model_for(gg, training, topology_path, options.profile)
     step("cost model")
     return Inputs(model_path=str(model_path), topology_path=str(topology_path), graph=graph, gg=gg,
                   cluster=cluster, cost=cost, training=training, batch_size=graph.batch_size,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from tag.bench.data import CaseFiles, case_files
@@ -41,12 +41,13 @@ class SuiteOptions:
     datasets_dir: str | None = None  # a datasets/ directory (default: the checkout's, else the package data)
     seed: int = 0
     refine_simulations: int | None = None
+    precision: str | None = None  # the training precision of every case (None: the search chooses, as tag plan)
 
 
 def suite_options(quick: bool = False, models=None, topologies=None, playouts: int | None = None,
                   budget_s: float | None = None, profile: str | None = None,
                   datasets_dir: str | None = None, seed: int = 0,
-                  refine_simulations: int | None = None) -> SuiteOptions:
+                  refine_simulations: int | None = None, precision: str | None = None) -> SuiteOptions:
     """SuiteOptions with the quick or full defaults for whatever is not given."""
     from tag.search.budget import DEFAULT_BUDGET_S
 
@@ -54,7 +55,7 @@ def suite_options(quick: bool = False, models=None, topologies=None, playouts: i
                         tuple(topologies or (QUICK_TOPOLOGIES if quick else TOPOLOGIES)),
                         playouts or (QUICK_PLAYOUTS if quick else None),
                         budget_s or DEFAULT_BUDGET_S, profile, datasets_dir, seed,
-                        refine_simulations or (QUICK_REFINE_SIMULATIONS if quick else None))
+                        refine_simulations or (QUICK_REFINE_SIMULATIONS if quick else None), precision)
 
 
 @dataclass
@@ -68,6 +69,7 @@ class Case:
     ms: dict[str, float] = field(default_factory=dict)  # baselines, "plan", "plan+sfb", "ideal" (the compute bound)
     flops_bound_ms: float = math.nan  # 3 x forward FLOPs x batch / summed FP32 peaks (`tag.bench.ideal.flops_bound_ms`)
     plan_kind: str = ""  # "pipeline" when the plan has stages and micro-batches, else "" (the search's start name)
+    precision: str = "fp32"  # the precision the case was planned in (every column of the case is simulated in it)
     search_s: float = 0.0
     playouts: int = 0
     simulations: int = 0
@@ -78,24 +80,28 @@ class Case:
 def run_case(files: CaseFiles, model: str, topology: str, opts: SuiteOptions) -> Case:
     """Load one case, run every baseline and the search (`tag.search.planner.plan`, SFB on), and the bound."""
     from tag.bench.ideal import compute_bound, flops_bound_ms
-    from tag.modelio import ModelOptions, load_inputs
+    from tag.modelio import ModelOptions, cost_model_for, load_inputs
     from tag.search.planner import plan
 
     case = Case(model, topology)
     # the file's batch and shapes, Adam, the roofline cost model (or the profile's)
-    inp = load_inputs(os.fspath(files.model_path), os.fspath(files.topology_path), ModelOptions(profile=opts.profile))
+    inp = load_inputs(os.fspath(files.model_path), os.fspath(files.topology_path),
+                      ModelOptions(profile=opts.profile, precision=opts.precision))
     case.batch, case.groups = inp.batch_size, inp.gg.n_groups
     t0 = time.monotonic()
+    cost_for = None if opts.precision else (lambda p: cost_model_for(inp.gg, replace(inp.training, precision=p),
+                                                                     files.topology_path, opts.profile))
     res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=opts.playouts, budget_s=opts.budget_s,
-               seed=opts.seed, sfb=True, refine_simulations=opts.refine_simulations)
+               seed=opts.seed, sfb=True, refine_simulations=opts.refine_simulations, cost_for=cost_for)
     case.search_s = time.monotonic() - t0
+    case.precision = res.training.precision
     case.playouts, case.simulations, case.capped = res.playouts, res.simulations, res.capped
     for name, (_, r) in res.baselines.items():
         case.ms[name] = r.iteration_ms if not r.oom else math.inf
     nosfb = res.no_sfb_result
     case.ms["plan"] = nosfb.iteration_ms if not nosfb.oom else math.inf
     case.ms["plan+sfb"] = res.result.iteration_ms if not res.result.oom else math.inf
-    case.ms["ideal"] = compute_bound(inp.gg, inp.cluster, inp.cost, inp.batch_size).iteration_ms
+    case.ms["ideal"] = compute_bound(inp.gg, inp.cluster, res.cost, inp.batch_size).iteration_ms
     case.flops_bound_ms = flops_bound_ms(inp.gg, inp.cluster, inp.batch_size)
     pipe = res.strategy.pipeline
     case.plan_kind = (f"pipeline S={len(pipe.stages)} m={pipe.micro_batches} {pipe.schedule}"

@@ -105,7 +105,7 @@ def bounds_markdown(cases: list[Case]) -> str:
         def over(x: float) -> str:
             return f"{p / x:.2f}" if math.isfinite(p) and x == x and x > 0 else "OOM" if not math.isfinite(p) else ""
         lines.append(f"| {c.model} | {c.topology} | {p:.1f} | {b:.1f} | {over(b)} | {f:.1f} | {over(f)} | "
-                     f"{c.plan_kind or 'one stage'} |")
+                     f"{c.plan_kind or 'one stage'}{'' if c.precision == 'fp32' else ', ' + c.precision} |")
     return "\n".join(lines)
 
 
@@ -120,7 +120,7 @@ def suite_json(cases: list[Case]) -> dict:
              "speedup_over_dp_even": {k: _num(ratio(c, k)) for k in COLUMNS if k in c.ms},
              "search_seconds": round(c.search_s, 3), "playouts": c.playouts, "simulations": c.simulations,
              "capped": c.capped, "error": c.error, "flops_bound_ms": _num(c.flops_bound_ms),
-             "plan_kind": c.plan_kind} for c in cases]
+             "plan_kind": c.plan_kind, "precision": c.precision} for c in cases]
     summary = [{"topology": s.topology, "geomean_plan_over_dp_even": _num(s.geomean_plan_over_dp_even),
                 "geomean_plan_over_dp_proportional": _num(s.geomean_plan_over_dp_proportional),
                 "median_search_seconds": _num(s.median_search_s), "cases": s.cases} for s in summarise(cases)]

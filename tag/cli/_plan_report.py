@@ -24,7 +24,8 @@ def describe_decision(dec, cluster) -> str:
     if dec.sync == "ps" and dec.server is not None:
         sync += f" on {cluster.devices[dec.server].id}"
     sfb = f", SFB on {len(dec.sfb)} op(s)" if dec.sfb else ""
-    return f"{rows}, {sync}{sfb}"
+    memory = (f", ZeRO-{dec.zero}" if dec.zero else "") + (", recompute" if dec.recompute else "")
+    return f"{rows}, {sync}{sfb}{memory}"
 
 
 MAX_DECISION_LINES = 60  # the printed plan lists at most this many runs of groups (the plan file has them all)
@@ -103,7 +104,8 @@ def decision_runs(strategy) -> list[tuple[int, int, object]]:
     for g, dec in enumerate(strategy.decisions):
         if runs:
             a, _, cur = runs[-1]
-            same = cur.rows == dec.rows and cur.sfb == dec.sfb == ()
+            same = cur.rows == dec.rows and cur.sfb == dec.sfb == () and \
+                (cur.zero, cur.recompute) == (dec.zero, dec.recompute)
             if cur == dec or (same and (dec.sync is None or cur.sync is None or
                                         (dec.sync, dec.server) == (cur.sync, cur.server))):
                 runs[-1] = (a, g, cur if cur.sync is not None else dec)
@@ -149,6 +151,18 @@ def _x(v: float) -> str:
     return "-" if v != v else f"{v:.2f}x"
 
 
+def memory_line(res) -> str:
+    """One line on the plan's precision and memory decisions, e.g.
+    'precision fp16 (chosen by the search); ZeRO stage 1 x 48 groups; recomputed groups: 0'."""
+    from tag.search.memory_pass import decisions_summary
+
+    prec = res.training.precision if res.training is not None else "fp32"
+    how = " (chosen by the search)" if (res.precision or {}).get("by") == "search" else ""
+    summary = decisions_summary(res.strategy)
+    zero = ", ".join(f"stage {z} x {n} groups" for z, n in summary["zero"].items()) or "none"
+    return f"precision {prec}{how}; ZeRO: {zero}; recomputed groups: {summary['recompute']}"
+
+
 def report_text(inp, res, output_path: str | None) -> str:
     cluster = inp.cluster
     lines = [f"model {inp.model_path}: batch {inp.batch_size}, {inp.gg.n_groups} groups; cluster {cluster.name}: "
@@ -176,6 +190,7 @@ def report_text(inp, res, output_path: str | None) -> str:
         except ImportError:
             lines += ["", f"SFB on {len(res.sfb['ops'])} op(s)"]
     lines.append("")
+    lines.append(memory_line(res))
     lines.append(f"search: {res.method}, {res.playouts} playouts, {res.simulations} simulations, "
                  f"{res.seconds:.1f} s, seed {res.seed}")
     if output_path:

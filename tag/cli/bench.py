@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tag.cli.util import add_output_flags, add_verb, check_outputs, emit, positive_int, progress
+from tag.cli.util import add_output_flags, add_precision_flag, add_verb, check_outputs, emit, positive_int, progress
 
 DESCRIPTION = (
     "Run the benchmark suite: for every model x topology, every baseline, the searched plan before and after SFB "
@@ -39,6 +39,8 @@ def add_parser(sub):
                    help="a tag checkout's datasets/ directory (default: the checkout tag runs from, else the "
                         "models and topologies shipped with tag)")
     p.add_argument("--out", metavar="FILE.md", default=None, help="also write the markdown tables here")
+    add_precision_flag(p, "each case's search chooses, as tag plan does (the bounds table names a precision other "
+                          "than fp32); not with --published")
     add_output_flags(p)
     return p
 
@@ -52,7 +54,7 @@ def run(args) -> int:
         for flag, given in (("--profile", args.profile), ("--models", args.models), ("--topologies", args.topologies),
                             ("--playouts", args.playouts),
                             ("--simulations", args.simulations), ("--budget", args.budget), ("--datasets", args.datasets),
-                            ("--quick", args.quick)):
+                            ("--quick", args.quick), ("--precision", args.precision)):
             if given:
                 raise InputError(flag, "with --published", "no suite flag (--published checks the catalog cost "
                                  "model against the published tables shipped with tag)", flag)
@@ -91,7 +93,7 @@ def _suite(args):
     from tag.bench.suite_format import suite_json, suite_markdown
 
     opts = suite_options(args.quick, args.models, args.topologies, args.playouts, args.budget, args.profile,
-                         args.datasets, refine_simulations=args.simulations)
+                         args.datasets, refine_simulations=args.simulations, precision=args.precision)
     bar = progress(total=len(opts.models) * len(opts.topologies), desc="bench", unit="case")
 
     def on_case(done: int, total: int, label: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from tag.deploy.job import DeployOptions, Job, prepare_job
-from tag.modelio import LOAD_STAGES, Inputs, ModelOptions, load_inputs
+from tag.modelio import LOAD_STAGES, Inputs, ModelOptions, cost_model_for, load_inputs
 
 
 def model_options(args: argparse.Namespace) -> ModelOptions:
@@ -20,7 +20,18 @@ def model_options(args: argparse.Namespace) -> ModelOptions:
                         input_shapes=parse_input_shapes(getattr(args, "input_shape", None) or []),
                         data_inputs=tuple(getattr(args, "data_input", None) or ()),
                         optimizer=getattr(args, "optimizer", None), profile=getattr(args, "profile", None),
-                        groups=getattr(args, "groups", None))
+                        groups=getattr(args, "groups", None), precision=getattr(args, "precision", None))
+
+
+def precision_costs(args: argparse.Namespace, inp: Inputs):
+    """None when --precision fixes the precision; else precision -> the cost model of `inp` under it (for the
+    search to choose, `tag.search.planner.plan(cost_for=...)`)."""
+    from dataclasses import replace
+
+    if getattr(args, "precision", None) is not None:
+        return None
+    return lambda precision: cost_model_for(inp.gg, replace(inp.training, precision=precision), inp.topology_path,
+                                            getattr(args, "profile", None))
 
 
 def deploy_options(args: argparse.Namespace) -> DeployOptions:

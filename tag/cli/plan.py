@@ -6,7 +6,7 @@ one is still written to -o); 1 an internal failure.
 
 from __future__ import annotations
 
-from tag.cli.util import BASELINE_NAMES, add_model_flags, add_output_flags, add_verb
+from tag.cli.util import BASELINE_NAMES, add_model_flags, add_output_flags, add_precision_flag, add_verb
 from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFINE_SIMULATIONS, MIN_PLAYOUTS,
                                MIN_REFINE_SIMULATIONS, OTHER_REFINE_SHARE, SCALE_FROM)
 
@@ -53,6 +53,12 @@ def add_parser(sub):
                    help="also write the plan's HTML report here (as `tag report` does)")
     p.add_argument("--groups", type=int, default=None, metavar="K", help="number of op groups (default: automatic)")
     add_model_flags(p)
+    add_precision_flag(p, "the search chooses. It scores the starts (the baselines, and the memory pass's ZeRO / "
+                          "recomputation variants of those that do not fit) under fp32 and under each precision every "
+                          "device type supports and runs faster (a tensor-core peak in the catalog), and searches "
+                          "under the fastest that fits; fp32 first, then tf32, bf16, fp16, each needing to be over "
+                          "1%% faster than the one before it. plan.json's search.precision says what was chosen and "
+                          "why. With --baseline: fp32")
     add_output_flags(p)
     return p
 
@@ -62,9 +68,11 @@ def run(args) -> int:
 
     from tag.cli.util import check_outputs, emit, progress
     from tag.errors import InputError
-    from tag.cli.inputs import load_verb_inputs
+    from dataclasses import replace
+
+    from tag.cli.inputs import load_verb_inputs, precision_costs
     from tag.search.budget import default_counts
-    from tag.search.planner import PIPELINE_MAX_DEVICES, SFB_MAX_DEVICES, plan
+    from tag.search.planner import PIPELINE_MAX_DEVICES, SFB_MAX_DEVICES, memory_report, plan
     from tag.strategy.planfile import baselines_summary, plan_to_json, predicted_from_result, write_plan
     from tag.cli._plan_report import report_text
 
@@ -108,7 +116,8 @@ def run(args) -> int:
         baselines = run_baselines(inp.gg, inp.cluster, inp.cost, inp.training)
         strategy, result = baselines[args.baseline]
         res = PlanResult(strategy=strategy, result=result, baselines=baselines, best_baseline=None,
-                         method=f"baseline:{args.baseline}", playouts=0, seconds=0.0, seed=args.seed, simulations=0)
+                         method=f"baseline:{args.baseline}", playouts=0, seconds=0.0, seed=args.seed, simulations=0,
+                         training=inp.training, cost=inp.cost)
     else:
         default_playouts, default_refine = default_counts(inp.gg.n_groups, inp.cluster.n_devices)
         playouts = default_playouts if args.playouts is None else args.playouts
@@ -121,9 +130,11 @@ def run(args) -> int:
             res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=playouts,
                        refine_simulations=refine_simulations, budget_s=args.budget or DEFAULT_BUDGET_S,
                        seed=args.seed, priors_fn=priors_fn, refine=not args.no_refine,
-                       sfb=use_sfb, on_progress=tick, pipeline=not args.no_pipeline)
+                       sfb=use_sfb, on_progress=tick, pipeline=not args.no_pipeline,
+                       cost_for=precision_costs(args, inp))
         finally:
             bar.close()
+    inp = replace(inp, training=res.training, cost=res.cost)  # the precision searched under
 
     if res.result.oom and args.baseline is None:
         res = _least_overflowing(res, inp.cluster)
@@ -133,7 +144,8 @@ def run(args) -> int:
                          "true and the plan may differ run to run: raise --budget or lower --playouts/--simulations\n")
     search = {"method": res.method, "playouts": res.playouts, "simulations": res.simulations, "capped": res.capped,
               "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name, "warnings": warnings,
-              "pipelines": res.pipelines}
+              "pipelines": res.pipelines, "precision": _precision_report(args, res),
+              "memory": res.memory or memory_report(res.strategy, {})}
     from tag.sim.context import sim_context
 
     buckets = sim_context(inp.gg, inp.cluster, inp.cost, inp.training).bucket_syncs(res.strategy)
@@ -160,6 +172,15 @@ def run(args) -> int:
         return EXIT_OOM
     emit(args, obj, report_text(inp, res, args.output))
     return 0
+
+
+def _precision_report(args, res) -> dict:
+    """plan.json search.precision: the search's choice (`tag.search.precision`), or how the precision was fixed."""
+    if args.precision is not None:
+        return {"chosen": args.precision, "by": "--precision"}
+    if args.baseline is not None:
+        return {"chosen": res.training.precision, "by": "default (--baseline plans in fp32 unless --precision)"}
+    return res.precision
 
 
 def _least_overflowing(res, cluster):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tag.cli.util import BASELINE_NAMES, add_model_flags, add_output_flags, add_verb
+from tag.cli.util import BASELINE_NAMES, add_model_flags, add_output_flags, add_precision_flag, add_verb
 
 
 def add_parser(sub):
@@ -22,6 +22,7 @@ def add_parser(sub):
     p.add_argument("--trace", metavar="T.json", default=None, help="write a Chrome trace (chrome://tracing, Perfetto)")
     p.add_argument("--groups", type=int, default=None, metavar="K", help="op groups for baselines (default: automatic)")
     add_model_flags(p)
+    add_precision_flag(p, "with --plan the plan's precision (--precision must agree with it), else fp32")
     add_output_flags(p)
     return p
 
@@ -85,6 +86,7 @@ def run(args) -> int:
 
     obj = dict(res.to_json())
     obj.update({"batch_size": inp.batch_size, "groups": inp.gg.n_groups, "cost_model": inp.cost.name,
+                "precision": inp.training.precision,
                 "strategy": "plan" if args.plan else args.baseline})
     if args.trace:
         obj["trace"] = args.trace
@@ -100,7 +102,7 @@ def run(args) -> int:
         for d in dec.devices:
             rows_of[d] = max(rows_of.get(d, 0), dec.rows[d])
     lines = [f"{source}: {inp.gg.n_groups} groups, batch {inp.batch_size}, optimizer {inp.training.optimizer}, "
-             f"cost model {inp.cost.name}",
+             f"precision {inp.training.precision}, cost model {inp.cost.name}",
              (f"OUT OF MEMORY on {', '.join(sorted(oom_devices))} (the iteration would take "
               f"{getattr(res, 'fit_iteration_ms', float('nan')):.2f} ms if it fit)" if res.oom else
               f"iteration {res.iteration_ms:.2f} ms, {res.samples_per_s:,.1f} samples/s"), ""]

@@ -75,6 +75,18 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
                    help="optimizer whose state and update are costed (default adam)")
 
 
+PRECISION_NAMES = ["fp32", "tf32", "fp16", "bf16"]  # tag.strategy.memory_decisions.PRECISIONS
+
+
+def add_precision_flag(p: argparse.ArgumentParser, chooses: str) -> None:
+    """``--precision fp32|tf32|fp16|bf16``; `chooses` says what happens without it (the verb's default)."""
+    p.add_argument("--precision", choices=PRECISION_NAMES, default=None, metavar="P",
+                   help="training precision: fp32; tf32 (fp32 storage, tensor-core matmuls; Ampere or later); "
+                        "fp16 / bf16 mixed precision (16-bit compute and activations, fp32 master weights, gradients "
+                        "and optimizer states; fp16 with loss scaling; changes the numerics). Every device type must "
+                        f"support it (exit 2 otherwise). Without it: {chooses}")
+
+
 def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
     """Parse ``NAME=1x3x48x320`` flags into a dict."""
     out: dict[str, tuple[int, ...]] = {}

@@ -21,6 +21,8 @@ from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFIN
                                WallCap, default_counts)
 from tag.search.evaluate import Evaluator
 from tag.search.mcts import MCTS, PriorsFn, VisitRecord
+from tag.search.memory_pass import MEMORY_SUFFIX, decisions_summary, fit_memory
+from tag.search.precision import choose_precision, make_seeds
 from tag.search.refine import refine as refine_pass
 from tag.search.space import build_space, fits_pipeline
 from tag.strategy import Strategy, TrainingConfig
@@ -96,6 +98,10 @@ class PlanResult:
     start: str = ""  # what the tree search started from: a baseline name or a `tag.search.starts` name
     pipelines: bool = False  # micro-batched pipelines were searched (`tag.search.pipeline_search`)
     candidates: dict = field(default_factory=dict)  # pipeline name -> (strategy, SimResult), each simulated
+    training: TrainingConfig | None = None  # the training settings searched under (the precision chosen or fixed)
+    cost: object = None  # the cost model of that precision
+    precision: dict = field(default_factory=dict)  # plan.json search.precision (`tag.search.precision`)
+    memory: dict = field(default_factory=dict)  # plan.json search.memory (`memory_report`)
 
 
 def best_baseline(baselines: dict[str, tuple[Strategy, object]]) -> str | None:
@@ -115,7 +121,8 @@ def least_oom_baseline(baselines: dict[str, tuple[Strategy, object]], usable_gb:
 def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = None,
          budget_s: float | None = DEFAULT_BUDGET_S, seed: int = 0, priors_fn: PriorsFn | None = None,
          refine: bool = True, sfb: bool = True, refine_simulations: int | None = None,
-         on_progress: Callable[[int, float], None] | None = None, pipeline: bool = True) -> PlanResult:
+         on_progress: Callable[[int, float], None] | None = None, pipeline: bool = True,
+         cost_for: Callable[[str], object] | None = None) -> PlanResult:
     """Search a strategy: `playouts` tree playouts, then refinement with `refine_simulations` simulations
     (the tree's best plan; refine_simulations // 4 for each other baseline), then SFB selection. None for
     either count: `tag.search.budget.default_counts` of the instance. `budget_s` (None: none) is a wall-clock
@@ -127,8 +134,13 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     like the other baselines, and is the tree's start when it beats every start and no baseline fits (the tree's
     moves stay inside a pipeline's stages) (False: `tag plan --no-pipeline`; not
     searched above PIPELINE_MAX_DEVICES devices; `PlanResult.pipelines` says whether they were).
+    cost_for: None searches under `training.precision` with `cost`; else precision -> cost model, and the search
+    chooses the precision (`tag.search.precision.choose_precision`; `PlanResult.training` and `.cost` are the chosen).
+    Memory (`tag.search.memory_pass`): every baseline that does not fit gets a memory-pass variant (a start like the
+    baselines); the pass also runs on the start when nothing fits, on the fastest strategies the tree found that do
+    not fit (`fit_fastest_oom`), and on the refined plan if it still does not fit; refinement moves ZeRO stages and
+    recomputation per group and per stage.
     """
-    from tag.search.baselines import run_baselines
     from tag.sim import simulate
 
     t0 = time.monotonic()
@@ -137,17 +149,22 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     playouts = default_playouts if playouts is None else playouts
     refine_simulations = default_refine if refine_simulations is None else refine_simulations
     batch = gg.graph.batch_size
-    baselines = run_baselines(gg, cluster, cost, training)
     usable_gb = {d.id: d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
-    base_name = best_baseline(baselines)
-    if base_name is not None:
-        reference_ms = baselines[base_name][1].iteration_ms
-        start_name = base_name
+    if cost_for is not None:  # the search chooses the precision (tag.search.precision)
+        choice = choose_precision(gg, cluster, training, cost_for)
+        seeds, precision_report, seed_sims = choice.seeds, choice.report, choice.simulations
     else:
-        start_name = least_oom_baseline(baselines, usable_gb)
+        seeds = make_seeds(gg, cluster, cost, training)
+        precision_report, seed_sims = {"chosen": training.precision, "by": "fixed"}, 0
+    training, cost, baselines, variants = seeds.training, seeds.cost, seeds.baselines, seeds.variants
+    base_name = best_baseline(baselines)
+    fit_name = best_baseline({**baselines, **variants})  # the fastest start that fits, memory variants included
+    if fit_name is not None:
+        reference_ms = {**baselines, **variants}[fit_name][1].iteration_ms
+    else:
         reference_ms = _compute_only_ms(gg, cluster, cost, batch)
-    base = baselines[start_name][0]
-    counted = [0]  # simulations run through simulate_fn (SFB scoring bypasses the evaluator's cache)
+    start_name = base_name if base_name is not None else least_oom_baseline(baselines, usable_gb)
+    counted = [seed_sims + seeds.simulations]  # simulations after the baselines (SFB scoring bypasses the cache)
 
     def simulate_fn(strategy: Strategy):
         if strategy.pipeline is not None and not pipeline_consistent(strategy):
@@ -156,14 +173,18 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         return simulate(gg, cluster, cost, strategy, training)
 
     ev = Evaluator(simulate_fn, reference_ms, usable_gb)
-    for s, r in baselines.values():  # seed the cache and the best-ever with every baseline
+    for s, r in seeds.cache.items():  # seed the cache and the best-ever with the baselines and memory variants
         ev.add(s, r)
     pipeline = pipeline and cluster.n_devices <= PIPELINE_MAX_DEVICES
     candidates = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else {}
     # the tree's per-group moves keep a pipelined start inside its stages, so the tree starts from a pipeline only
     # when no baseline fits; otherwise the pipelines compete through the evaluator's best-ever and refinement
     start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
-                                  extra=candidates if base_name is None else None)
+                                  extra={**variants, **(candidates if fit_name is None else {})})
+    if ev.result(base).oom:  # nothing fits: the memory pass on the start
+        fitted = fit_memory(gg, cluster, cost, training, base, ev.result)
+        if fitted.fits:
+            start_name, base = start_name + MEMORY_SUFFIX, fitted.strategy
     space = build_space(gg, cluster, cost, batch, base)
     tree = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn)
 
@@ -172,20 +193,27 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
             on_progress(done, ev.result(ev.best[1]).iteration_ms if ev.best[1] is not None else math.inf)
 
     res = tree.run(playouts, cap, progress)
+    fit_fastest_oom(gg, cluster, cost, training, ev, cap=cap)
     best = ev.best[1] or base
     if refine:
         # multi-start: the tree's best first, then every other baseline (a different basin: e.g. placement
         # when the tree started from data parallelism), each by strict-improvement coordinate descent that
         # stops when a sweep gains less than 0.1%
         refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
-        others = sorted((r.iteration_ms, name) for name, (_, r) in baselines.items() if name != start_name)
+        # a baseline that does not fit is refined from its memory variant when it has one
+        starts = {name: variants.get(name + MEMORY_SUFFIX, sr) for name, sr in baselines.items()}
+        others = sorted((r.iteration_ms, name) for name, (_, r) in starts.items()
+                        if name != start_name and starts[name][0] is not base)
         for _, name in others:
-            refine_pass(space, ev, baselines[name][0], max_simulations=refine_simulations // OTHER_REFINE_SHARE,
+            refine_pass(space, ev, starts[name][0], max_simulations=refine_simulations // OTHER_REFINE_SHARE,
                         cap=cap)
         piped = _best_fitting(candidates)
         if piped is not None and piped is not base:  # the fastest pipeline, refined as the other baselines are
             refine_pass(space, ev, piped, max_simulations=refine_simulations // OTHER_REFINE_SHARE, cap=cap)
         best = ev.best[1] or best
+        if ev.result(best).oom:
+            fit_memory(gg, cluster, cost, training, best, ev.result)
+            best = ev.best[1] or best
     method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
     sfb_report: dict = {}
     no_sfb_result = ev.result(best)
@@ -197,7 +225,34 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
                       method=method, playouts=res.playouts, seconds=time.monotonic() - t0, seed=seed,
                       simulations=counted[0], capped=cap.hit, sfb=sfb_report, records=res.records,
                       search_space_size=space.size(), no_sfb_result=no_sfb_result, start=start_name,
-                      pipelines=pipeline, candidates=candidates)
+                      pipelines=pipeline, candidates=candidates, training=training, cost=cost,
+                      precision=precision_report, memory=memory_report(best, variants))
+
+
+OOM_RETRIES = 3  # the fastest out-of-memory strategies the tree found that the memory pass tries to fit
+
+
+def fit_fastest_oom(gg, cluster, cost, training, ev: Evaluator, *, retries: int = OOM_RETRIES,
+                    cap: WallCap | None = None) -> None:
+    """The memory pass on the `retries` strategies of the evaluator's cache that do not fit but would beat its best
+    fitting one if they did (by `fit_iteration_ms`, fastest first; ties in simulation order); what fits enters the
+    evaluator's best-ever through its cache."""
+    best = ev.best[1]
+    best_ms = ev.result(best).iteration_ms if best is not None else math.inf
+    ooms = sorted((r.fit_iteration_ms, i, s) for i, (s, r) in enumerate(list(ev.cache.items()))
+                  if r.oom and math.isfinite(r.fit_iteration_ms) and r.fit_iteration_ms < best_ms)
+    for _, _, s in ooms[:retries]:
+        if cap is not None and cap.reached():
+            break
+        fit_memory(gg, cluster, cost, training, s, ev.result)
+
+
+def memory_report(strategy: Strategy, variants: dict) -> dict:
+    """plan.json ``search.memory``: the plan's ZeRO stages and recomputed groups (`decisions_summary`) and the
+    baselines the memory pass made fit, with their time and decisions."""
+    return {**decisions_summary(strategy),
+            "variants": {name: {"iteration_ms": round(r.iteration_ms, 4), **decisions_summary(s)}
+                         for name, (s, r) in variants.items()}}
 
 
 def pipeline_consistent(strategy: Strategy) -> bool:

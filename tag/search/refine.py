@@ -5,7 +5,10 @@ choice), then moving rows for every group on the most common row map at once
 (`shared_shift_neighbours`); then, for each group (in the search order), every candidate of the space,
 the decisions of the groups next to it in topological order (so runs of groups can share a row map and
 skip re-partition transfers), and row shifts of the current row map (move one row, or about 5% of the
-rows, between devices adjacent in topology order), keeping a change only if the simulated value improves.
+rows, between devices adjacent in topology order) and its memory decisions (`tag.search.memory_pass`: the ZeRO stage
+one up or down, recomputation toggled), keeping a change only if the simulated value improves. The strategy-level
+moves also set one ZeRO stage, or recomputation on or off, for every group of a pipeline stage (of the whole plan
+without a pipeline) at once. Row moves keep a group's ZeRO stage and recomputation.
 It sweeps until a sweep gains less than 0.1% (`MIN_SWEEP_GAIN`) or the simulation budget is spent (or, as a
 safety net only, the wall-clock cap is reached). Deterministic: fixed order, strict improvement, counted work.
 
@@ -16,10 +19,12 @@ least m), and a decision that would put a group's rows outside its stage or off 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from tag.search.budget import WallCap
 from tag.search.evaluate import Evaluator
+from tag.search.memory_pass import carry_memory, memory_neighbours, stage_memory_neighbours
 from tag.search.space import SearchSpace, fits_pipeline
 from tag.strategy import AUTO, Decision, Strategy
 
@@ -59,7 +64,7 @@ def row_shift_neighbours(dec: Decision, device_class: Sequence | None = None,
                 rows = list(dec.rows)
                 rows[src] -= k
                 rows[dst] += k
-                out.append(Decision(tuple(rows), dec.sync, dec.server, dec.sfb))
+                out.append(replace(dec, rows=tuple(rows)))
     if big:
         out += class_shift_neighbours(dec, [c[-1] if isinstance(c, tuple) else c for c in device_class], unit)
     return out
@@ -89,7 +94,7 @@ def class_shift_neighbours(dec: Decision, device_type: Sequence, unit: int = 1) 
             for i, d in enumerate(give):
                 rows[d] -= unit
                 rows[dst[i % len(dst)]] += unit
-            out.append(Decision(tuple(rows), dec.sync, dec.server, dec.sfb))
+            out.append(replace(dec, rows=tuple(rows)))
     return out
 
 
@@ -114,7 +119,8 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
     while improved and not out_of_budget():
         improved = False
         sweep_start_v = cur_v
-        for cand in bucket_neighbours(current) + shared_shift_neighbours(current, space.device_class, unit):
+        for cand in (bucket_neighbours(current) + shared_shift_neighbours(current, space.device_class, unit)
+                     + stage_memory_neighbours(current, space.has_params)):
             if out_of_budget():
                 return current
             v = ev.value(cand)
@@ -126,7 +132,9 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
             for nb in (gid - 1, gid + 1):
                 if 0 <= nb < n_groups and (space.splittable[gid] or not current.decisions[nb].replicated):
                     tries.append(with_rows_of(current.decisions[nb], space.has_params[gid]))
+            tries = [carry_memory(space.has_params[gid], mine, t) for t in tries]
             tries += row_shift_neighbours(mine, space.device_class, unit=unit)
+            tries += memory_neighbours(mine, space.has_params[gid])
             for dec in tries:
                 if dec == current.decisions[gid] or not keeps(gid, dec):
                     continue
@@ -163,7 +171,7 @@ def shared_shift_neighbours(strategy: Strategy, device_class: Sequence | None = 
         return []
     out = []
     for nb in dict.fromkeys(n.rows for n in row_shift_neighbours(Decision(shared), device_class, unit=unit)):
-        out.append(strategy.with_decisions(Decision(nb, d.sync, d.server, d.sfb) if d.rows == shared else d
+        out.append(strategy.with_decisions(replace(d, rows=nb) if d.rows == shared else d
                                            for d in strategy.decisions))
     return out
 

@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from tag.graph.groups import group_has_params
+from tag.search.memory_pass import carry_memory
 from tag.strategy import AUTO, Decision, Strategy
 
 
@@ -271,7 +272,8 @@ def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: i
             for rows in row_maps:
                 devs = tuple(d for d in range(n) if rows[d] > 0)
                 for sync, server in sync_options(cluster, devs, has_params):
-                    dec = Decision(rows=rows, sync=sync, server=server)
+                    # the base's ZeRO stage and recomputation go with every row map (the memory pass set them)
+                    dec = carry_memory(has_params, base.decisions[gid], Decision(rows=rows, sync=sync, server=server))
                     if dec not in seen:
                         seen.add(dec)
                         cands.append(dec)

@@ -1,0 +1,129 @@
+"""The plan's precision when the user fixes none: score the search's starts under each candidate, search under the best.
+
+Candidates (`auto_precisions`): fp32, and every other precision that every device type supports
+(`tag.strategy.memory_decisions.unsupported_reason`) and computes faster than fp32 on every device type (the catalog
+records its tensor-core peak: ``tf32_tflops`` for tf32, ``amp_tflops`` above ``peak_tflops`` for fp16 / bf16). A
+precision that only changes numerics (bf16 on CPU ranks, fp16 on a GTX 1080 Ti at 1/64 of its fp32 rate) is never
+chosen by itself; ``--precision`` still asks for it.
+
+Score of a precision (`Seeds.score`): its fastest start that fits in memory — the baselines and the memory pass's
+variants of those that do not fit (`tag.search.memory_pass.memory_variants`), each simulated under that precision's
+cost model — or, when none fits, its least overflow. Candidates go in `PREFERENCE` order (full precision first; bf16
+before fp16, which needs loss scaling), and a later one replaces the current choice only when its score is more than
+`MIN_GAIN` (1%) faster, or it fits where the current choice does not: mixed precision changes the numerics, so it must
+pay. Work: (baselines + memory passes) per candidate, counted in the plan's simulations.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from tag.search.memory_pass import DEFAULT_PASS_SIMULATIONS, memory_variants
+from tag.strategy import TrainingConfig
+from tag.strategy.memory_decisions import peak_class, unsupported_reason
+
+PREFERENCE = ("fp32", "tf32", "bf16", "fp16")
+MIN_GAIN = 0.01  # a later precision of PREFERENCE must be this much faster to be chosen
+_PEAK_KEY = {"tf32": "tf32_tflops", "amp": "amp_tflops"}
+
+
+def faster_than_fp32(device_type, precision: str) -> bool:
+    """True when the catalog gives `device_type` a peak above its fp32 peak at `precision` (fp32: False)."""
+    key = _PEAK_KEY.get(peak_class(precision))
+    peak = ((getattr(device_type, "extra", None) or {}).get(key) or 0.0) if key else 0.0
+    return peak > device_type.peak_tflops
+
+
+def auto_precisions(cluster) -> list[str]:
+    """The precisions the search compares, in PREFERENCE order (module docstring); always starts with fp32."""
+    types = list({d.type.name: d.type for d in cluster.devices}.values())
+    return ["fp32"] + [p for p in PREFERENCE[1:]
+                       if all(unsupported_reason(t, p) is None and faster_than_fp32(t, p) for t in types)]
+
+
+@dataclass
+class Seeds:
+    """The starts of a search under one precision: the baselines and the memory pass's variants (name ->
+    (strategy, SimResult)), the cost model and training they were simulated with, and the simulations the variants
+    took (the baselines' are not counted, as `tag.search.planner.plan` counts them)."""
+
+    training: TrainingConfig
+    cost: object
+    baselines: dict
+    variants: dict
+    simulations: int = 0
+    cache: dict = field(default_factory=dict)  # strategy -> SimResult of every simulation made
+
+    def score(self, usable_gb: dict) -> tuple[int, float]:
+        """(0, fastest fitting start ms) or (1, least worst-device peak / usable memory) when none fits."""
+        starts = list(self.baselines.values()) + list(self.variants.values())
+        fits = [r.iteration_ms for _, r in starts if not r.oom and math.isfinite(r.iteration_ms)]
+        if fits:
+            return 0, min(fits)
+        return 1, min(max((gb / usable_gb[d] for d, gb in r.peak_memory_gb.items() if usable_gb.get(d)),
+                          default=math.inf) for _, r in starts)
+
+
+def make_seeds(gg, cluster, cost, training, *, pass_simulations: int = DEFAULT_PASS_SIMULATIONS,
+               simulate_fn: Callable | None = None) -> Seeds:
+    """Run the baselines under (cost, training), then the memory pass on each that does not fit.
+    `simulate_fn(strategy)`: the simulator call to use (default `tag.sim.simulate` on these inputs)."""
+    from tag.search.baselines import run_baselines
+    from tag.sim import simulate
+
+    baselines = run_baselines(gg, cluster, cost, training)
+    cache = {s: r for s, r in baselines.values()}
+    spent = [0]
+    sim = simulate_fn or (lambda s: simulate(gg, cluster, cost, s, training))
+
+    def result(s):
+        r = cache.get(s)
+        if r is None:
+            spent[0] += 1
+            r = cache[s] = sim(s)
+        return r
+
+    variants = memory_variants(gg, cluster, cost, training, baselines, result, max_simulations=pass_simulations)
+    return Seeds(training, cost, baselines, variants, spent[0], cache)
+
+
+@dataclass
+class PrecisionChoice:
+    """The chosen precision's seeds and the report plan.json's ``search.precision`` carries."""
+
+    seeds: Seeds
+    report: dict
+    simulations: int  # simulations of the candidates not chosen (their baselines and passes)
+
+
+def choose_precision(gg, cluster, training, cost_for: Callable[[str], object], *,
+                     pass_simulations: int = DEFAULT_PASS_SIMULATIONS) -> PrecisionChoice:
+    """Score every candidate of `auto_precisions` (module docstring) and keep the best; `cost_for(precision)` builds
+    the cost model of a precision (the CLI's, with its profile)."""
+    usable_gb = {d.id: d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
+    chosen, tried, sims = None, {}, 0
+    for p in auto_precisions(cluster):
+        tr = replace(training, precision=p)
+        seeds = make_seeds(gg, cluster, cost_for(p), tr, pass_simulations=pass_simulations)
+        sims += len(seeds.cache)
+        score = seeds.score(usable_gb)
+        tried[p] = {"fits": score[0] == 0, "best_start_ms": round(score[1], 4) if score[0] == 0 else None}
+        if chosen is None or _better(score, chosen[1]):
+            chosen = (seeds, score)
+    seeds = chosen[0]
+    sims -= len(seeds.cache)
+    p = seeds.training.precision
+    why = ("the only candidate" if len(tried) == 1 else
+           f"its best start is the fastest that fits (a precision later in {', '.join(PREFERENCE)} must be over "
+           f"{MIN_GAIN:.0%} faster to be chosen)" if tried[p]["fits"] else "nothing fits; it overflows least")
+    report = {"chosen": p, "by": "search", "candidates": tried, "why": why}
+    return PrecisionChoice(seeds, report, sims)
+
+
+def _better(score: tuple[int, float], best: tuple[int, float]) -> bool:
+    """A later candidate's score beats the current best's: fits where it does not, or more than MIN_GAIN faster."""
+    if score[0] != best[0]:
+        return score[0] < best[0]
+    return score[1] < best[1] * (1 - MIN_GAIN)
