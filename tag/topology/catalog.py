@@ -40,7 +40,7 @@ from tag.topology.cluster import DeviceType
 # (A100 80 GB, H100, A10, RTX 2080 Ti; the amp fractions end at the grid's 1.0: ResNet-50 AMP is memory-bound);
 # out of sample (DGX-1 P100 1-GPU, no fitted row): VGG-16 +1 %,
 # ResNet-152 +8 %, Inception-v3 +37 % (many 1x7 / 7x1 / small convolutions). 8-GPU DGX-1 scaling efficiency
-# within 3 points except VGG-16 (12 points: TF 1.1's replicated-variable all-reduce of 138 M parameters).
+# within 3 points (TF 1.1's ring rate fitted on VGG-16, tag/bench/published.py FIT_ROW).
 # Known outlier: K80 (+90 %: Kepler-era cuDNN reaches far less of its boost-clock peak).
 
 
