@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from tag.strategy.pipeline import Pipeline
+from tag.strategy.shard import Shard, batch_rows
 
 # Gradient sync algorithms (plan.json version 2; `tag.sim.collectives` says what each puts on the wire):
 # ring all-reduce; NCCL's double binary tree; hierarchical = reduce-scatter inside each machine, all-reduce of each
@@ -34,6 +35,8 @@ class Decision:
     # weights, gradients and optimizer states; 1 shards optimizer states, 2 also gradients, 3 also weights
     zero: int = 0
     recompute: bool = False  # keep only the group's inputs in the forward and re-run it before its backward
+    # weights split over the devices of each replica (`tag.strategy.shard`); None = every device holds them whole
+    shard: Shard | None = None
 
     def __post_init__(self):
         if self.sync == "allreduce":  # version 1's name of the ring all-reduce
@@ -46,7 +49,17 @@ class Decision:
 
     @property
     def replicated(self) -> bool:
+        """Whether the group's weights have more than one copy whose gradients must be summed: more than one
+        device, or with a shard, more than one replica."""
+        if self.shard is not None:
+            return len(self.shard.replicas) > 1
         return len(self.devices) > 1
+
+    @cached_property
+    def batch_rows(self) -> tuple[int, ...]:
+        """The row map over the batch (sums to it): `rows`, or with a shard each replica's rows on its first
+        device only (`tag.strategy.shard.batch_rows`)."""
+        return batch_rows(self.rows, self.shard)
 
 
 @dataclass(frozen=True)

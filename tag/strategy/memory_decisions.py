@@ -85,15 +85,18 @@ def memory_to_json(decision: Decision) -> dict:
     return {"zero": int(decision.zero), "recompute": bool(decision.recompute)}
 
 
-def parse_memory(d: dict, path: str, where: str) -> dict:
-    """``zero`` and ``recompute`` of one plan decision (object `d` at JSON path `where`) as Decision fields."""
+def parse_memory(d: dict, path: str, where: str, n_replicas: int | None = None) -> dict:
+    """``zero`` and ``recompute`` of one plan decision (object `d` at JSON path `where`) as Decision fields.
+    n_replicas: the replicas ZeRO shards over (a sharded group's replica count); None = the devices with rows."""
     zero = d.get("zero", 0)
     if zero not in ZERO_STAGES or isinstance(zero, bool) or not isinstance(zero, int):
         raise InputError(path, f"{where}.zero", "a ZeRO stage 0, 1, 2 or 3", short_repr(zero))
     recompute = d.get("recompute", False)
     if not isinstance(recompute, bool):
         raise InputError(path, f"{where}.recompute", "true or false", short_repr(recompute))
-    if zero > 0 and sum(1 for r in d.get("rows", {}).values() if r) < 2:
-        raise InputError(path, f"{where}.zero", "0 for a group on one device (ZeRO shards over replicas)",
+    if n_replicas is None:
+        n_replicas = sum(1 for r in d.get("rows", {}).values() if r)
+    if zero > 0 and n_replicas < 2:
+        raise InputError(path, f"{where}.zero", "0 for a group with one replica (ZeRO shards over replicas)",
                          short_repr(zero))
     return {"zero": zero, "recompute": recompute}

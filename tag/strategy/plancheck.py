@@ -57,6 +57,9 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
     for g, dec in enumerate(strategy.decisions):
         where = f"decisions[{_position(raw, g)}]"
         group = gg.groups[g]
+        if dec.shard is not None:  # read and checked above; the simulator and deploy do not run shards yet
+            raise InputError(path, f"{where}.shard", "no shard: this version of tag reads shards but does not "
+                             "simulate or deploy them yet", short_repr(dec.shard.split))
         if not group.splittable and dec.replicated:
             raise InputError(path, f"{where}.rows", f"all rows on one device (group {g} cannot be split by rows)",
                              f"{len(dec.devices)} devices")

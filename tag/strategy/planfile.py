@@ -22,6 +22,7 @@ from tag.fileio import write_text_atomic
 from tag.graph.reader import file_sha256
 from tag.strategy import AUTO, OPTIMIZERS, SYNC_METHODS, V1_SYNC_NAMES, Bucket, Decision, Strategy, TrainingConfig
 from tag.strategy.memory_decisions import PRECISIONS, check_precision_supported, memory_to_json, parse_memory
+from tag.strategy.planfile_shard import parse_shard, shard_replica_ids, shard_to_json
 from tag.strategy.planfile_pipeline import parse_pipeline, pipeline_to_json, stage_device_lists
 
 PLAN_VERSION = 2
@@ -96,6 +97,7 @@ def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, mode
             "server": ids[dec.server] if dec.server is not None else None,
             "sfb": [n for n in op_names if n in sfb] + sorted(sfb - set(op_names)),
             **memory_to_json(dec),
+            **shard_to_json(dec.shard, ids),
         })
     plan = {
         "version": PLAN_VERSION,
@@ -228,6 +230,7 @@ def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
         by_group[g] = (i, d)
     decs = [by_group[g] for g in range(len(groups))]
 
+    replica_ids: dict[int, list[list[str]] | None] = {}
     for i, d in decs:
         rows = d.get("rows")
         if not isinstance(rows, dict) or not rows:
@@ -235,9 +238,12 @@ def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
         for dev, r in rows.items():
             if not _is_pos_int(r):
                 raise InputError(path, f"decisions[{i}].rows.{dev}", "a positive integer", short_repr(r))
-        if sum(rows.values()) != batch:
-            raise InputError(path, f"decisions[{i}].rows", f"rows summing to model.batch_size {batch}",
-                             f"sum {sum(rows.values())}")
+        reps = shard_replica_ids(d, path, f"decisions[{i}]") if version == 2 else None
+        replica_ids[i] = reps
+        total = sum(rows.values()) if reps is None else sum(rows[rep[0]] for rep in reps)
+        if total != batch:
+            raise InputError(path, f"decisions[{i}].rows", f"rows summing to model.batch_size {batch}"
+                             + (" (each replica of the shard once)" if reps is not None else ""), f"sum {total}")
     if cluster is not None:
         check_precision_supported(cluster, training.precision, path, "training.precision")
         device_ids = tuple(dev.id for dev in cluster.devices)
@@ -270,9 +276,11 @@ def parse_plan(raw: dict, path: str, cluster=None) -> tuple[Strategy, PlanMeta]:
         sfb = d.get("sfb", [])
         if not isinstance(sfb, list) or not all(isinstance(s, str) for s in sfb):
             raise InputError(path, f"decisions[{i}].sfb", "a list of op names", short_repr(sfb))
-        memory = parse_memory(d, path, f"decisions[{i}]") if version == 2 else {}
+        reps = replica_ids[i]
+        memory = parse_memory(d, path, f"decisions[{i}]", None if reps is None else len(reps)) if version == 2 else {}
+        shard = parse_shard(d, path, f"decisions[{i}]", replica_ids[i], index)
         decisions.append(Decision(rows=tuple(rows), sync=sync,
-                                  server=index[server] if server is not None else None, sfb=tuple(sfb), **memory))
+                                  server=index[server] if server is not None else None, sfb=tuple(sfb), shard=shard, **memory))
     meta = PlanMeta(
         path=str(path), model_path=_str(model, "path", path, "model.path"),
         model_sha256=_str(model, "sha256", path, "model.sha256"), batch_size=batch,

@@ -36,7 +36,7 @@ def _one_device(p):
 
 MISTAKES = {
     "a ZeRO stage that is not 0-3": lambda p: p["decisions"][2].update(zero=4),
-    "ZeRO on a group with one device": _one_device,
+    "ZeRO on a group with one replica (one device)": _one_device,
     "`recompute` not a boolean": lambda p: p["decisions"][2].update(recompute=1),
     "an unknown precision": lambda p: p["training"].update(precision="amp"),
     "a precision a device lacks (fp16 on CPU ranks)": lambda p: p["training"].update(precision="fp16"),

@@ -24,7 +24,7 @@ def _text() -> str:
 def _pipelined() -> dict:
     """The page's complete example with its pipeline fragment inserted after `buckets` and the decisions' rows as
     the page describes (groups 0-2 on local/0 and local/1, groups 3-4 on local/2 and local/3, 64 rows each)."""
-    blocks = fences(PAGE, "jsonc")
+    blocks = [b for b in fences(PAGE, "jsonc") if '"stages"' in b[1]]
     assert len(blocks) == 1, "docs/plan.md should show the pipeline keys in one ```jsonc block"
     fragment = json.loads("{" + blocks[0][1].strip().rstrip(",") + "}")
     example = copy.deepcopy(json_fences(PAGE)[0][1])
