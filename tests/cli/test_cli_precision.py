@@ -64,13 +64,18 @@ def _rule(candidates: dict) -> str:
     return best
 
 
+def _plan(capsys, topo: str, out_path, *flags) -> tuple[dict, str]:
+    """(plan.json, stdout) of a small `tag plan` run on MODEL (exit 0 asserted)."""
+    code, out, err = _run(capsys, "plan", MODEL, topo, "--no-gnn", "--no-sfb", "--simulations", "20", *flags,
+                          "-o", str(out_path))
+    assert code == 0, err
+    return json.loads(out_path.read_text()), out
+
+
 def test_plan_chooses_a_precision_records_it_and_reads_it_back(tmp_path, capsys):
     topo = _topology(tmp_path, "a100", "A100-40GB")
     out_path = tmp_path / "p.json"
-    code, out, err = _run(capsys, "plan", MODEL, topo, "--no-gnn", "--batch-size", "4096", "--playouts", "4",
-                          "--simulations", "20", "--no-sfb", "-o", str(out_path))
-    assert code == 0, err
-    plan = json.loads(out_path.read_text())
+    plan, out = _plan(capsys, topo, out_path, "--batch-size", "4096", "--playouts", "4")
     report = plan["search"]["precision"]
     assert report["by"] == "search" and list(report["candidates"]) == ["fp32", "tf32", "bf16", "fp16"]
     c = report["candidates"]
@@ -95,10 +100,7 @@ def test_plan_chooses_a_precision_records_it_and_reads_it_back(tmp_path, capsys)
 def test_fixed_precision_is_recorded(tmp_path, capsys):
     topo = _topology(tmp_path, "v100", "V100-16GB")
     out_path = tmp_path / "p.json"
-    code, out, err = _run(capsys, "plan", MODEL, topo, "--no-gnn", "--playouts", "2", "--simulations", "10",
-                          "--no-sfb", "--precision", "fp16", "-o", str(out_path))
-    assert code == 0, err
-    plan = json.loads(out_path.read_text())
+    plan, _ = _plan(capsys, topo, out_path, "--playouts", "2", "--precision", "fp16")
     assert plan["training"]["precision"] == "fp16"
     assert plan["search"]["precision"] == {"chosen": "fp16", "by": "--precision"}
     assert set(plan["search"]["memory"]) == {"zero", "recompute", "variants"}
