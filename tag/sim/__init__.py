@@ -42,6 +42,16 @@ sync (not an SFB all-gather) then starts its flows ``in`` ms after it begins (th
 and releases its optimizer steps and communicator ``out`` ms after its last phase (copying it back, if any),
 the slowest of its devices each time; cost models without it (the roofline) charge 0.
 
+Memory and precision decisions (docs/plan.md § memory and precision). ZeRO (`tag.sim.zero`): a bucket of groups at
+stage 1 or 2 reduce-scatters instead of all-reducing, each replica's optimizer step updates its 1/n share, and an
+all-gather of the updated weights after the step ends the iteration (a zero-length "wait" task per replica); at
+stage 3 the group's weights are also all-gathered before its forward and again before its backward (prefetched:
+issued when the task before starts), with no all-gather after the step; a pipelined stage-3 group gathers once
+per step. The reduce-scatter and all-gather are the two halves of the ring (or hierarchical) all-reduce
+(`tag.sim.collectives`); buckets hold one ZeRO stage. Recompute: a group's backward lasts its backward plus its
+forward (the re-run). Precision (`tag.sim.precision`): under fp16 / bf16 the float32 activations, their gradients
+and SFB factors that cross devices move 2 bytes per element; gradient syncs and ZeRO's collectives stay fp32.
+
 Network. Communication never uses a compute stream. Every flow follows the cluster's routes over
 directed links (full duplex: opposite directions never interact). Flows that share a directed link share
 its bandwidth max-min fairly (weighted progressive filling, recomputed at each flow start and finish;

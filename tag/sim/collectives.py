@@ -207,17 +207,21 @@ def _machine_rings(members: list[list[int]], n_shards: int) -> list[tuple[int, .
     return [tuple(m[j] for m in members) for j in range(n_shards)]
 
 
-def _intra_reducescatters(cluster: Cluster, members: list[list[int]], n_shards: int, nbytes: float, call_ms: float,
-                          ring_gbps: float | None, step_us: float | None) -> list[FlowSpec]:
-    """Phase (1) of the hierarchical forms: a ring reduce-scatter inside every machine of two or more devices, its
-    first n_shards devices owning 1/n_shards each (phase (3), the all-gather, moves the same the other way)."""
+def _hierarchical_parts(cluster: Cluster, devices: tuple[int, ...], nbytes: float, ring_gbps: float | None,
+                        step_us: float | None) -> tuple[list[list[int]], int, list[FlowSpec]]:
+    """(devices by machine, shard count k, phase (1)) of the hierarchical forms: a ring reduce-scatter inside every
+    machine of two or more devices, its first k devices owning 1/k each (phase (3), the all-gather, moves the same
+    the other way), with NCCL's extra call latency on GPUs."""
+    members = machine_members(cluster, devices)
+    n_shards = min(len(m) for m in members)
+    call_ms = nccl.extra_call_us() / 1e3 if uses_nccl(cluster, devices) else 0.0
     intra: list[FlowSpec] = []
     for m in members:
         if len(m) > 1:
             owned = [1.0 / n_shards if j < n_shards else 0.0 for j in range(len(m))]
             volume = comm.reduce_scatter_volume_bytes(nbytes, owned)
             intra.append(_with_latency(ring_spec(cluster, tuple(m), volume, len(m) - 1, ring_gbps, step_us), call_ms))
-    return intra
+    return members, n_shards, intra
 
 
 def hierarchical_half_phases(half: str, cluster: Cluster, devices: tuple[int, ...], nbytes: float,
@@ -227,10 +231,7 @@ def hierarchical_half_phases(half: str, cluster: Cluster, devices: tuple[int, ..
     then phase (3)."""
     if len(devices) < 2:
         return []
-    members = machine_members(cluster, devices)
-    n_shards = min(len(m) for m in members)
-    call_ms = nccl.extra_call_us() / 1e3 if uses_nccl(cluster, devices) else 0.0
-    intra = _intra_reducescatters(cluster, members, n_shards, nbytes, call_ms, ring_gbps, step_us)
+    members, n_shards, intra = _hierarchical_parts(cluster, devices, nbytes, ring_gbps, step_us)
     k = len(members)
     across = []
     if k > 1:
@@ -333,10 +334,7 @@ def hierarchical_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: floa
     inside (NCCL/Horovod form; shards and uneven machines as in the module docstring)."""
     if len(devices) < 2:
         return []
-    members = machine_members(cluster, devices)
-    n_shards = min(len(m) for m in members)
-    call_ms = nccl.extra_call_us() / 1e3 if uses_nccl(cluster, devices) else 0.0
-    intra = _intra_reducescatters(cluster, members, n_shards, nbytes, call_ms, ring_gbps, step_us)
+    members, n_shards, intra = _hierarchical_parts(cluster, devices, nbytes, ring_gbps, step_us)
     phases = [intra] if intra else []
     k = len(members)
     if k > 1:

@@ -73,3 +73,26 @@ def test_memory_inputs_keep_the_graph_bytes():
     tg = build_task_graph(sim_context(_gg(), make_cluster([2]), FixedCost([1.0, 1.0]), TrainingConfig(precision="bf16")), st)
     assert [b for *_, b in tg.memory.recv] == [4 * PER_ROW]
     assert tg.transfers[0].spec.volume_bytes == 2 * PER_ROW
+
+
+def test_sfb_factors_travel_in_16_bits():
+    # mlp.onnx: a torch Linear exports as Gemm (or MatMul) with W of shape (N, K); its factors per batch row are
+    # X (K float32 elements) and dY (N): 4 bytes each in fp32, 2 under bf16 (indices would keep their size).
+    from tag import modelio
+    from tag.sim.gradsync import group_sfb_syncs
+    from tag.sim.sfb import sfb_factors
+
+    inp = modelio.load_inputs("datasets/models/mlp.onnx", "datasets/topologies/cpu4.json")
+    gg = inp.gg
+    g, i = next((g.id, i) for g in gg.groups for i in g.op_ids if sfb_factors(gg.graph, i, g.op_ids) is not None)
+    op = gg.graph.ops[i]
+    f = sfb_factors(gg.graph, i, gg.groups[g].op_ids)
+    rows = (8, 8, 0, 0)
+    dec = Decision(rows, "ring", sfb=(op.name,))
+    k, n = f.k, f.n
+    assert sorted(gg.graph.tensors[f.weight].shape) == sorted((k, n))  # W is K x N or N x K
+    fp32 = group_sfb_syncs(gg, g, dec, "fp32")
+    bf16 = group_sfb_syncs(gg, g, dec, "bf16")
+    r = 16 * f.factor_rows_per_row  # factor rows of the 16 batch rows
+    assert [b for _, b, _ in fp32] == pytest.approx([r * k * 4, r * n * 4])
+    assert [b for _, b, _ in bf16] == pytest.approx([r * k * 2, r * n * 2])
