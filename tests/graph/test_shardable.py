@@ -1,0 +1,83 @@
+"""tag.graph.shardable: the layouts of column, row and heads splits, worked out by hand from the shipped models'
+op lists (datasets/models: mlp = three Gemm layers of 512; small_transformer = 4 heads of 32, an MLP of 512)."""
+
+import pytest
+
+from tag.graph import load_model
+from tag.graph.shardable import NotShardable, ParamSlice, ReshapeRewrite, analyse_group
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    return load_model("datasets/models/mlp.onnx")
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    return load_model("datasets/models/small_transformer.onnx")
+
+
+def _ids(graph, first: str, last: str) -> list[int]:
+    idx = graph.op_index()
+    return list(range(idx[first], idx[last] + 1))
+
+
+def test_a_gemm_alone_splits_by_columns_or_rows(mlp):
+    lay = analyse_group(mlp, [0], "column")  # Gemm(x, W[512 out, 512 in], transB=1) + bias
+    assert lay.units == [512] and lay.exact == [False]
+    assert lay.params == [ParamSlice("0.weight", 0, 0, 512), ParamSlice("0.bias", 0, 0, 512)]
+    assert lay.split_outputs == {"linear": (-1, 0)} and not lay.reduce_outputs
+    row = analyse_group(mlp, [0], "row")
+    assert row.params == [ParamSlice("0.weight", 1, 0, 512)]  # input features: axis 1 of [out, in]
+    assert row.narrow_inputs == [(0, 0, 0)] and row.reduce_outputs == ["linear"] and row.bias_once == ["0.bias"]
+    assert not row.split_outputs
+
+
+def test_a_megatron_pair_needs_heads(mlp):
+    ops = [0, 1, 2]  # Gemm, Relu, Gemm
+    lay = analyse_group(mlp, ops, "heads")
+    assert lay.units == [512]
+    assert set(lay.params) == {ParamSlice("0.weight", 0, 0, 512), ParamSlice("0.bias", 0, 0, 512),
+                               ParamSlice("2.weight", 1, 0, 512)}
+    assert lay.reduce_outputs == ["linear_1"] and lay.bias_once == ["2.bias"] and lay.sharded_ops == {0, 1, 2}
+    assert not lay.split_outputs
+    with pytest.raises(NotShardable, match="column: Gemm node_linear_1 takes a split input"):
+        analyse_group(mlp, ops, "column")
+    with pytest.raises(NotShardable, match="row: Gemm node_linear_1 is a second weight op"):
+        analyse_group(mlp, ops, "row")
+
+
+def test_attention_splits_by_heads(transformer):
+    g = transformer
+    ops = _ids(g, "node_Transpose_13", "node_add_103")  # layer 0: q, k, v, attention, out projection, residual
+    lay = analyse_group(g, ops, "heads")
+    assert lay.units == [4] and lay.exact == [True]  # one pair: q, k and v joined by the two attention MatMuls
+    names = {(p.name, p.axis, p.length) for p in lay.params}
+    for x in ("q", "k", "v"):
+        assert (f"layers.0.attn.{x}.weight", 0, 128) in names  # Linear weight [out, in] through its Transpose
+        assert (f"layers.0.attn.{x}.bias", 0, 128) in names
+    assert ("layers.0.attn.out.weight", 1, 128) in names and len(names) == 7
+    idx = g.op_index()
+    assert lay.reduce_outputs == [g.ops[idx["node_MatMul_44"]].outputs[0]]
+    assert set(lay.reshape_rewrites) == {ReshapeRewrite(idx[n], 2, 0, 4) for n in ("node_view", "node_view_1",
+                                                                                    "node_view_2")} | {
+        ReshapeRewrite(idx["node__unsafe_view"], 2, 0, 128)}
+    assert idx["node_softmax"] in lay.sharded_ops and idx["node_layer_norm"] not in lay.sharded_ops
+    assert not lay.split_outputs
+
+
+def test_mlp_block_and_the_layernorm_rule(transformer):
+    g = transformer
+    lay = analyse_group(g, _ids(g, "node_layer_norm", "node_add_132"), "heads")
+    assert lay.units == [512] and lay.exact == [False]
+    # a column-split projection cannot feed the residual add (it needs every feature)
+    with pytest.raises(NotShardable, match="Add node_add_103 combines a split tensor with whole add_4"):
+        analyse_group(g, _ids(g, "node_Transpose_43", "node_add_103"), "column")
+    # ... but alone it leaves its output split for the consumer to gather
+    lay = analyse_group(g, _ids(g, "node_Transpose_43", "node_clone_2"), "column")
+    assert lay.split_outputs == {"clone_2": (-1, 0)}
+
+
+def test_no_weight_op_is_not_shardable(mlp):
+    with pytest.raises(NotShardable, match="no weight op"):
+        analyse_group(mlp, [1], "column")
