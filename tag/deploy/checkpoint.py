@@ -174,14 +174,14 @@ def export_weights(path: str, weights: dict, model_path: str) -> None:
     atomic_write(path, lambda f: torch.save({k: v.detach().cpu() for k, v in weights.items()}, f), binary=True)
 
 
-def gather_state(program, my_params: list[str], optimizer, rank: int, world: int) -> tuple[dict, dict] | None:
+def gather_state(program, weights: dict, optimizer_state: dict, rank: int, world: int) -> tuple[dict, dict] | None:
     """On rank 0: (weights of every parameter, optimizer state by name), each from a rank that trains it.
 
-    `my_params`: the parameters this rank trains, in the order `optimizer` (or None) was built over. Every rank
-    must call it (a gather over all ranks). A parameter no rank trains keeps rank 0's value. Other ranks get None.
+    `weights` / `optimizer_state`: this rank's trained parameters' full values and optimizer states by name
+    (`RankRuntime.trained_weights` / `optimizer_state`: ZeRO shards already gathered). Every rank must call it (a
+    gather over all ranks). A parameter no rank trains keeps rank 0's value. Other ranks get None.
     """
-    local = ({n: program.param(n).detach().cpu().clone() for n in my_params},
-             optimizer_state_by_name(optimizer, my_params))
+    local = ({n: v.detach().cpu().clone() for n, v in weights.items()}, optimizer_state)
     if world > 1:
         import torch.distributed as dist
 

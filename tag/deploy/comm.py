@@ -87,6 +87,14 @@ class Comm:
         self.sum_over(flat, method, ranks, server)
         return None
 
+    def run_ordered(self, issue) -> "SumHandle":
+        """Run `issue()` (it issues collectives and returns an async work to wait for, or None) after every sum
+        started so far: on CPU ranks on the sync thread once it exists, else at once. Collectives issued from the
+        main thread while started sums run on the sync thread could reach the ranks in different orders."""
+        if self._issuer is not None and self.device.type == "cpu":
+            return SumHandle(future=self._issuer.submit(issue))
+        return SumHandle(work=issue())
+
     def close(self) -> None:
         """Stop the sync thread (after every started sum was waited for)."""
         if self._issuer is not None:

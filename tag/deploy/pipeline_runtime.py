@@ -28,7 +28,6 @@ import time
 import torch
 import torch.distributed as dist
 
-from tag.deploy.data import torch_dtype
 from tag.deploy.runtime import RankRuntime
 
 # Receives are posted this many passes ahead of the pass that waits for them: gloo moves a message only once its
@@ -54,12 +53,12 @@ class PipelineRankRuntime(RankRuntime):
 
     # ---- messages ------------------------------------------------------------------------------
     def _post_send(self, x: torch.Tensor, dst: int, tag: int) -> None:
-        x = x.detach().contiguous()
+        x = x.detach().to(self.precision.wire_dtype(x.dtype)).contiguous()
         self._pending.append((dist.isend(x, dst=dst, tag=tag), x))
 
     def _buffer(self, tensor: str, rows: int) -> torch.Tensor:
-        return torch.empty(self._shape(tensor, None if rows == 0 else rows),
-                           dtype=torch_dtype(self.g.tensors[tensor].dtype), device=self.device)
+        return torch.empty(self._shape(tensor, None if rows == 0 else rows), dtype=self._wire_dtype(tensor),
+                           device=self.device)
 
     def _post_recv_inputs(self, j: int, g: int) -> tuple[list, dict[str, list[tuple[int, torch.Tensor]]]]:
         """Post the receives of group g's input slices of micro-batch j: (works, tensor -> [(start row, buffer)])."""

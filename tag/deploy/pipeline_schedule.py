@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from tag.deploy.ranks import device_ranks
 from tag.errors import InputError
-from tag.strategy import Decision, Strategy
+from tag.strategy import Strategy
 from tag.strategy.pipeline import Pipeline, micro_rows, stage_order
 
 TAG_LIMIT = 7_000_000  # tags at and above belong to `tag.deploy.p2p_collectives` (gradient sums)
@@ -81,7 +81,7 @@ def micro_strategy(strategy: Strategy, plan_file: str = "plan.json") -> Strategy
             if r and (r % m or r < m):
                 raise InputError(plan_file, f"decisions[{g}].rows", f"row counts that are multiples of "
                                  f"micro_batches {m} (each micro-batch runs rows / {m} on a device)", str(r))
-        decisions.append(Decision(micro_rows(dec.rows, m), dec.sync, dec.server, dec.sfb))
+        decisions.append(dataclasses.replace(dec, rows=micro_rows(dec.rows, m)))
     return Strategy(tuple(decisions), strategy.bucket_mb, strategy.buckets, None)
 
 

@@ -31,6 +31,8 @@ from __future__ import annotations
 import torch
 
 from tag.deploy.comm import Comm
+from tag.deploy.precision import Precision
+from tag.deploy.recompute import run_recomputed
 from tag.deploy.schedule import Schedule, SFBOp
 from tag.deploy.sfb import sfb_forward, sfb_weight_grad
 from tag.graph.op_families import is_training_batchnorm
@@ -39,14 +41,19 @@ from tag.deploy.data import torch_dtype
 from tag.deploy.loss import MSE, Loss
 from tag.deploy.onnx_torch.ops_nn import TrainingContext, training_context
 from tag.deploy.row_slices import entries_per_row, narrow_rows
+from tag.deploy.zero import ZeroShards
+from tag.deploy.zero_plan import sync_order
 
 
 class RankRuntime:
     """The training step of rank `rank`. `data`/`targets` hold the full global batch (sliced per group)."""
 
     def __init__(self, schedule: Schedule, graph: OpGraph, program, rank: int, comm: Comm,
-                 data: dict[str, torch.Tensor], targets: dict[str, torch.Tensor], optimizer_factory, loss: Loss = MSE):
+                 data: dict[str, torch.Tensor], targets: dict[str, torch.Tensor], optimizer_factory, loss: Loss = MSE,
+                 precision: Precision = Precision()):
         self.s, self.g, self.p, self.rank, self.comm = schedule, graph, program, rank, comm
+        self.precision = precision
+        precision.apply_backend_flags()
         self.data, self.targets = data, targets
         # user data (tag.deploy.train): data/targets hold global rows [row_base, ...) only; `correct` counts the
         # step's rows classified right (classification losses)
@@ -54,18 +61,36 @@ class RankRuntime:
         # training-mode ops (BatchNormalization, Dropout): mask seed and step, set by the step loop
         self.seed, self.step_index = 0, 0
         self.my_params = [n for n, users in schedule.param_users.items() if rank in users]
-        self.optimizer = optimizer_factory([program.param(n) for n in self.my_params]) if self.my_params else None
+        # ZeRO units (tag.deploy.zero): the optimizer updates their master shards instead of their parameters
+        self.zero = ZeroShards(schedule.zero_units, program, rank, comm)
+        self.opt_params = [n for n in self.my_params if n not in self.zero.params]
+        trained = [program.param(n) for n in self.opt_params] + self.zero.masters()
+        self.optimizer = optimizer_factory(trained) if trained else None
+        self.scaler = precision.loss_scaler(lambda bad: comm.sum_scalar(float(bad), "max") > 0)
         self.sfb_by_op = {op.op_id: op for op in schedule.sfb}
         self.grad_buckets = [(b, *self._bucket_views(b)) for b in schedule.buckets if rank in b.ranks]
-        # per bucket: the group after whose backward all its parameters' gradients are complete on this rank
-        self.bucket_ready_after = [min(g for g, io in enumerate(schedule.groups) if set(io.params) & set(b.params))
-                                   for b, _, _ in self.grad_buckets]
-        self._started: list = []  # this step's started bucket sums: (handle, copy-back or None), in bucket order
+        self.sync_items = self._sync_items()
+        self._started: list = []  # this step's started sums: (handle, copy-back or None), in sync_items order
         # Bucket sums overlap the backward unless a split training-mode BatchNormalization all-reduces its statistics'
         # gradients during the backward: those collectives run on this thread, the started sums on the sync thread,
         # and two threads' collectives on one process group would reach the ranks in different orders.
         self.overlap_syncs = not any(len(schedule.ranks_of(io.id)) > 1 and any(
             is_training_batchnorm(graph.ops[i]) for i in io.op_ids) for io in schedule.groups)
+
+    def _sync_items(self) -> list[tuple[int, str, object]]:
+        """This rank's gradient collectives in the one order of all ranks (`zero_plan.sync_order`): (the group after
+        whose backward it is complete, "bucket", (bucket, flat, views)) or (that group, "unit", group)."""
+        groups = self.s.groups
+        ready = [min(g for g, io in enumerate(groups) if set(io.params) & set(b.params)) for b in self.s.buckets]
+        units = [u for u in self.s.zero_units if u.stage >= 2]
+        mine = {id(b): item for item in self.grad_buckets for b in item[:1]}
+        out = []
+        for kind, i in sync_order(ready, [u.group for u in units]):
+            if kind == "bucket" and id(self.s.buckets[i]) in mine:
+                out.append((ready[i], kind, mine[id(self.s.buckets[i])]))
+            elif kind == "unit" and self.rank in units[i].ranks:
+                out.append((units[i].group, kind, units[i].group))
+        return out
 
     # ---- helpers -------------------------------------------------------------------------------
     def _rows(self, g: int, r: int | None = None) -> tuple[int, int]:
@@ -88,6 +113,10 @@ class RankRuntime:
             shape[info.batch_axis] = shape[info.batch_axis] // max(self.g.file_batch, 1) * rows
         return tuple(shape)
 
+    def _wire_dtype(self, t: str) -> torch.dtype:
+        """The dtype tensor t crosses ranks in (16 bits for float tensors under mixed precision)."""
+        return self.precision.wire_dtype(torch_dtype(self.g.tensors[t].dtype))
+
     def _is_float(self, t: str) -> bool:
         return torch_dtype(self.g.tensors[t].dtype).is_floating_point
 
@@ -104,10 +133,10 @@ class RankRuntime:
                 if not tr.whole:
                     off, _ = self._rows(tr.producer_group)
                     x = self._narrow(x, tr.tensor, tr.start - off, tr.rows)
-                sends.append((tr.dst, x.detach(), k))
+                sends.append((tr.dst, x.detach().to(self.precision.wire_dtype(x.dtype)), k))
             if tr.dst == self.rank:
                 buf = torch.empty(self._shape(tr.tensor, None if tr.whole else tr.rows),
-                                  dtype=torch_dtype(self.g.tensors[tr.tensor].dtype), device=self.device)
+                                  dtype=self._wire_dtype(tr.tensor), device=self.device)
                 recvs.append((tr.src, buf, k))
                 got.setdefault(tr.tensor, []).append((tr.start, buf))
         if sends or recvs:
@@ -137,17 +166,18 @@ class RankRuntime:
             x = pieces[0][1] if len(pieces) == 1 else torch.cat([q[1] for q in pieces], dim=self._axis(t))
             x = x.detach()
             if x.is_floating_point():
-                x.requires_grad_(True)
+                x = x.to(self.precision.wire_dtype(x.dtype)).requires_grad_(True)
             self.leaves[(g, t)] = x
             env[t] = x
         for t in io.data_inputs:
             env[t] = self.data[t].narrow(self._axis(t) or 0, off - self.row_base, n)
         for t in io.params:
             env[t] = self.p.param(t)
+        env.update(self.zero.weights_for(g))
         if io.recompute:
             env = self._recompute_shapes(io.recompute, env, n)
-        with training_context(self._training_context(g, off)):
-            env = self._run_ops(io.op_ids, env, n)
+        env = self._compute(g, env, n, off)
+        self.zero.release(g, env, io.outputs)
         loss = None
         for t in io.outputs:
             self.outs[(g, t)] = env[t]
@@ -156,14 +186,26 @@ class RankRuntime:
                 if ax is None and self.rank != self.s.ranks_of(g)[0]:
                     continue
                 target = self.targets[t] if ax is None else self.targets[t].narrow(ax, off - self.row_base, n)
-                if self.loss.name in ("mse", "bce") and tuple(env[t].shape) != tuple(target.shape):
-                    raise RuntimeError(f"output {t!r} has shape {tuple(env[t].shape)} on {n} rows, expected "
+                y = env[t].float() if self.precision.mixed and env[t].is_floating_point() else env[t]
+                if self.loss.name in ("mse", "bce") and tuple(y.shape) != tuple(target.shape):
+                    raise RuntimeError(f"output {t!r} has shape {tuple(y.shape)} on {n} rows, expected "
                                        f"{tuple(target.shape)} from the model's shapes and batch axis")
-                term = self.loss.term(env[t], target, self.s.batch_size, None if ax is None else n)
-                self.correct += self.loss.correct(env[t], target)
+                term = self.loss.term(y, target, self.s.batch_size, None if ax is None else n)
+                self.correct += self.loss.correct(y, target)
                 loss = term if loss is None else loss + term
         if loss is not None:
             self.losses[g] = loss
+
+    def _compute(self, g: int, env: dict, rows: int, off: int) -> dict:
+        """Run group g's ops on `env` in its training context and the plan's precision, checkpointed if the group
+        recomputes (the context and autocast are entered inside the run, which repeats during the backward)."""
+        ctx = self._training_context(g, off)
+
+        def run(e: dict) -> dict:
+            with training_context(ctx), self.precision.autocast():
+                return self._run_ops(self.s.groups[g].op_ids, e, rows)
+
+        return run_recomputed(run, env, self.s.groups[g].outputs) if g in self.s.recompute_groups else run(env)
 
     def _training_context(self, g: int, off: int) -> TrainingContext:
         """Group g's rows in the global batch, and the sum over its replicas for batch statistics."""
@@ -208,6 +250,15 @@ class RankRuntime:
         if self.overlap_syncs:
             self._start_ready_buckets(g)
         self._backward_exchange(g)
+        self._release(g)
+
+    def _release(self, g: int) -> None:
+        """Drop group g's outputs, input leaves (and their gradients) and loss term once its backward is done: nothing
+        reads them again this step, and a framework frees them here too (`tag.sim.memory`)."""
+        for d in (self.outs, self.leaves):
+            for key in [k for k in d if k[0] == g]:
+                del d[key]
+        self.losses.pop(g, None)
 
     def _backward_compute(self, g: int) -> None:
         """Back-propagate group g from its loss term and output gradients; hand input gradients to own producers."""
@@ -217,15 +268,17 @@ class RankRuntime:
             roots, grads = [], []
             if g in self.losses and self.losses[g].requires_grad:
                 roots.append(self.losses[g])
-                grads.append(torch.ones_like(self.losses[g]))
+                grads.append(torch.full_like(self.losses[g], self.scaler.scale if self.scaler else 1.0))
             for t in io.outputs:
                 gb = self.grad_buf.pop((g, t), None)
                 y = self.outs[(g, t)]
                 if gb is not None and y.requires_grad:
                     roots.append(y)
                     grads.append(gb)
+            self.zero.before_backward(g)
             if roots:
                 torch.autograd.backward(roots, grads)
+            self.zero.release(g)
             for t, p in io.act_inputs:
                 if not self._is_float(t) or self.s.rank_rows[p][self.rank] == 0:
                     continue
@@ -250,10 +303,10 @@ class RankRuntime:
                 dx = self._leaf_grad(g, tr.tensor)
                 if not tr.whole:
                     dx = self._narrow(dx, tr.tensor, tr.start - off, tr.rows)
-                sends.append((tr.src, dx, k))
+                sends.append((tr.src, dx.to(self.precision.wire_dtype(dx.dtype)), k))
             if tr.src == self.rank:
                 buf = torch.empty(self._shape(tr.tensor, None if tr.whole else tr.rows),
-                                  dtype=torch_dtype(self.g.tensors[tr.tensor].dtype), device=self.device)
+                                  dtype=self._wire_dtype(tr.tensor), device=self.device)
                 recvs.append((tr.dst, buf, k))
                 got.append((tr, buf))
         if sends or recvs:
@@ -280,10 +333,15 @@ class RankRuntime:
 
     # ---- sync and step -------------------------------------------------------------------------------
     def _start_ready_buckets(self, done: int) -> None:
-        """Start, in bucket order, the sums of the buckets complete once groups done..K-1 ran their backward."""
+        """Start, in `sync_items` order, the bucket sums and ZeRO reduce-scatters complete once groups done..K-1 ran
+        their backward."""
         k = len(self._started)
-        while k < len(self.grad_buckets) and self.bucket_ready_after[k] >= done:
-            self._start_bucket(*self.grad_buckets[k])
+        while k < len(self.sync_items) and self.sync_items[k][0] >= done:
+            _, kind, item = self.sync_items[k]
+            if kind == "bucket":
+                self._start_bucket(*item)
+            else:
+                self._started.append((self.zero.start_reduce_scatter(item), None))
             k += 1
 
     def _start_bucket(self, b, flat, _views) -> None:
@@ -346,6 +404,7 @@ class RankRuntime:
     def _zero_grads(self) -> None:
         """Clear the step's gradients: bucketed parameters' .grad become views of their zeroed bucket buffer."""
         self.correct = 0
+        self.zero.start_step()
         for n in self.my_params:
             self.p.param(n).grad = None
         for _, flat, views in self.grad_buckets:
@@ -355,9 +414,39 @@ class RankRuntime:
                     q.grad = view
 
     def _sync_and_update(self) -> None:
+        """Sum the gradients, step the optimizer (through the fp16 loss scaler), all-gather ZeRO 1-2 weights."""
         self._sync()
-        if self.optimizer is not None:
+        self.zero.after_sums()
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+        elif self.optimizer is not None:
             self.optimizer.step()
+        self.zero.after_step()
+
+    # ---- the trained state (checkpoints, results) ---------------------------------------------------------------
+    def trained_weights(self) -> dict[str, torch.Tensor]:
+        """{parameter: full value} of every parameter this rank trains (ZeRO 3 shards all-gathered; a collective)."""
+        out = {n: self.p.param(n).detach().clone() for n in self.opt_params}
+        out.update(self.zero.full_weights())
+        return out
+
+    def optimizer_state(self) -> dict[str, dict]:
+        """{parameter: optimizer state, full tensors} of the parameters this rank trains (a collective, as above)."""
+        from tag.deploy.checkpoint import optimizer_state_by_name
+
+        out = optimizer_state_by_name(self.optimizer, self.opt_params)
+        out.update(self.zero.optimizer_state(self.optimizer, len(self.opt_params)))
+        return out
+
+    def load_state(self, weights: dict, opt_by_name: dict) -> None:
+        """Set this rank's trained parameters and optimizer state from full per-parameter values (a checkpoint)."""
+        from tag.deploy.checkpoint import load_optimizer_state
+
+        with torch.no_grad():
+            for n in self.opt_params:
+                self.p.param(n).copy_(weights[n])
+        load_optimizer_state(self.optimizer, self.opt_params, opt_by_name)
+        self.zero.load(weights, opt_by_name, self.optimizer, len(self.opt_params))
 
     def step(self) -> float:
         """One training step (forward, backward, sync, optimizer update); returns this rank's loss term."""

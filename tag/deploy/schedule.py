@@ -9,7 +9,8 @@ process and their row slices simply concatenate (they are contiguous because row
 topology order), so the rank holds the sum of its devices' rows. Activation slices between ranks are
 exactly `tag.strategy.slices` of the rank-level row maps, the function the simulator charges. A rank
 belongs to the machine of its first device (for `hierarchical` and `leader`); a `ps` server device's rank is the
-server. Gradients sync by the plan's buckets (`tag.deploy.bucket_plan`), in the plan's bucket order.
+server. Gradients sync by the plan's buckets (`tag.deploy.bucket_plan`), in the plan's bucket order; the parameters
+of groups at ZeRO stage 2 or 3 leave their buckets and are reduce-scattered per group (`tag.deploy.zero_plan`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from tag.deploy.bucket_plan import SyncBucket, plan_buckets, sync_buckets  # noqa: F401 - SyncBucket re-exported
 from tag.deploy.pipeline_schedule import pipeline_parts, with_pipeline
 from tag.deploy.ranks import device_ranks
+from tag.deploy.zero_plan import zero_units
 from tag.errors import InputError
 from tag.graph.opgraph import OpGraph
 from tag.graph.sfb_form import SFB_OP_TYPES, sfb_form  # the one SFB eligibility rule, shared with the simulator
@@ -119,6 +121,8 @@ class Schedule:
     # a pipelined plan (`tag.deploy.pipeline_schedule.PipelinePlan`): rank_rows and transfers are then one
     # micro-batch's, batch_size the global batch; None without stages
     pipeline: object = None
+    zero_units: list = field(default_factory=list)  # `tag.deploy.zero_plan.ZeroUnit`s, in group order
+    recompute_groups: frozenset = frozenset()  # groups whose forward runs again before their backward
 
     def rank_offset(self, group: int, rank: int) -> int:
         """First global row rank `rank` computes in group `group`."""
@@ -188,6 +192,10 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
     `plan_file`) for an SFB entry the runtime cannot honour, or an ``auto`` sync the plan lists no buckets for.
     """
     if strategy.pipeline is not None:  # the schedule of one micro-batch, with the global batch and the stage plan
+        for g, dec in enumerate(strategy.decisions):
+            if dec.zero >= 2:
+                raise InputError(plan_file, f"decisions[{g}].zero", "ZeRO stage 0 or 1 in a pipelined plan (deploy "
+                                 "runs stages 2 and 3 only without stages, as DeepSpeed's pipeline engine)", str(dec.zero))
         n_dev = len(device_machines)
         nproc = n_dev if nproc is None else nproc
         micro, rank_stage = pipeline_parts(strategy, n_dev, nproc, plan_file)
@@ -220,9 +228,14 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
         for prm in io.params:
             users.setdefault(prm, set()).update(r for r, n in enumerate(rrows[g]) if n > 0)
     buckets = plan_buckets(graph, groups, strategy, plan_file)
-    blist = sync_buckets([io.params for io in ios], strategy, buckets, rrows, dev_rank, sfb_params, plan_file)
+    units = zero_units([io.params for io in ios], strategy.decisions, rrows, sfb_params)
+    scattered = {p for u in units if u.stage >= 2 for p in u.params}  # leave their buckets (reduce-scattered)
+    blist = sync_buckets([io.params for io in ios], strategy, buckets, rrows, dev_rank, sfb_params | scattered,
+                         plan_file)
     return Schedule(nproc, sum(strategy.decisions[0].rows) if strategy.decisions else 0, rank_machine, rrows,
-                    ios, transfers, blist, sfb_ops, {p: tuple(sorted(u)) for p, u in users.items()})
+                    ios, transfers, blist, sfb_ops, {p: tuple(sorted(u)) for p, u in users.items()},
+                    zero_units=units, recompute_groups=frozenset(g for g, d in enumerate(strategy.decisions)
+                                                                  if d.recompute))
 
 
 def _sfb_ops(graph: OpGraph, groups: list[list[int]], strategy: Strategy, rrows: list[tuple[int, ...]],

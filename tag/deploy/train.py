@@ -9,6 +9,7 @@ ranks, each step fenced by barriers) and, with user data, per-epoch records.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -66,17 +67,19 @@ def data_span(schedule: Schedule, rank: int, output: str) -> tuple[int, int]:
 def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: int, seed: int, optimizer: str,
                lr: float, device: torch.device | str = "cpu", on_progress=None, *, loss: Loss = MSE,
                data: DataSource | None = None, start_step: int = 0, resume: dict | None = None,
-               on_epoch_end=None) -> RankResult:
+               on_epoch_end=None, step_probe=None, precision: str = "fp32") -> RankResult:
     """Run training steps [start_step, steps) of `schedule` as rank `rank` (torch.distributed initialised if >1 rank).
 
     `on_progress(i, done)` is called as the i-th step of this run starts and after it ends (heartbeat, fault
     injection). `resume`: a checkpoint state (`tag.deploy.checkpoint.load_state`) applied before the first step.
     `on_epoch_end(runtime, step_done)`: called on every rank after the last step of an epoch and after the
-    run's last step (checkpoints).
+    run's last step (checkpoints). `step_probe(runtime, step)`: a context manager entered around each step's
+    forward, backward and update (`tag.deploy.memory_probe.StepProbe` measures peak live tensor bytes).
+    `precision`: the plan's training.precision (`tag.deploy.precision`).
     """
     import torch.distributed as dist
 
-    from tag.deploy.checkpoint import load_optimizer_state, optimizer_state_by_name
+    from tag.deploy.precision import Precision
 
     group_sets = [schedule.ranks_of(g) for g in range(len(schedule.groups))]  # batch statistics of replicated groups
     comm = Comm(rank, schedule.n_ranks, schedule.rank_machine,
@@ -96,13 +99,11 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
     runtime = RankRuntime
     if schedule.pipeline is not None:
         from tag.deploy.pipeline_runtime import PipelineRankRuntime as runtime
-    rt = runtime(schedule, graph, program, rank, comm, batch, targets, make_optimizer(optimizer, lr), loss)
+    rt = runtime(schedule, graph, program, rank, comm, batch, targets, make_optimizer(optimizer, lr), loss,
+                 Precision(precision, torch.device(device).type))
     rt.seed = seed
     if resume is not None:
-        with torch.no_grad():
-            for n in rt.my_params:
-                program.param(n).copy_(resume["weights"][n])
-        load_optimizer_state(rt.optimizer, rt.my_params, resume["optimizer"])
+        rt.load_state(resume["weights"], resume["optimizer"])
     losses, times, correct, epochs = [], [], [], []
     epoch_acc = _EpochAccumulator()
     for i, step in enumerate(range(start_step, steps)):
@@ -114,7 +115,8 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
         if schedule.n_ranks > 1:
             dist.barrier()
         t0 = time.perf_counter()
-        local = rt.step()
+        with step_probe(rt, step) if step_probe is not None else contextlib.nullcontext():
+            local = rt.step()
         if schedule.n_ranks > 1:
             dist.barrier()
         dt_ms = (time.perf_counter() - t0) * 1e3
@@ -131,8 +133,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
             on_epoch_end(rt, step + 1)
         if on_progress is not None:
             on_progress(i, True)
-    params = {n: program.param(n).detach().clone() for n in rt.my_params}
-    return RankResult(losses, times, params, epochs, correct, optimizer_state_by_name(rt.optimizer, rt.my_params))
+    return RankResult(losses, times, rt.trained_weights(), epochs, correct, rt.optimizer_state())
 
 
 def _load_step(rt: RankRuntime, ds, sampler: RankBatchSampler, step: int, data: DataSource, device) -> None:

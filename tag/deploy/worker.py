@@ -112,15 +112,15 @@ def _train(job, sched, program, rank: int, world: int, device, on_progress):
     on_epoch_end = None
     if job.checkpoint:
         def on_epoch_end(rt, step_done):
-            state = ckpt.gather_state(program, rt.my_params, rt.optimizer, rank, world)
+            state = ckpt.gather_state(program, rt.trained_weights(), rt.optimizer_state(), rank, world)
             if state is not None:
                 ckpt.save(job.checkpoint, job.identity, step_done, *state)
 
     res = train_rank(sched, job.graph, program, rank, job.steps, job.seed, job.training.optimizer, job.training.lr,
                      device, on_progress, loss=resolve_loss(job.loss), data=job.data, start_step=job.start_step,
-                     resume=resume, on_epoch_end=on_epoch_end)
+                     resume=resume, on_epoch_end=on_epoch_end, precision=job.training.precision)
     if job.export:
-        state = ckpt.gather_state(program, list(res.params), None, rank, world)
+        state = ckpt.gather_state(program, res.params, {}, rank, world)
         if state is not None:
             ckpt.export_weights(job.export, state[0], job.model_path)
     return res

@@ -29,7 +29,13 @@ def _worker(rank, world, port, scenarios, make, outdir):
         for sc in scenarios:
             graph, program, groups = make(sc)
             sched = build_schedule(graph, groups, sc["strategy"], sc["machines"], nproc=world)
-            res = train_rank(sched, graph, program, rank, sc["steps"], sc.get("seed", 0), sc["optimizer"], sc["lr"])
+            extra = {}
+            if "data" in sc:  # user data: a DataSource and a loss name (tag.deploy.dataset.resolve_loss)
+                from tag.deploy.dataset import resolve_loss
+
+                extra = {"data": sc["data"], "loss": resolve_loss(sc["loss"])}
+            res = train_rank(sched, graph, program, rank, sc["steps"], sc.get("seed", 0), sc["optimizer"], sc["lr"],
+                             precision=sc.get("precision", "fp32"), **extra)
             torch.save({"losses": res.losses, "params": res.params, "step_ms": res.step_ms},
                        os.path.join(outdir, f"{sc['name']}_{rank}.pt"))
     finally:
