@@ -185,3 +185,16 @@ def test_zero_recompute_bf16_on_three_ranks(tmp_path):
         assert max(abs(b - f) / f for b, f in zip(bf16, fp32)) <= 0.03, k
         assert np.mean(bf16[-10:]) < 0.5 * np.mean(bf16[:5]), k
         assert bf16 != fp32, k  # bf16 really computed in 16 bits
+
+
+def test_zero_above_one_in_a_pipeline_is_refused():
+    """ZeRO 2 on a pipelined plan's group: an InputError naming decisions[0].zero (exit 2 in tag deploy)."""
+    from tag.deploy.schedule import build_schedule
+    from tag.errors import InputError
+
+    plan = _toy_plans()["pipe-zero1-recompute"]
+    bad = Strategy((D((12, 4, 0), "ring", zero=2),) + plan.decisions[1:], pipeline=plan.pipeline)
+    with pytest.raises(InputError) as e:
+        build_schedule(toy_graph(B), TOY_GROUPS, bad, MACHINES, 3, "p.json")
+    assert str(e.value) == ("p.json: decisions[0].zero: expected ZeRO stage 0 or 1 in a pipelined plan (deploy runs "
+                            "stages 2 and 3 only without stages, as DeepSpeed's pipeline engine), found 2")
