@@ -79,3 +79,32 @@ def assert_ranks_match_reference(ranks: list[dict], ref_losses, ref_params, name
             seen.add(n)
             torch.testing.assert_close(v, ref_params[n], rtol=1e-4, atol=1e-6, msg=f"{name}: {n}")
     assert seen == set(ref_params), name
+
+
+DIGITS = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "digits")
+
+
+def digits_reference(steps: int, batch: int, lr: float):
+    """The digits MLP (examples/digits, seed 0) trained by plain torch on the documented batch order (epoch e's
+    default_rng([0, e]) permutation, drop_last), mean cross entropy, Adam: (per-step losses, trained state_dict)."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, DIGITS)
+    import digits
+    from make_model import mlp
+
+    x, y = (torch.from_numpy(a) for a in digits.train_set())
+    model = mlp(0)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses, per_epoch = [], len(y) // batch
+    for step in range(steps):
+        epoch, k = divmod(step, per_epoch)
+        idx = torch.from_numpy(np.random.default_rng([0, epoch]).permutation(len(y))[k * batch:(k + 1) * batch])
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses, model.state_dict()

@@ -21,7 +21,7 @@ import torch
 from tag.deploy.data import synthetic_batch
 from tag.strategy import Decision, Strategy
 from tag.strategy.pipeline import Pipeline, Stage
-from _deploy_harness import assert_ranks_match_reference, reference_training, run_scenarios
+from _deploy_harness import assert_ranks_match_reference, digits_reference, reference_training, run_scenarios
 from _deploy_toy import TOY_GROUPS, ToyProgram, toy_graph
 
 B = 16  # global batch: 4 micro-batches of 4 rows; two replicas split a micro-batch 3:1
@@ -147,33 +147,6 @@ def _pipelined_plan_file(tmp_path, model, stage_rows, stage_devices, name):
     return path
 
 
-def _digits_reference():
-    """Plain torch on the documented batch order (default_rng([seed, epoch]) permutation), mean cross entropy, Adam:
-    the first DIGITS_STEPS losses and the trained state_dict."""
-    import sys
-
-    import numpy as np
-    import torch.nn.functional as F
-
-    sys.path.insert(0, DIGITS)
-    import digits
-    from make_model import mlp
-
-    x, y = (torch.from_numpy(a) for a in digits.train_set())
-    model = mlp(0)
-    opt = torch.optim.Adam(model.parameters(), lr=DIGITS_LR)
-    perm = np.random.default_rng([0, 0]).permutation(len(y))
-    losses = []
-    for k in range(DIGITS_STEPS):
-        idx = torch.from_numpy(perm[k * DIGITS_B:(k + 1) * DIGITS_B])
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x[idx]), y[idx])
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses, model.state_dict()
-
-
 def test_tag_deploy_runs_a_pipelined_plan(tmp_path, capsys):
     """The digits MLP on its own data: 4 plan devices on 3 ranks, rank 0 hosting both devices of stage 0 (rows 48 + 16
     of 64), ranks 1 and 2 stage 1's replicas with 16:48 rows (1:3 of each micro-batch; each reads its rows of every
@@ -200,7 +173,7 @@ def test_tag_deploy_runs_a_pipelined_plan(tmp_path, capsys):
     assert out["nproc"] == 3 and out["devices"] == 4 and out["batch_size"] == DIGITS_B
     assert out["loss"] == "cross_entropy" and out["optimizer"] == "adam"
     assert out["measured_step_ms"] > 0 and len(out["step_ms"]) == DIGITS_STEPS
-    ref_losses, ref_state = _digits_reference()
+    ref_losses, ref_state = digits_reference(DIGITS_STEPS, DIGITS_B, DIGITS_LR)
     assert out["losses"] == pytest.approx(ref_losses, rel=1e-4)
     trained = torch.load(weights, weights_only=True)
     assert set(trained) == set(ref_state)

@@ -25,12 +25,11 @@ import sys
 
 import numpy as np
 import pytest
-import torch
 
 from tag.deploy.data import synthetic_batch
 from tag.strategy import Decision, Strategy
 from tag.strategy.pipeline import Pipeline, Stage
-from _deploy_harness import assert_ranks_match_reference, reference_training, run_scenarios
+from _deploy_harness import assert_ranks_match_reference, digits_reference, reference_training, run_scenarios
 from _deploy_toy import TOY_GROUPS, ToyProgram, toy_graph
 
 B = 16
@@ -135,30 +134,6 @@ def _reference(sc):
     return reference_training(graph, program, data, targets, sc["steps"], sc["optimizer"], sc["lr"])
 
 
-def _digits_reference_losses():
-    """Plain torch on the documented batch order (default_rng([seed, epoch]) permutation), mean cross entropy, Adam."""
-    import torch.nn.functional as F
-
-    sys.path.insert(0, DIGITS)
-    import digits
-    from make_model import mlp
-
-    x, y = (torch.from_numpy(a) for a in digits.train_set())
-    model = mlp(0)
-    opt = torch.optim.Adam(model.parameters(), lr=DIGITS_LR)
-    losses, per_epoch = [], len(y) // DIGITS_B
-    for step in range(DIGITS_STEPS):
-        epoch, k = divmod(step, per_epoch)
-        perm = np.random.default_rng([0, epoch]).permutation(len(y))
-        idx = torch.from_numpy(perm[k * DIGITS_B:(k + 1) * DIGITS_B])
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x[idx]), y[idx])
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses
-
-
 def test_zero_recompute_bf16_on_three_ranks(tmp_path):
     pytest.importorskip("sklearn")
     scenarios = _scenarios(tmp_path)
@@ -172,7 +147,7 @@ def test_zero_recompute_bf16_on_three_ranks(tmp_path):
             refs[key] = _reference(sc)
         assert_ranks_match_reference(results[sc["name"]], *refs[key], sc["name"])
         assert refs[key][0][-1] < refs[key][0][0], sc["name"]
-    ref = _digits_reference_losses()
+    ref = digits_reference(DIGITS_STEPS, DIGITS_B, DIGITS_LR)[0]
     for k in _digits_plans():
         fp32 = results[f"digits-{k}-fp32"][0]["losses"]
         bf16 = results[f"digits-{k}-bf16"][0]["losses"]
