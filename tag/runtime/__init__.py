@@ -64,4 +64,5 @@ def train_onnx(plan: RankPlan, dataset, loss: str = "mse", *, steps: int | None 
                     raise InputError("weights", f"'{name}'", "a value for every parameter of the model", "none")
                 program.param(name).copy_(weights[name])
     return train_rank(plan.schedule, job.graph, program, plan.rank, total, seed, optimizer or job.training.optimizer,
-                      job.training.lr if lr is None else lr, plan.device, loss=the_loss, data=source)
+                      job.training.lr if lr is None else lr, plan.device, loss=the_loss, data=source,
+                      precision=job.training.precision)
