@@ -75,11 +75,14 @@ def _log_gain(before: float | None, after: float | None) -> float:
     return math.log(before / after)
 
 
-def command_line(part: str, model_path: str, topology_path: str, playouts: int | None, seed: int) -> str:
+def command_line(part: str, model_path: str, topology_path: str, playouts: int | None, seed: int,
+                 simulations: int | None = None) -> str:
     """The `tag plan` command that reproduces one column."""
     flags = PART_FLAGS[part]
     if playouts is not None and "--playouts 0" not in flags:
         flags = f"--playouts {playouts} " + flags
+    if simulations is not None and "--no-refine" not in flags:
+        flags = f"--simulations {simulations} " + flags
     return f"tag plan {model_path} {topology_path} {flags} --seed {seed}".replace("  ", " ").strip()
 
 

@@ -18,7 +18,8 @@ DESCRIPTION = (
 def add_parser(sub):
     p = add_verb(sub, "bench", "run the benchmark suite (or --published: predictions against published GPU figures)",
                  "tag bench --quick\n  tag bench --published\n  tag bench --models resnet50 --topologies tag16 "
-                 "--playouts 60 --out results.md", description=DESCRIPTION,
+                 "--playouts 60 --out results.md\n  tag bench --ablate --models mlp --topologies cpu4 --playouts 8 "
+                 "--simulations 100", description=DESCRIPTION,
                  notes="exit codes: 0 all cases ran, 1 a case failed (its row says why), 2 bad input")
     p.add_argument("--quick", action="store_true", help="the shipped models and topologies, small search (minutes)")
     p.add_argument("--published", action="store_true",
@@ -38,6 +39,14 @@ def add_parser(sub):
     p.add_argument("--datasets", metavar="DIR", default=None,
                    help="a tag checkout's datasets/ directory (default: the checkout tag runs from, else the "
                         "models and topologies shipped with tag)")
+    p.add_argument("--ablate", action="store_true",
+                   help="the search's ablation instead: per case the plan of start, start+refine, tree (uniform), "
+                        "tree (GNN), tree+refine and full (each a tag plan command line), the compute bound, and "
+                        "the share of the gain each part earns")
+    p.add_argument("--random", type=positive_int, default=None, metavar="N",
+                   help="with --ablate: also each model on N random clusters (seeds 1..N, never in the GNN's "
+                        "training)")
+    p.add_argument("--seed", type=int, default=0, help="with --ablate: the search seed (default 0)")
     p.add_argument("--out", metavar="FILE.md", default=None, help="also write the markdown tables here")
     add_precision_flag(p, "each case's search chooses, as tag plan does (the bounds table names a precision other "
                           "than fp32); not with --published")
@@ -54,7 +63,8 @@ def run(args) -> int:
         for flag, given in (("--profile", args.profile), ("--models", args.models), ("--topologies", args.topologies),
                             ("--playouts", args.playouts),
                             ("--simulations", args.simulations), ("--budget", args.budget), ("--datasets", args.datasets),
-                            ("--quick", args.quick), ("--precision", args.precision)):
+                            ("--quick", args.quick), ("--precision", args.precision),
+                            ("--ablate", args.ablate), ("--random", args.random)):
             if given:
                 raise InputError(flag, "with --published", "no suite flag (--published checks the catalog cost "
                                  "model against the published tables shipped with tag)", flag)
@@ -66,7 +76,14 @@ def run(args) -> int:
                              "--published (--fit and --logo refit the published comparison's parameters)", "none")
         if args.budget is not None and args.budget <= 0:
             raise InputError("--budget", "SECONDS", "a positive number of seconds", str(args.budget))
-        text, obj, code = _suite(args)
+        if args.random and not args.ablate:
+            raise InputError("--random", "without --ablate", "--ablate (random clusters are for the ablation)", "none")
+        if args.ablate:
+            from tag.cli._bench_ablate import ablate
+
+            text, obj, code = ablate(args)
+        else:
+            text, obj, code = _suite(args)
     if args.out:
         write_text_atomic(args.out, _out_text(args, text))
     emit(args, obj, text)

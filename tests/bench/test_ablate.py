@@ -51,15 +51,34 @@ def test_command_lines():
     assert command_line("tree (GNN)", "m.onnx", "t.json", 60, 3) == \
         "tag plan m.onnx t.json --playouts 60 --no-refine --no-sfb --seed 3"
     assert command_line("full", "m.onnx", "t.json", None, 0) == "tag plan m.onnx t.json --seed 0"
+    assert command_line("start+refine", "m.onnx", "t.json", 8, 0, 100) == \
+        "tag plan m.onnx t.json --simulations 100 --playouts 0 --no-sfb --seed 0"
+    assert command_line("start", "m.onnx", "t.json", 8, 0, 100) == \
+        "tag plan m.onnx t.json --playouts 0 --no-refine --no-sfb --seed 0"
 
 
 def test_each_column_is_its_tag_plan_command(tmp_path, capsys):
     model, topo = "datasets/models/mlp.onnx", "datasets/topologies/cpu4.json"
     case = run_ablation(model, topo, playouts=4, refine_simulations=40, parts=("start", "tree (uniform)", "full"))
     for part in ("start", "tree (uniform)", "full"):
-        args = command_line(part, model, topo, 4, 0).split()[2:] + ["--simulations", "40", "--json",
-                                                                     "-o", str(tmp_path / "p.json")]
+        args = command_line(part, model, topo, 4, 0, 40).split()[2:] + ["--json", "-o", str(tmp_path / "p.json")]
         assert main(["plan", *args]) == 0
         capsys.readouterr()
         with open(tmp_path / "p.json") as f:
             assert json.load(f)["predicted"]["iteration_ms"] == pytest.approx(case.ms[part], abs=1e-4), part
+
+
+def test_bench_ablate_prints_the_table_with_random_clusters(capsys):
+    code = main(["bench", "--ablate", "--models", "mlp", "--topologies", "cpu4", "--random", "1", "--playouts", "2",
+                 "--simulations", "20", "--json"])
+    obj = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert [(c["model"], c["topology"]) for c in obj["cases"]] == [("mlp", "cpu4"), ("mlp", "random-1")]
+    for c in obj["cases"]:
+        assert set(c["ms"]) == set(PARTS) and c["bound_ms"] > 0
+        assert c["ms"]["full"] >= c["bound_ms"]  # no plan beats the compute bound
+
+
+def test_random_needs_ablate(capsys):
+    assert main(["bench", "--random", "2", "--models", "mlp", "--topologies", "cpu4"]) == 2
+    assert "--random: without --ablate" in capsys.readouterr().err
