@@ -182,7 +182,7 @@ def fill_costs(op: Op, tensors: dict[str, TensorInfo], file_batch: int, traced: 
                 per_row += t.bytes_per_row(fb)
                 fixed += t.bytes_fixed()
         op.mem_bytes_per_row, op.mem_bytes_fixed = per_row, fixed
-    saved = _saved_tensors(op, ins, outs)
+    saved = saved_tensors(op, tensors)
     op.saved_bytes_per_row = sum(t.bytes_per_row(fb) for t in saved)
     op.saved_bytes_fixed = sum(t.bytes_fixed() for t in saved)
 
@@ -211,9 +211,92 @@ def is_shape_plumbing(op: Op, ins, outs, traced: set[str]) -> bool:
     return all(o.dtype.startswith(("int", "uint", "bool")) for o in outs)
 
 
-def _saved_tensors(op: Op, ins, outs) -> list[TensorInfo]:
+INTERNAL_SAVED = {"BatchNormalization": 2, "MaxPool": 2, "LayerNormalization": 3}
+
+
+def internal_saved_bytes(op: Op, tensors: dict[str, TensorInfo], file_batch: int = 1) -> tuple[float, float]:
+    """(per row, fixed) bytes `op` saves for its backward that are no graph tensor, as the deploy runtime's
+    converters (`tag.deploy.onnx_torch`) run it: `INTERNAL_SAVED` times its first output's bytes.
+
+    * inference-mode BatchNormalization runs as ``(x - mean) * rsqrt(var + eps) * scale + bias`` with mean and var
+      trained as parameters (every float initializer is one): autograd keeps ``x - mean`` and ``(x - mean) *
+      rsqrt(..)``, 2 tensors of the output's size, and not x;
+    * LayerNormalization: ``(x - mean) ** 2``, ``(x - mean) * inv`` and ``.. * scale`` keep two copies of ``x -
+      mean`` and the normalised x: 3, and not x;
+    * MaxPool keeps its argmax indices (int64: 2 x an fp32 output) besides its input.
+
+    Corrections measured on CPU ranks (small_cnn, small_transformer: benchmarks/memory.md); each was its input
+    only before. The memory model reads them (`group_held_bytes`); an op's ``saved_bytes_per_row``, which
+    coarsening and the search's estimates read, keeps the rule of `saved_tensors`.
+    """
+    k = INTERNAL_SAVED.get(op.op_type, 0)
+    if not k or (op.op_type == "BatchNormalization" and op.attrs.get("training_mode", 0)):
+        return 0.0, 0.0
+    out = next((tensors[o] for o in op.outputs if o and o in tensors), None)
+    if out is None:
+        return 0.0, 0.0
+    return k * out.bytes_per_row(max(file_batch, 1)), k * out.bytes_fixed()
+
+
+def saved_tensors(op: Op, tensors: dict[str, TensorInfo]) -> list[TensorInfo]:
+    """The activations (not parameters) `op` keeps for its backward that are graph tensors, by rule (the op's
+    ``saved_bytes_per_row``, which coarsening and the search read): none for `SAVES_NOTHING` and shape ops, its
+    first output for `SAVES_OUTPUT`,
+    else its activation and data inputs that are not booleans."""
     if op.op_type in SAVES_NOTHING or op.op_class == "shape":
         return []
+    type_only = TYPE_ONLY_INPUTS.get(op.op_type, ())
     if op.op_type in SAVES_OUTPUT:
-        return outs[:1]
+        return [tensors[o] for o in op.outputs if o and o in tensors][:1]
+    ins = [tensors.get(i) for k, i in enumerate(op.inputs) if i and k not in type_only]
     return [t for t in ins if t is not None and t.role in ("activation", "data") and not t.dtype.startswith("bool")]
+
+
+def held_tensors(op: Op, tensors: dict[str, TensorInfo]) -> list[TensorInfo]:
+    """The graph tensors `op` keeps for its backward as the deploy runtime runs it: `saved_tensors`, except the
+    normalisations of `internal_saved_bytes` that keep other tensors instead of their input (MaxPool keeps both)."""
+    if op.op_type in INTERNAL_SAVED and op.op_type != "MaxPool" and any(internal_saved_bytes(op, tensors)):
+        return []
+    return saved_tensors(op, tensors)
+
+
+ALIAS_OPS = frozenset("Reshape Flatten Squeeze Unsqueeze Identity Dropout".split())  # outputs share their input's storage
+
+
+def storage_root(name: str, graph) -> str:
+    """The tensor whose storage `name` shares: followed back through `ALIAS_OPS` (views) to the first tensor an
+    op computes (or a graph input)."""
+    t = graph.tensors[name]
+    while (t.producer is not None and graph.ops[t.producer].op_type in ALIAS_OPS and graph.ops[t.producer].inputs
+           and graph.ops[t.producer].inputs[0] in graph.tensors):
+        t = graph.tensors[graph.ops[t.producer].inputs[0]]
+    return t.name
+
+
+def group_held_bytes(graph, op_ids: list[int], outputs: list[str]) -> tuple[float, float]:
+    """(per row, fixed) bytes an op group holds from its forward until its backward, when a runtime executes and
+    back-propagates it as one unit (tag's deploy runtime; a framework's whole model is the one-group case).
+
+    Held = the bytes its ops save that are no graph tensor (`internal_saved_bytes`) plus the distinct storages
+    (`storage_root`) of the graph tensors its ops keep (`held_tensors`) and of its
+    `outputs` (tensors other groups read, graph outputs: the roots of its backward), counting only storages the
+    group computes or reads as data inputs: an input computed by another group is held there (or, received from
+    another device, as the received slice). Correction over summing ops' ``saved_bytes_per_row`` (measured on CPU
+    ranks, benchmarks/memory.md): a tensor saved by several ops (an attention block's input read by the Q, K and V
+    products) or saved as a view of another (Reshape) is one storage; a Relu keeps its output, not its input
+    (freed in a framework, but the deploy runtime keeps a group's outputs until its backward).
+    """
+    fb = max(graph.file_batch, 1)
+    mine = {o for i in op_ids for o in graph.ops[i].outputs if o}
+    roots: set[str] = set()
+    names = [t.name for i in op_ids for t in held_tensors(graph.ops[i], graph.tensors)] + list(outputs)
+    for n in names:
+        if n not in graph.tensors:
+            continue
+        r = storage_root(n, graph)
+        if r in mine or graph.tensors[r].role == "data":
+            roots.add(r)
+    inner = [internal_saved_bytes(graph.ops[i], graph.tensors, fb) for i in op_ids]
+    per_row = sum(graph.tensors[r].bytes_per_row(fb) for r in roots) + sum(x[0] for x in inner)
+    fixed = sum(graph.tensors[r].bytes_fixed() for r in roots) + sum(x[1] for x in inner)
+    return per_row, fixed

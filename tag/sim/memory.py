@@ -59,6 +59,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
+from tag.graph.costs import group_held_bytes
 from tag.strategy.memory_decisions import MIXED_PRECISIONS, compute_bytes
 from tag.strategy.pipeline import stage_order
 
@@ -99,10 +100,12 @@ class MemoryTerms:
     kept: np.ndarray
     fwd_transient: np.ndarray
     bwd_transient: np.ndarray
+    update_transient: np.ndarray  # per device: the optimizer step's temporaries
 
     def peak_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per device: (A = all saved bytes of one pass, max_g(cum_g + fwd_transient_g),
-        max_g(cum_g + kept_from_g + bwd_transient_g), all kept bytes)."""
+        max_g(cum_g + kept_from_g + bwd_transient_g), all kept bytes). The optimizer step's peak is all kept
+        bytes + update_transient."""
         cum = np.cumsum(self.saved, axis=0)
         kept_from = np.cumsum(self.kept[::-1], axis=0)[::-1]
         n_dev = self.saved.shape[1]
@@ -113,34 +116,71 @@ class MemoryTerms:
                 self.kept.sum(axis=0))
 
 
-def group_input_bytes(gg) -> tuple[np.ndarray, np.ndarray]:
-    """(per row, fixed) bytes of each group's inputs: its in-edges' tensors plus the data inputs its ops read
-    (what a recomputed group saves)."""
-    per_row = np.zeros(gg.n_groups)
-    fixed = np.zeros(gg.n_groups)
+@dataclass
+class GroupBytes:
+    """Per group (arrays over groups) the graph figures the memory terms read, bytes: held from forward to
+    backward (`tag.graph.costs.group_held_bytes`), its in-edges' tensors, the data inputs it reads (per row and
+    fixed each), and its largest parameter tensor."""
+
+    held_row: np.ndarray
+    held_fixed: np.ndarray
+    in_row: np.ndarray
+    in_fixed: np.ndarray
+    data_row: np.ndarray
+    data_fixed: np.ndarray
+    largest_param: np.ndarray
+
+
+def group_bytes(gg) -> GroupBytes:
+    """`GroupBytes` of a GroupGraph. A GroupGraph without tensor information (hand-built) holds its groups'
+    ``saved_bytes_per_row`` / ``saved_bytes_fixed`` and has no data inputs."""
+    k = gg.n_groups
+    z = [np.zeros(k) for _ in range(7)]
+    held_row, held_fixed, in_row, in_fixed, data_row, data_fixed, largest = z
     for e in gg.edges:
-        per_row[e.dst] += e.bytes_per_row
-        fixed[e.dst] += e.bytes_fixed
+        in_row[e.dst] += e.bytes_per_row
+        in_fixed[e.dst] += e.bytes_fixed
     graph = gg.graph
     fb = max(graph.file_batch, 1)
+    outs_of: dict[int, set] = {g.id: set() for g in gg.groups}
+    for e in gg.edges:
+        outs_of[e.src].update(e.tensors)
+    gid = gg.group_of_op()
+    for t in graph.outputs:
+        info = graph.tensors.get(t)
+        if info is not None and info.producer is not None:
+            outs_of[gid[info.producer]].add(t)
     for g in gg.groups:
-        seen = set()
-        for i in g.op_ids:
-            for t in graph.ops[i].inputs:
-                info = graph.tensors.get(t) if t else None
-                if info is not None and info.role == "data" and t not in seen:
-                    seen.add(t)
-                    per_row[g.id] += info.bytes_per_row(fb)
-                    fixed[g.id] += info.bytes_fixed()
-    return per_row, fixed
+        if not graph.tensors:
+            held_row[g.id], held_fixed[g.id] = g.saved_bytes_per_row, g.saved_bytes_fixed
+            continue
+        held_row[g.id], held_fixed[g.id] = group_held_bytes(graph, g.op_ids, sorted(outs_of[g.id]))
+        data = {t for i in g.op_ids for t in graph.ops[i].inputs if t in graph.tensors and graph.tensors[t].role == "data"}
+        data_row[g.id] = sum(graph.tensors[t].bytes_per_row(fb) for t in data)
+        data_fixed[g.id] = sum(graph.tensors[t].bytes_fixed() for t in data)
+        sizes = [graph.tensors[n].numel * graph.tensors[n].itemsize for n in g.params
+                 if n in graph.tensors and graph.tensors[n].numel is not None]
+        largest[g.id] = max(sizes, default=0.0)
+    return GroupBytes(held_row, held_fixed, in_row, in_fixed, data_row, data_fixed, largest)
 
 
-def _input_bytes(ctx) -> tuple[np.ndarray, np.ndarray]:
-    """`group_input_bytes` of ctx.gg, computed once per context."""
-    hit = getattr(ctx, "_memory_input_bytes", None)
+def _group_bytes(ctx) -> GroupBytes:
+    """`group_bytes` of ctx.gg, computed once per context."""
+    hit = getattr(ctx, "_memory_group_bytes", None)
     if hit is None:
-        hit = ctx._memory_input_bytes = group_input_bytes(ctx.gg)
+        hit = ctx._memory_group_bytes = group_bytes(ctx.gg)
     return hit
+
+
+def optimizer_temp_bytes(ctx, optimizer: str, updated: np.ndarray, largest_updated: np.ndarray) -> np.ndarray:
+    """Per device, the temporaries of its optimizer step, bytes. torch's Adam forms sqrt(v) / bias correction
+    out of place: its single-tensor loop (the default for CPU tensors) holds two tensors the size of the one
+    parameter it updates, so 2 x the largest (`largest_updated`); its multi-tensor (foreach) form, the default on
+    GPUs, one per parameter at once, so the bytes it updates (`updated`). SGD and momentum update in place: 0."""
+    if optimizer != "adam":
+        return np.zeros_like(updated)
+    cpu = np.array([getattr(t, "kind", "gpu") == "cpu" for t in ctx.dtypes])
+    return np.where(cpu, 2.0 * largest_updated, updated)
 
 
 def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
@@ -153,6 +193,7 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     """
     rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
     hosted = rows > 0
+    gb = _group_bytes(ctx)
     c = compute_bytes(precision) / FP32_BYTES
     recv_fwd = np.zeros_like(rows)
     recv_bwd = np.zeros_like(rows)
@@ -165,29 +206,34 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     inv_n = 1.0 / np.maximum(hosted.sum(axis=1, keepdims=True), 1)
     p = ctx.param_bytes[:, None]
     states = (ctx.static_bytes - ctx.param_bytes)[:, None]
-    full_saved = ctx.saved_per_row[:, None] * rows + ctx.saved_fixed[:, None] * hosted
-    saved = full_saved + recv_fwd
-    if recompute.any():
-        in_row, in_fixed = _input_bytes(ctx)
-        saved = np.where(recompute, in_row[:, None] * rows + in_fixed[:, None] * hosted, saved)
+
+    def per(row, fixed):
+        return row[:, None] * rows + fixed[:, None] * hosted
+
+    held = per(gb.held_row, gb.held_fixed)
+    saved = np.where(recompute, per(gb.in_row + gb.data_row, gb.in_fixed + gb.data_fixed), held + recv_fwd)
     out = ctx.out_per_row[:, None] * rows
+    in_grads = per(gb.in_row, gb.in_fixed)
     z3, z2 = (zero == 3) & ~pipelined, (zero >= 2) & ~pipelined  # per pass; pipelined: whole for the step
     static = (np.where(zero == 3, p * inv_n, p) + np.where(zero >= 1, states * inv_n, states)
               + np.where((zero == 3) & pipelined, p, 0.0)) * hosted
     kept = np.where(z2, p * inv_n, p) * hosted
     weights_in_use = (np.where(z3, p, 0.0) + (c * p if precision in MIXED_PRECISIONS else 0.0)) * hosted
     fwd = c * out + weights_in_use
-    bwd = (c * (out + recv_bwd) + weights_in_use + np.where(recompute, c * full_saved, 0.0)
+    bwd = (c * (out + in_grads + recv_bwd) + weights_in_use + np.where(recompute, c * held, 0.0)
            + np.where(z2, p - p * inv_n, 0.0) * hosted)
-    return MemoryTerms(static, c * saved, kept, fwd, bwd)
+    updated = np.where(zero >= 1, p * inv_n, p) * hosted
+    largest = np.where(zero >= 1, p * inv_n, gb.largest_param[:, None]) * hosted
+    opt = optimizer_temp_bytes(ctx, optimizer, updated.sum(axis=0), largest.max(axis=0, initial=0.0))
+    return MemoryTerms(static, c * saved, kept, fwd, bwd, opt)
 
 
 def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static, precision: str = "fp32") -> np.ndarray:
     """Peak bytes per device (topology order) for a strategy without pipelining (module docstring)."""
     t = memory_terms(ctx, decisions, recv, optimizer, precision)
-    _, fwd_peak, bwd_peak, _ = t.peak_parts()
+    _, fwd_peak, bwd_peak, all_kept = t.peak_parts()
     static = t.static.sum(axis=0) + np.asarray(extra_static, dtype=float)
-    return static + np.maximum(np.maximum(fwd_peak, bwd_peak), 0.0)
+    return static + np.maximum.reduce([fwd_peak, bwd_peak, all_kept + t.update_transient, np.zeros_like(fwd_peak)])
 
 
 def in_flight_terms(order: list[tuple[str, int]]) -> tuple[int, int, int, int]:
@@ -254,6 +300,7 @@ def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static
             terms.append((b0 - 1) * held[d] + bwd_first[d])
         if b1 >= 0:
             terms.append((b1 - 1) * held[d] + later[d])
+        terms.append(all_kept[d] + t.update_transient[d])
         peak[d] = np.maximum.reduce(terms)
     static = t.static.sum(axis=0) + np.asarray(extra_static, dtype=float)
     return static + np.maximum(peak, 0.0)

@@ -33,14 +33,16 @@ def _linear():
 
 
 @pytest.mark.parametrize("zero, static, peak", [
-    # 4 replicas x 4 rows. Persistent P + S + G as the stages shard them; the peak adds the 16 rows' saved input
-    # (16,000 B) and, in the backward, the output gradient (16,000 B) and the stage's transient full tensors.
-    (0, P + S + P, P + S + P + 32_000),
-    (1, P + S / 4 + P, P + S / 4 + P + 32_000),
+    # 4 replicas x 4 rows, a GPU cluster (Adam's foreach step: one temporary per updated weight). Persistent
+    # P + S + G as the stages shard them. Backward peak: + the 16 rows' saved input (16,000 B), the output gradient
+    # (16,000 B) and the stage's transient full tensors; optimizer step: the kept gradient + sqrt(v) of the weights
+    # the replica updates.
+    (0, P + S + P, P + S + P + P),  # step: 20e6 > backward 16.032e6
+    (1, P + S / 4 + P, P + S / 4 + P + P / 4),  # step: 11e6 > backward 10.032e6
     # the group's full gradient lives during its backward until the reduce-scatter (G/4 shard + 3/4 G transient)
-    (2, P + S / 4 + P / 4, P + S / 4 + P + 32_000),
+    (2, P + S / 4 + P / 4, P + S / 4 + P + 32_000),  # backward 10.032e6 > step 8e6
     # and its full weights are gathered for the backward next to their 1/4 shard
-    (3, P / 4 + S / 4 + P / 4, P / 4 + S / 4 + P + P + 32_000),
+    (3, P / 4 + S / 4 + P / 4, P / 4 + S / 4 + P + P + 32_000),  # backward 11.032e6 > step 5e6
 ])
 def test_one_linear_with_adam_on_four_replicas(zero, static, peak):
     got = _peak(_linear(), [Decision((4, 4, 4, 4), sync="allreduce", zero=zero)], 4)
@@ -49,20 +51,33 @@ def test_one_linear_with_adam_on_four_replicas(zero, static, peak):
     assert static == {0: 16e6, 1: 10e6, 2: 7e6, 3: 4e6}[zero]
 
 
+def test_cpu_adam_steps_one_weight_at_a_time():
+    # torch's single-tensor Adam (CPU tensors): sqrt(v) and its quotient, 2 x the largest weight, not one per weight
+    from tag.topology.cluster import DeviceType
+
+    cpu = DeviceType("cpu", peak_tflops=0.1, memory_gb=8.0, memory_bandwidth_gbps=100.0, kind="cpu")
+    gg = _linear()
+    ctx = SimContext(gg, make_cluster([1], dtype=cpu), FixedCost([0.1]), TrainingConfig("adam"))
+    got = peak_memory_bytes(ctx, [Decision((16,))], [], "adam", np.zeros(1))[0]
+    # no tensor information in this graph: the largest weight is unknown (0), so the step adds nothing and the
+    # backward peak stands: 16 rows' saved input + output gradient
+    assert got == pytest.approx(P + S + P + 2 * 16 * ROW)
+
+
 def test_zero_shards_pay_off_over_several_groups():
-    # four such layers on 2 replicas x 8 rows: every gradient but the one in flight is a 1/2 shard under stage 2
+    # four such layers on 2 replicas x 8 rows; momentum (one state, updated in place: no step temporaries)
+    m = 4.0 * N
     gg = make_gg([dict(param_bytes=P, param_count=N, saved_bytes_per_row=ROW, out_bytes_per_row=ROW)] * 4,
                  [(k, k + 1, ROW, 0.0) for k in range(3)])
     saved = 8 * ROW  # at group 0's backward (the peak) only its own saved input is left
-    out = 8 * ROW
-    z0 = _peak(gg, [Decision((8, 8), sync="allreduce")] * 4, 2)[0]
-    z2 = _peak(gg, [Decision((8, 8), sync="allreduce", zero=2)] * 4, 2)[0]
-    z3 = _peak(gg, [Decision((8, 8), sync="allreduce", zero=3)] * 4, 2)[0]
-    assert z0 == pytest.approx(4 * (P + S) + 4 * P + saved + out)  # all four gradients at the last backward
+    out = 8 * ROW  # its output gradient; group 0 has no input from another group, so no input gradient
+    z0, z2, z3 = (_peak(gg, [Decision((8, 8), sync="allreduce", zero=z)] * 4, 2, optimizer="momentum")[0]
+                  for z in (0, 2, 3))
+    assert z0 == pytest.approx(4 * (P + m) + 4 * P + saved + out)  # all four gradients at the last backward
     # stage 2, at group 0's backward: states halved, shards of groups 1-3 plus group 0's full gradient
-    assert z2 == pytest.approx(4 * (P + S / 2) + 3 * P / 2 + P + saved + out)
+    assert z2 == pytest.approx(4 * (P + m / 2) + 3 * P / 2 + P + saved + out)
     # stage 3: weights halved too, group 0's weights gathered for its backward
-    assert z3 == pytest.approx(4 * (P / 2 + S / 2) + 3 * P / 2 + P + P + saved + out)
+    assert z3 == pytest.approx(4 * (P / 2 + m / 2) + 3 * P / 2 + P + P + saved + out)
     assert z3 < z2 < z0
 
 
@@ -71,29 +86,32 @@ def test_recompute_keeps_only_the_inputs():
     gg = make_gg([dict(saved_bytes_per_row=100.0, out_bytes_per_row=20.0),
                   dict(saved_bytes_per_row=300.0, out_bytes_per_row=5.0)], [(0, 1, 20.0, 0.0)])
     plain = _peak(gg, [Decision((10,)), Decision((10,))], 1)[0]
-    assert plain == pytest.approx(1000 + 3000 + 50)  # start of g1's backward: all saved + its output gradient
+    # start of g1's backward: all saved + its output gradient (50) + the input gradient it hands g0 (200)
+    assert plain == pytest.approx(1000 + 3000 + 50 + 200)
     rec = _peak(gg, [Decision((10,)), Decision((10,), recompute=True)], 1)[0]
     # g1 holds its 200 B of input through the forward; its backward re-runs the forward: + 3000 B transient
-    assert rec == pytest.approx(max(1000 + 200 + 50, 1000 + 200 + 3000 + 50))
+    assert rec == pytest.approx(1000 + 200 + 3000 + 50 + 200)
     rec0 = _peak(gg, [Decision((10,), recompute=True), Decision((10,))], 1)[0]
     # g0 has no input edge here (no data tensors in this graph): it holds nothing; its backward (g1's saved bytes
-    # already freed) re-saves 1000 B next to its 200 B output gradient; the peak is g1's forward / backward
-    assert rec0 == pytest.approx(max(0 + 3000 + 50, 0 + 1000 + 200))
+    # already freed) re-saves 1000 B next to its 200 B output gradient; the peak is g1's backward
+    assert rec0 == pytest.approx(max(3000 + 50 + 200, 1000 + 200))
 
 
 def test_bf16_halves_the_activation_terms_and_adds_a_16_bit_weight_copy():
+    m = 4.0 * N  # momentum: no step temporaries, so the backward is the peak
     gg = make_gg([dict(param_bytes=P, param_count=N, saved_bytes_per_row=ROW, out_bytes_per_row=ROW)], [])
-    fp32 = _peak(gg, [Decision((16,))], 1)[0]
-    bf16 = _peak(gg, [Decision((16,))], 1, precision="bf16")[0]
+    fp32 = _peak(gg, [Decision((16,))], 1, optimizer="momentum")[0]
+    bf16 = _peak(gg, [Decision((16,))], 1, precision="bf16", optimizer="momentum")[0]
     acts = 16 * ROW + 16 * ROW  # saved input + output gradient
-    assert fp32 == pytest.approx(P + S + P + acts)
-    assert bf16 == pytest.approx(P + S + P + acts / 2 + P / 2)  # fp32 master weights, grads and states stay
-    tf32 = _peak(gg, [Decision((16,))], 1, precision="tf32")[0]
+    assert fp32 == pytest.approx(P + m + P + acts)
+    assert bf16 == pytest.approx(P + m + P + acts / 2 + P / 2)  # fp32 master weights, grads and states stay
+    tf32 = _peak(gg, [Decision((16,))], 1, precision="tf32", optimizer="momentum")[0]
     assert tf32 == pytest.approx(fp32)
 
 
 def _walk(gg, decs, recv, d, precision, spp=8.0):
-    """One device's program written out: forwards in order, then backwards in reverse, every allocation and free."""
+    """One device's program written out: forwards in order, backwards in reverse, then the optimizer step, every
+    allocation and free."""
     c = 0.5 if precision in ("fp16", "bf16") else 1.0
     mixed = c < 1
     gl = [g for g in range(gg.n_groups) if decs[g].rows[d] > 0]
@@ -121,8 +139,12 @@ def _walk(gg, decs, recv, d, precision, spp=8.0):
         t += c * grp.param_bytes if mixed else 0.0
         t += c * (grp.saved_bytes_per_row * r + grp.saved_bytes_fixed) if decs[g].recompute else 0.0
         t += grp.param_bytes - shard
+        t += c * in_row[g] * r  # the input gradients it hands back
         peak = max(peak, live + t)
         live -= held[g]
+    # the optimizer step (GPU cluster: Adam's foreach sqrt(v) of every weight the device updates)
+    updated = sum(gg.groups[g].param_bytes / (n[g] if decs[g].zero >= 1 else 1) for g in gl)
+    peak = max(peak, live + updated)
     return static + peak
 
 
@@ -155,8 +177,11 @@ def test_pipelined_zero_3_keeps_whole_weights_and_unsharded_gradients():
 
     pl = Pipeline((Stage((0,), (0, 1)),), 2, "gpipe", 1)
     st = Strategy((Decision((4, 4), sync="allreduce", zero=3),), pipeline=pl)
-    got = pipeline_peak_memory_bytes(_ctx(_linear(), 2), st, [], "adam", np.zeros(2))
     micro = 2 * ROW
-    # static: P/2 shard + S/2 + P gathered for the step; B0 holds micro-batch 1's saved bytes, its own, the whole
-    # accumulated gradient and its output gradient
-    assert got[0] == pytest.approx(P / 2 + S / 2 + P + micro + micro + P + micro)
+    # static: P/2 shard + S/2 (Adam) + P gathered for the step. Adam's step holds the whole accumulated gradient
+    # and sqrt(v) of the 1/2 shard it updates: P + P/2 = 6e6, above B0's 3 x micro + P
+    got = pipeline_peak_memory_bytes(_ctx(_linear(), 2), st, [], "adam", np.zeros(2))
+    assert got[0] == pytest.approx(P / 2 + S / 2 + P + P + P / 2)
+    # momentum (in place): B0 holds micro-batch 1's saved bytes, its own, the whole gradient and its output gradient
+    got = pipeline_peak_memory_bytes(_ctx(_linear(), 2, optimizer="momentum"), st, [], "momentum", np.zeros(2))
+    assert got[0] == pytest.approx(P / 2 + 4.0 * N / 2 + P + micro + micro + P + micro)

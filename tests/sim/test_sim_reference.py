@@ -6,7 +6,9 @@ tag/sim/engine.py, and tag/gnn/estimate.py walking the tasks on its own) at comm
 since 8725dba) with `python benchmarks/sim_equivalence.py --record benchmarks/sim_equivalence_before.json` run in
 a `git archive e44188d` copy of the tree. Inputs are loaded as `tag simulate` loads them with default flags
 (roofline cost model, automatic groups, the file's batch, Adam). Every baseline, both modes (the search's
-defaults, and ``overlap_sync=False, blocking_sends=True`` as deploy runs) must agree to 1e-9 relative.
+defaults, and ``overlap_sync=False, blocking_sends=True`` as deploy runs) must agree to 1e-9 relative. Peak memory
+is no longer compared: issue 23 changed the memory model on purpose (tag.sim.memory; tests/sim/test_memory_*.py),
+and no recorded iteration went out of memory under either model here (the times would be inf).
 
 The baselines now sync in 25 MiB buckets with each bucket's collective chosen by cost; the recorded figures are of
 their version-1 forms (one sync per group: `version_1_form` of benchmarks/sim_equivalence.py), which plan.json version 1 still describes.
@@ -75,8 +77,7 @@ def test_every_baseline_matches_the_pre_refactor_engine(model, topology):
             where = f"{model} {topology} {baseline} {mode}"
             assert _same(want["iteration_ms"], r.iteration_ms), where
             assert _same(want["fit_ms"], r.fit_iteration_ms), where
-            assert set(want["peak_memory_gb"]) == set(r.peak_memory_gb), where
-            assert all(_same(v, r.peak_memory_gb[k]) for k, v in want["peak_memory_gb"].items()), where
+            assert set(want["peak_memory_gb"]) == set(r.peak_memory_gb), where  # the figures: issue 23's model
             assert set(want["link_bytes"]) == set(r.link_bytes), where
             assert all(_same(v, r.link_bytes[k]) for k, v in want["link_bytes"].items()), where
         e = estimate(gg, cluster, cost, st, training)
