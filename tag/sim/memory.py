@@ -13,9 +13,10 @@ Persistent for the whole iteration (``static``)::
 
 Saved from g's forward until g's backward (``saved``)::
 
-    c (in_bytes_per_row r + in_bytes_fixed)                    recompute: the group's inputs only
-    c (saved_bytes_per_row r + saved_bytes_fixed + recv_fwd)   otherwise: the activations its backward reads
-                                                               and the input slices received from other devices
+    c (in_bytes_per_row r + in_bytes_fixed)      recompute: the group's inputs only (in-edges and data inputs)
+    c (held_bytes_per_row r + held_fixed + recv_fwd)   otherwise: what it holds (`tag.graph.costs.group_held_bytes`:
+                                                 the distinct storages its ops keep and its outputs) and the input
+                                                 slices received from other devices
 
 Gradient buffers, allocated at g's backward and kept until the optimizer step (``kept``)::
 
@@ -23,21 +24,34 @@ Gradient buffers, allocated at g's backward and kept until the optimizer step (`
 
 Transient while g's forward runs (``fwd_transient``)::
 
-    c out_bytes_per_row r           its outputs
+    c out_bytes_per_row r           one output-sized temporary (e.g. a Gemm's product before its bias)
   + P if z == 3                     its weights all-gathered (the shard stays; freed after the forward)
   + c P if fp16/bf16                the 16-bit copy of its weights the autocast computes with
 
 Transient while g's backward runs (``bwd_transient``)::
 
     c out_bytes_per_row r + c recv_bwd     its output gradients and the gradient slices it receives
+  + c in_edge_bytes r                       the gradients of its inputs it hands back
   + P if z == 3                             its weights gathered again
   + c P if fp16/bf16                        the 16-bit weight copy
-  + c (saved_bytes_per_row r + saved_bytes_fixed) if recompute    the activations its re-run forward saves
+  + c held r if recompute                   what its re-run forward holds
   + G - G / n if z >= 2                     the full gradient until its reduce-scatter (the shard is in kept)
+
+The optimizer step (``update_transient``, per device) holds every kept gradient plus Adam's temporaries
+(`optimizer_temp_bytes`: torch forms sqrt(v) / bias correction out of place; single-tensor on CPU ranks: 2 x the
+largest tensor updated, foreach on GPUs: every updated tensor, P / n under ZeRO >= 1).
 
 With cum_g = the saved bytes of groups <= g (forward order) and kept_from_g = the kept gradients of groups >= g:
 
-    peak = sum_g static_g + max(max_g(cum_g + fwd_transient_g), max_g(cum_g + kept_from_g + bwd_transient_g))
+    peak = sum_g static_g + max(max_g(cum_g + fwd_transient_g), max_g(cum_g + kept_from_g + bwd_transient_g),
+                                sum_g kept_g + update_transient)
+
+Corrections from measurement (benchmarks/memory.md, peak live tensor bytes of `tag deploy` steps on CPU ranks):
+the held bytes replace the ops' summed ``saved_bytes_per_row`` (a group's outputs stay until its backward as the
+roots of its backward; shared and aliased saved tensors are one storage; the normalisations and MaxPool keep what
+the runtime's converters keep); the input gradients of a backward and the optimizer step's temporaries were
+missing (mlp: the peak is Adam's step); the deploy runtime frees a group's outputs and leaves after its backward
+(`tag.deploy.runtime.RankRuntime._release`; it held them to the end of the step), as frameworks free activations.
 
 Received slices (recv_fwd, recv_bwd) are the strategy's transfer pairs (`MemoryInputs.recv`, bytes at the graph's
 dtypes, scaled by c like every activation). Integer tensors (token ids) are scaled by c too: a small overcount of
