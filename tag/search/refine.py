@@ -8,7 +8,10 @@ skip re-partition transfers), and row shifts of the current row map (move one ro
 rows, between devices adjacent in topology order) and its memory decisions (`tag.search.memory_pass`: the ZeRO stage
 one up or down, recomputation toggled), keeping a change only if the simulated value improves. The strategy-level
 moves also set one ZeRO stage, or recomputation on or off, for every group of a pipeline stage (of the whole plan
-without a pipeline) at once. Row moves keep a group's ZeRO stage and recomputation.
+without a pipeline) at once. Row moves keep a group's ZeRO stage and recomputation. When shards are searched
+(`SearchSpace.shards`), a group may also take a neighbouring group's shard grid and shares, or a sharded group
+drop its shard (`tag.search.shard_search.shard_like_neighbour`); row shifts leave sharded groups alone (their rows
+follow their grid).
 It sweeps until a sweep gains less than 0.1% (`MIN_SWEEP_GAIN`) or the simulation budget is spent (or, as a
 safety net only, the wall-clock cap is reached). Deterministic: fixed order, strict improvement, counted work.
 
@@ -25,6 +28,7 @@ from typing import Sequence
 from tag.search.budget import WallCap
 from tag.search.evaluate import Evaluator
 from tag.search.memory_pass import carry_memory, memory_neighbours, stage_memory_neighbours
+from tag.search.shard_search import shard_like_neighbour
 from tag.search.space import SearchSpace, fits_pipeline
 from tag.strategy import AUTO, Decision, Strategy
 
@@ -47,7 +51,7 @@ def row_shift_neighbours(dec: Decision, device_class: Sequence | None = None,
     them), and `class_shift_neighbours` adds moves of one row per device between whole device types.
     """
     devs = dec.devices
-    if len(devs) < 2:
+    if len(devs) < 2 or dec.shard is not None:  # a sharded group's rows follow its grid (shard moves change it)
         return []
     total = sum(dec.rows)
     steps = sorted({unit, unit * max(1, round(0.05 * total / len(devs) / unit))})
@@ -135,6 +139,9 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
             tries = [carry_memory(space.has_params[gid], mine, t) for t in tries]
             tries += row_shift_neighbours(mine, space.device_class, unit=unit)
             tries += memory_neighbours(mine, space.has_params[gid])
+            if space.shards:
+                tries += shard_like_neighbour(current, gid, space.shards, space.splittable[gid],
+                                              space.has_params[gid])
             for dec in tries:
                 if dec == current.decisions[gid] or not keeps(gid, dec):
                     continue
@@ -162,7 +169,7 @@ def shared_shift_neighbours(strategy: Strategy, device_class: Sequence | None = 
     without re-partition transfers between its members."""
     counts: dict = {}
     for d in strategy.decisions:
-        if d.replicated:
+        if d.replicated and d.shard is None:
             counts[d.rows] = counts.get(d.rows, 0) + 1
     if not counts:
         return []
@@ -171,13 +178,18 @@ def shared_shift_neighbours(strategy: Strategy, device_class: Sequence | None = 
         return []
     out = []
     for nb in dict.fromkeys(n.rows for n in row_shift_neighbours(Decision(shared), device_class, unit=unit)):
-        out.append(strategy.with_decisions(replace(d, rows=nb) if d.rows == shared else d
+        out.append(strategy.with_decisions(replace(d, rows=nb) if d.rows == shared and d.shard is None else d
                                            for d in strategy.decisions))
     return out
 
 
 def with_rows_of(other: Decision, has_params: bool) -> Decision:
-    """A decision with another group's row map, and a sync method only where this group needs one."""
+    """A decision with another group's row map over the batch (`Decision.batch_rows`: a sharded group's replica
+    rows on their first devices), and a sync method only where this group needs one."""
+    if other.shard is not None:
+        rows = other.batch_rows
+        rep = sum(1 for x in rows if x > 0) > 1
+        return Decision(rows, AUTO if rep and has_params else None)
     if not has_params or not other.replicated:
         return Decision(other.rows)
     sync = other.sync or AUTO

@@ -29,6 +29,7 @@ class SearchSpace:
     has_params: list[bool]  # per group id: needs a sync method when replicated
     splittable: list[bool]  # per group id: may be replicated over several devices
     device_class: list[tuple[str, str]] | None = None  # per device: (machine, type name), for refinement moves
+    shards: dict | None = None  # group id -> `tag.search.shard_search.GroupShard` when shards are searched
 
     def size(self) -> int:
         """Number of complete strategies in the space (product of candidate counts)."""
