@@ -35,7 +35,7 @@ import statistics
 import numpy as np
 
 from tag.cost.profile_db import ProfileDB, interpolate, op_signature
-from tag.cost.roofline import RooflineCostModel
+from tag.cost.roofline import RooflineCostModel, ops_mask
 from tag.graph.groups import GroupGraph
 from tag.strategy import TrainingConfig
 from tag.topology.cluster import DeviceType
@@ -79,6 +79,14 @@ class ProfileCostModel:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
+        t = self.compute_scale * float(self._per_op_ms(gid, device, rows, phase).sum())
+        self._cache[key] = t
+        return t
+
+    def _per_op_ms(self, gid: int, device: DeviceType, rows: int, phase: str):
+        """Per compute op of the group: the profile's time where it has the op (interpolated in rows), the
+        roofline's elsewhere, ms (before `compute_scale`)."""
+        hits = self._hits[gid]
         per_op = self.roofline.op_ms(gid, device, rows, phase)
         for pos, prof in hits:
             series = prof.fwd_ms if phase == "fwd" else prof.bwd_ms
@@ -86,9 +94,15 @@ class ProfileCostModel:
                 per_op[pos] = interpolate(prof.rows, series, rows)
         for pos, (step_rows, fwd, bwd) in self._step_hits[gid]:
             per_op[pos] = interpolate(step_rows, fwd if phase == "fwd" else bwd, rows)
-        t = self.compute_scale * float(per_op.sum())
-        self._cache[key] = t
-        return t
+        return per_op
+
+    def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids) -> float:
+        """The part of the group's phase time that the ops `op_ids` (graph indices) take, ms (their per-op
+        times, as `_phase_ms` sums them all)."""
+        if device.name != self.db.device_type or not (self._hits[gid] or self._step_hits[gid]) or rows <= 0:
+            return self.compute_scale * self.roofline.ops_ms(gid, device, rows, phase, op_ids)
+        mask = ops_mask(self.roofline.compute_ops[gid], op_ids)
+        return self.compute_scale * float(self._per_op_ms(gid, device, rows, phase)[mask].sum())
 
     def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
         """Forward time of a group, ms (measured ops interpolated in rows, others roofline)."""
@@ -218,6 +232,10 @@ class MultiProfileCostModel:
     def update_ms(self, group_id: int, device: DeviceType) -> float:
         """Optimizer update of the group's parameters on one replica of `device`'s type, ms."""
         return self._model(device).update_ms(group_id, device)
+
+    def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids) -> float:
+        """The part of the group's phase time the ops `op_ids` take on `device`, ms (that type's model)."""
+        return self._model(device).ops_ms(gid, device, rows, phase, op_ids)
 
     def collective_hop_gbps(self, device: DeviceType, n_ranks: int) -> float | None:
         """Measured ring per-hop rate on `device`'s type, 10^9 bit/s (its type's profile; else None)."""

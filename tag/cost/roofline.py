@@ -93,6 +93,12 @@ def roofline_ms(flops: np.ndarray, mem_bytes: np.ndarray, eff: np.ndarray, devic
     return np.maximum(flops / (peak * eff), mem_bytes / (mem_bytes_per_ms(device) * bw_fraction))
 
 
+def ops_mask(compute_ops: list[int], op_ids) -> np.ndarray:
+    """Boolean mask over a group's compute ops (graph indices): which are in `op_ids`."""
+    chosen = set(op_ids)
+    return np.array([i in chosen for i in compute_ops], dtype=bool)
+
+
 def _launches(op) -> bool:
     """Whether an op runs a device kernel: it computes FLOPs or moves bytes."""
     return (op.fwd_flops_per_row or op.fwd_flops_fixed or op.bwd_flops_per_row or op.bwd_flops_fixed
@@ -198,6 +204,12 @@ class RooflineCostModel:
             t = float(self.op_ms(gid, device, rows, phase).sum())
         self._cache[key] = t
         return t
+
+    def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids) -> float:
+        """The part of group `gid`'s phase time ("fwd" or "bwd") that the ops `op_ids` (graph indices) take, ms:
+        the sum of their `op_ms` (all of them sum to `group_fwd_ms` / `group_bwd_ms`)."""
+        return float(self.op_ms(gid, device, rows, phase)[ops_mask(self.compute_ops[gid], op_ids)].sum()) \
+            if rows > 0 and self._groups[gid].n_ops else 0.0
 
     def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
         """Forward time of a group for `rows` rows on one device of this type, ms."""

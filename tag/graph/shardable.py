@@ -98,6 +98,9 @@ class ShardLayout:
     split_outputs: dict[str, tuple[int, int]] = field(default_factory=dict)  # group output -> (axis, pair)
     reshape_rewrites: list[ReshapeRewrite] = field(default_factory=list)
     bias_once: list[str] = field(default_factory=list)  # Gemm biases of row halves: added by position 0 only
+    # full inputs of column halves: the replica's devices all-reduce their gradients in backward (Megatron's f)
+    column_inputs: list[str] = field(default_factory=list)
+    split_tensors: dict[str, tuple[int, int]] = field(default_factory=dict)  # every tensor left split -> (axis, pair)
 
 
 class NotShardable(Exception):
@@ -245,6 +248,8 @@ def analyse_group(graph, op_ids, split: str) -> ShardLayout:
                 out_shape = _shape(graph, outs[0])
                 feat = 1 - len(out_shape) if conv else -1
                 p = pairs.new(out_shape[feat])
+                if op.inputs[data_k] not in lay.column_inputs:
+                    lay.column_inputs.append(op.inputs[data_k])
                 lay.params.append(_param_slice(graph, w, out_ax, p))
                 if bias:
                     lay.params.append(ParamSlice(bias, 0, p, _shape(graph, bias)[0]))
@@ -343,6 +348,7 @@ def _resolve(lay: ShardLayout, pairs: _Pairs, layout: dict, graph, inside: set) 
     lay.params = list(dict.fromkeys(ParamSlice(x.name, x.axis, num(x.pair), x.length) for x in lay.params))
     lay.narrow_inputs = [(i, k, num(p)) for i, k, p in lay.narrow_inputs]
     lay.reshape_rewrites = [ReshapeRewrite(r.op, r.position, num(r.pair), r.length) for r in lay.reshape_rewrites]
+    lay.split_tensors = {name: (ax, num(p)) for name, (ax, p) in layout.items()}
     for name, (ax, p) in layout.items():
         t = graph.tensors.get(name)
         consumers = t.consumers if t is not None else []

@@ -34,15 +34,32 @@ MIB = 2 ** 20
 
 @dataclass(frozen=True)
 class BucketSync:
-    """A bucket with what its collective needs: the replica set (device indices, topology order) and the bytes."""
+    """A bucket with what its collective needs: the replica set (device indices, topology order) and the bytes.
+    A bucket of sharded groups runs one collective per position instead: `positions` = ((its peers in topology
+    order, bytes), ...), whose bytes sum to `nbytes`; () otherwise."""
 
     bucket: Bucket
     devices: tuple[int, ...]
     nbytes: float
+    positions: tuple = ()
+
+
+def position_bytes(gg, g: int, decision) -> tuple[float, ...]:
+    """Per position of a sharded decision, the weight-gradient bytes its peers sum (`tag.sim.shards.ShardFacts`)."""
+    from tag.sim.shards import shard_facts
+
+    return shard_facts(gg, g, decision.shard.split, decision.shard.ratios).sync_bytes
+
+
+def replica_key(decision):
+    """What a bucket's groups share: their devices, or for sharded groups their grid and shares."""
+    sh = decision.shard
+    return decision.devices if sh is None else ("shard", sh.replicas, sh.ratios)
 
 
 def own_sync_bytes(gg, decisions) -> list[float]:
-    """Per group, the bytes of its own gradient sync (module docstring); 0 for groups on one device."""
+    """Per group, the bytes of its own gradient sync (module docstring); 0 for groups on one device. A sharded
+    group's are the sum over its positions (`position_bytes`; 0 with one replica)."""
     owned_shared: dict[int, float] = {}
     for name, gids in shared_params(gg).items():
         owned_shared[gids[0]] = owned_shared.get(gids[0], 0.0) + tensor_bytes(gg, name)
@@ -51,6 +68,9 @@ def own_sync_bytes(gg, decisions) -> list[float]:
         grp = gg.groups[g]
         if not dec.replicated or grp.param_bytes <= 0:
             out.append(0.0)
+            continue
+        if dec.shard is not None:
+            out.append(float(sum(position_bytes(gg, g, dec))))
             continue
         nbytes = grp.param_bytes - owned_shared.get(g, 0.0)
         nbytes -= sum(f.weight_bytes for f in group_sfb_factors(gg, g, dec))
@@ -70,7 +90,7 @@ def derive_buckets(gg, decisions, bucket_mb: float, choose) -> tuple[Bucket, ...
             continue
         dec = decisions[g]
         sync = dec.sync or "ring"
-        key = (dec.devices, sync, dec.server if sync == "ps" else None, dec.zero)
+        key = (replica_key(dec), sync, dec.server if sync == "ps" else None, dec.zero)
         if open_ and open_[0] == key and open_[2] < cap and dec.zero < 3:
             open_[1].append(g)
             open_[2] += own[g]
@@ -82,6 +102,10 @@ def derive_buckets(gg, decisions, bucket_mb: float, choose) -> tuple[Bucket, ...
         closed.append(open_)
     out = []
     for (devices, sync, server, _), groups, nbytes in closed:
+        if sync == AUTO and decisions[groups[0]].shard is not None:  # chosen for position 0's collective
+            dec = decisions[groups[0]]
+            devices = tuple(sorted(dec.shard.peers(dec.shard.replicas[0][0])))
+            nbytes = sum(position_bytes(gg, g, decisions[g])[0] for g in groups)
         algorithm = choose(devices, nbytes) if sync == AUTO else sync
         out.append(Bucket(tuple(groups), algorithm, server))
     return tuple(out)
@@ -90,8 +114,16 @@ def derive_buckets(gg, decisions, bucket_mb: float, choose) -> tuple[Bucket, ...
 def bucket_syncs(gg, strategy, buckets: tuple[Bucket, ...]) -> list[BucketSync]:
     """Each bucket with its devices (its first group's) and its bytes (the sum of its groups' own sync bytes)."""
     own = own_sync_bytes(gg, strategy.decisions)
-    return [BucketSync(b, strategy.decisions[b.groups[0]].devices, float(sum(own[g] for g in b.groups)))
-            for b in buckets]
+    out = []
+    for b in buckets:
+        dec = strategy.decisions[b.groups[0]]
+        positions = ()
+        if dec.shard is not None:
+            per = [position_bytes(gg, g, strategy.decisions[g]) for g in b.groups]
+            positions = tuple((tuple(sorted(dec.shard.peers(d))), float(sum(p[j] for p in per)))
+                              for j, d in enumerate(dec.shard.replicas[0]))
+        out.append(BucketSync(b, dec.devices, float(sum(own[g] for g in b.groups)), positions))
+    return out
 
 
 def check_buckets(gg, strategy, buckets: tuple[Bucket, ...]) -> str | None:
@@ -103,14 +135,13 @@ def check_buckets(gg, strategy, buckets: tuple[Bucket, ...]) -> str | None:
     for i, b in enumerate(buckets):
         if not b.groups:
             return f"buckets[{i}].groups: expected at least one group, found none"
-        devs = strategy.decisions[b.groups[0]].devices
         for g in b.groups:
             if g in seen:
                 return f"buckets[{i}].groups: group {g} is already in buckets[{seen[g]}]"
             seen[g] = i
             if own[g] <= 1e-9:
                 return f"buckets[{i}].groups: group {g} has no gradients to sync (one device or no own parameters)"
-            if strategy.decisions[g].devices != devs:
+            if replica_key(strategy.decisions[g]) != replica_key(strategy.decisions[b.groups[0]]):
                 return (f"buckets[{i}].groups: group {g} runs on other devices than group {b.groups[0]}; a bucket's "
                         "groups share one replica set")
             if strategy.decisions[g].zero != strategy.decisions[b.groups[0]].zero:

@@ -15,6 +15,8 @@ from tag.sim.context import SimContext
 from tag.sim.gradsync import sfb_compute_ms
 from tag.sim.pipeline_build import build_pipeline_task_graph
 from tag.sim.rendezvous import exchange_gates
+from tag.sim.shard_build import add_tails, wire_collectives
+from tag.sim.shards import shard_edge_transfers
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
 from tag.sim.zero import add_gathers_after_update, add_weight_gathers
 
@@ -23,17 +25,22 @@ __all__ = ["BuildOptions", "build_task_graph", "check_strategy"]
 _TRANSFER, _SYNC = DependentKind.TRANSFER, DependentKind.SYNC
 
 
-def _compute_tasks(ctx: SimContext, decs, draft: Draft) -> tuple[list[dict], list[dict], list[float], list]:
+def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
     """Forward tasks in group order, then backward tasks in reverse group order (SFB: the local dW leaves the
-    backward; recompute: the forward runs again at its start, `with_recompute`). (forward task ids per group {device: task}, backward likewise, SFB dW ms per device, the cached
-    per-group costs)."""
+    backward; recompute: the forward runs again at its start, `with_recompute`; a sharded group's collectives: a
+    tail task after each pass, `tag.sim.shard_build`, appended to `pending`). (forward task ids per group
+    {device: task}, the same for what leaves each forward (its tails), backward likewise twice, SFB dW ms per
+    device, the cached per-group costs)."""
     n_grp = len(decs)
     per_group = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
     fwd_id: list[dict] = [None] * n_grp
     bwd_id: list[dict] = [None] * n_grp
+    fwd_out: list[dict] = [None] * n_grp
+    bwd_out: list[dict] = [None] * n_grp
     for g in range(n_grp):
         devs, fwd, _, _ = per_group[g]
         fwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.FORWARD, g, fwd)))
+        fwd_out[g] = add_tails(ctx, decs, g, TaskKind.FORWARD, fwd_id[g], draft, pending)
     sfb_upd_ms = [0.0] * len(ctx.dtypes)  # SFB: dW over all replicas' rows, formed before the optimizer step
     for g in range(n_grp - 1, -1, -1):
         devs, fwd, bwd, _ = per_group[g]
@@ -44,26 +51,46 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft) -> tuple[list[dict], lis
                 sfb_upd_ms[d] += a
         bwd = with_recompute(decs[g], fwd, bwd)
         bwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.BACKWARD, g, bwd)))
-    return fwd_id, bwd_id, sfb_upd_ms, per_group
+        bwd_out[g] = add_tails(ctx, decs, g, TaskKind.BACKWARD, bwd_id[g], draft, pending)
+    return fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, per_group
 
 
-def _transfers(ctx: SimContext, decs, fwd_id, bwd_id, draft: Draft, asynchronous: bool):
+def _transfers(ctx: SimContext, decs, passes, draft: Draft, asynchronous: bool, label: str = ""):
     """Per edge and device pair: the activation slice (producer forward -> consumer forward) and the gradient
-    back (consumer backward -> producer backward); ([Transfer], memory recv list)."""
+    back (consumer backward -> producer backward); ([Transfer], memory recv list). `passes` = (forward heads,
+    forward tails, backward heads, backward tails) per group: what enters a pass arrives at its head, what leaves
+    it leaves from its tail. An edge with a sharded end moves `tag.sim.shards.shard_edge_transfers`' pieces."""
+    fwd_in, fwd_out, bwd_in, bwd_out = passes
     out: list[Transfer] = []
     recv: list[tuple] = []
+
+    def add(spec, p, k, what):
+        if asynchronous:  # blocking exchanges get their wait and deliver once programs are known
+            draft.depend(p, (_TRANSFER, len(out)))
+        out.append(Transfer(spec, p, k, (p,), (k,), what))
+        draft.inputs[k] += 1
+
     for ei, e in enumerate(ctx.gg.edges):
-        for s, d, b, fspec, bspec in ctx.edge_transfers(ei, decs[e.src], decs[e.dst]):
-            pf, kf = fwd_id[e.src][s], fwd_id[e.dst][d]
-            pb, kb = bwd_id[e.dst][d], bwd_id[e.src][s]
-            if asynchronous:  # blocking exchanges get their wait and deliver once programs are known
-                draft.depend(pf, (_TRANSFER, len(out)))
-                draft.depend(pb, (_TRANSFER, len(out) + 1))
-            out.append(Transfer(fspec, pf, kf, (pf,), (kf,), f"act g{e.src}->g{e.dst}"))
-            out.append(Transfer(bspec, pb, kb, (pb,), (kb,), f"grad g{e.dst}->g{e.src}"))
-            draft.inputs[kf] += 1
-            draft.inputs[kb] += 1
-            recv.append((e.dst, d, e.src, s, b))
+        a, b = decs[e.src], decs[e.dst]
+        if a.shard is None and b.shard is None:
+            for s, d, nbytes, fspec, bspec in ctx.edge_transfers(ei, a, b):
+                pf, kf = fwd_out[e.src][s], fwd_in[e.dst][d]
+                pb, kb = bwd_out[e.dst][d], bwd_in[e.src][s]
+                if asynchronous:
+                    draft.depend(pf, (_TRANSFER, len(out)))
+                    draft.depend(pb, (_TRANSFER, len(out) + 1))
+                out.append(Transfer(fspec, pf, kf, (pf,), (kf,), f"act g{e.src}->g{e.dst}{label}"))
+                out.append(Transfer(bspec, pb, kb, (pb,), (kb,), f"grad g{e.dst}->g{e.src}{label}"))
+                draft.inputs[kf] += 1
+                draft.inputs[kb] += 1
+                recv.append((e.dst, d, e.src, s, nbytes))
+            continue
+        fwd, bwd, mem = shard_edge_transfers(ctx, ei, a, b, decs)
+        for s, d, spec in fwd:
+            add(spec, fwd_out[e.src][s], fwd_in[e.dst][d], f"act g{e.src}->g{e.dst}{label}")
+        for d, s, spec in bwd:
+            add(spec, bwd_out[e.dst][d], bwd_in[e.src][s], f"grad g{e.dst}->g{e.src}{label}")
+        recv += [(e.dst, d, e.src, s, nbytes) for s, d, nbytes in mem]
     return out, recv
 
 
@@ -96,9 +123,10 @@ def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOpt
     n_dev, decs = len(ctx.dtypes), strategy.decisions
     check_strategy(strategy, ctx.gg.n_groups, n_dev)
     draft = Draft(ComputeTasks(), [], [], [])
-    fwd_id, bwd_id, sfb_upd_ms, per_group = _compute_tasks(ctx, decs, draft)
+    pending: list = []
+    fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, per_group = _compute_tasks(ctx, decs, draft, pending)
     devs_of = [pg[0] for pg in per_group]
-    transfers, recv = _transfers(ctx, decs, fwd_id, bwd_id, draft, not options.blocking_sends)
+    transfers, recv = _transfers(ctx, decs, (fwd_id, fwd_out, bwd_id, bwd_out), draft, not options.blocking_sends)
     units, extra_static = sync_units(ctx, strategy, devs_of)
     upd_id = update_tasks(ctx, units, per_group, sfb_upd_ms, draft, decs)
     wire_syncs(units, devs_of, bwd_id, upd_id, draft, options.overlap_sync)
@@ -107,7 +135,8 @@ def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOpt
     passes = [(g, w, ids[g]) for g in range(len(decs)) for w, ids in (("fwd", fwd_id), ("bwd", bwd_id))]
     add_weight_gathers(ctx, decs, units, passes, programs, draft)
     wire_batch_stats(ctx, decs, [[m] for m in fwd_id], [[m] for m in bwd_id], units, programs, draft)
+    wire_collectives(ctx, pending, units, draft)
     if options.blocking_sends:
         transfers = _blocking(transfers, programs, draft.tasks, draft)
     return TaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, draft.first_sync, draft.dependents,
-                     MemoryInputs(recv, extra_static), sum(decs[0].rows) if decs else 0)
+                     MemoryInputs(recv, extra_static), sum(decs[0].batch_rows) if decs else 0)

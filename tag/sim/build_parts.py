@@ -104,8 +104,12 @@ def sync_units(ctx: SimContext, strategy, devs_of) -> tuple[list[SyncUnit], list
             label = f"sync g{gs[0]}" if len(gs) == 1 else f"bucket g{gs[0]}..g{gs[-1]}"
             if zero:
                 label = "reduce-scatter " + label.split(" ", 1)[1]
-            units.append(SyncUnit(gs, b.devices, b.nbytes, bucket_method(b.bucket.algorithm, zero),
-                                  b.bucket.server, label))
+            method = bucket_method(b.bucket.algorithm, zero)
+            if b.positions:  # sharded groups: one collective per position over its peers (`tag.sim.shards`)
+                units += [SyncUnit(gs, peers, nbytes, method, None, f"{label} p{j}")
+                          for j, (peers, nbytes) in enumerate(b.positions) if nbytes > 0]
+            else:
+                units.append(SyncUnit(gs, b.devices, b.nbytes, method, b.bucket.server, label))
     for u in units:
         u.phases = ctx.phases(u.method, u.devices, u.nbytes, u.server)
         u.copy_in_ms, u.copy_out_ms = ctx.sync_copy_ms(u.method, u.devices, u.nbytes)
@@ -139,15 +143,16 @@ def wire_syncs(units, devs_of, bwd_id, upd_id, draft: Draft, overlap_sync: bool)
             last_bwd[d] = k
     inputs = draft.inputs
     for j, u in enumerate(units):
+        members = set(u.devices)  # a sharded group's position unit: its peers only
         for g in u.groups:
             ids = bwd_id[g]
-            kbs = [ids[d] for d in devs_of[g]]
+            kbs = [ids[d] for d in devs_of[g] if d in members]
             u.wait += kbs
             for kb in kbs:
                 count_towards(draft, kb, j)
         # devices in topology order (a group's devices are)
         covered = devs_of[u.groups[0]] if len(u.groups) == 1 else sorted({d for g in u.groups for d in devs_of[g]})
-        u.release = [upd_id[d] for d in covered]
+        u.release = [upd_id[d] for d in covered if d in members]
         for k in u.release:
             inputs[k] += 1
         if not overlap_sync:

@@ -44,9 +44,14 @@ class SimContext:
         self._bn_channels: list | None = None  # per group, its training-mode BatchNormalization channel counts
 
     def group_costs(self, g: int, decision) -> tuple:
-        """(devices, fwd ms per device, bwd ms per device, update ms per device) of group g."""
-        key = (g, decision.rows)
+        """(devices, fwd ms per device, bwd ms per device, update ms per device) of group g (a sharded group's:
+        `tag.sim.shards.sharded_costs`)."""
+        key = (g, decision.rows) if decision.shard is None else (g, decision.rows, decision.shard)
         hit = self._group.get(key)
+        if hit is None and decision.shard is not None:
+            from tag.sim.shards import sharded_costs
+
+            hit = self._group[key] = sharded_costs(self, g, decision)
         if hit is None:
             c, dt = self.cost, self.dtypes
             devs = list(decision.devices)

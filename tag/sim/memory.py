@@ -58,6 +58,10 @@ dtypes, scaled by c like every activation). Integer tensors (token ids) are scal
 16-bit runs, left for simplicity. ``extra_static`` adds the persistent bytes of shared parameters held where their
 owner group is absent. Figures are bytes.
 
+Sharded groups (`Decision.shard`, `tag.sim.shards.shard_memory`): at position j, P, G and S are the device's
+share (its weight slices, ``ShardFacts.param_bytes``), n is the group's replicas R, and its saved activations are
+scaled by 1 - f (1 - share_j), f the share of the group's activation bytes the split leaves split.
+
 Pipelined strategies (`pipeline_peak_memory_bytes`): the same terms per micro-batch at rows[d] / m rows, with as
 many micro-batches' saved bytes held as the stage's schedule keeps in flight, and gradient buffers that live from
 a group's first backward to the step (accumulation over micro-batches). ZeRO under a pipeline follows
@@ -74,6 +78,7 @@ import numpy as np
 
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
 from tag.graph.costs import group_held_bytes
+from tag.sim.shards import shard_memory
 from tag.strategy.memory_decisions import MIXED_PRECISIONS, compute_bytes
 from tag.strategy.pipeline import stage_order
 
@@ -225,6 +230,10 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
         return row[:, None] * rows + fixed[:, None] * hosted
 
     held = per(gb.held_row, gb.held_fixed)
+    sharded = shard_memory(ctx, decisions, p, states, inv_n)  # weights and split activations at the shares
+    if sharded is not None:
+        p, states, inv_n, act = sharded
+        held = held * act
     saved = np.where(recompute, per(gb.in_row + gb.data_row, gb.in_fixed + gb.data_fixed), held + recv_fwd)
     out = ctx.out_per_row[:, None] * rows
     in_grads = per(gb.in_row, gb.in_fixed)
@@ -250,50 +259,33 @@ def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static, precis
     return static + np.maximum.reduce([fwd_peak, bwd_peak, all_kept + t.update_transient, np.zeros_like(fwd_peak)])
 
 
-def in_flight_terms(order: list[tuple[str, int]]) -> tuple[int, int, int, int]:
-    """The micro-batch counts that decide a pipelined device's peak, from its stage's order (`stage_order`):
-    (most micro-batches held at a forward before any backward, the same at a forward after one, micro-batches held
-    at the first backward (itself included), most held at a later backward (itself included)); -1 where there is
-    no such pass.
-
-    >>> in_flight_terms([("F", 0), ("F", 1), ("B", 0), ("F", 2), ("B", 1), ("F", 3), ("B", 2), ("B", 3)])
-    (1, 1, 2, 2)
-    """
-    f0 = f1 = b0 = b1 = -1
-    live = 0
-    for kind, _ in order:
-        if kind == "F":
-            if b0 < 0:
-                f0 = max(f0, live)
-            else:
-                f1 = max(f1, live)
-            live += 1
-        else:
-            if b0 < 0:
-                b0 = live
-            else:
-                b1 = max(b1, live)
-            live -= 1
-    return f0, f1, b0, b1
+RECV_AHEAD = 2  # passes ahead of the one that waits for them that the pipeline runtime posts its receives
 
 
 def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static,
                                 precision: str = "fp32") -> np.ndarray:
-    """Peak bytes per device (topology order) of a pipelined strategy, in each device's program order.
+    """Peak bytes per device (topology order) of a pipelined strategy, walking each stage's pass order
+    (`stage_order`).
 
     Per micro-batch, device d holds the saved bytes of its groups at rows[d] / m rows (`memory_terms`; `recv`: the
     pairs of one micro-batch, as `peak_memory_bytes` reads them), A_d in all, from a group's forward until its
-    backward; a stage order holds up to `max_in_flight` micro-batches at once. Gradients accumulate over
-    micro-batches: a group's kept gradient buffer is allocated at its first backward and kept until the step. With
-    the one-micro-batch terms (cum_g saved after the forward of g, kept_from_g the kept gradients of groups >= g, K
-    all of them) and the counts of `in_flight_terms` (n_F0, n_F1, n_B0, n_B1) for d's stage:
+    backward. Gradients accumulate over micro-batches: a group's kept gradient buffer is allocated at its first
+    backward and kept until the step (K all of them). With the one-micro-batch terms (cum_g saved after the
+    forward of g, kept_from_g the kept gradients of groups >= g), at a pass with n micro-batches held before it,
+    f forwards and b backwards done:
 
-        peak = static + max(n_F0 A + max_g(cum_g + fwd_transient_g),          forward, no gradients yet
-                            n_F1 A + max_g(cum_g + fwd_transient_g) + K,      forward after a backward
-                            (n_B0 - 1) A + max_g(cum_g + kept_from_g + bwd_transient_g),   first backward
-                            (n_B1 - 1) A + K + max_g(cum_g + bwd_transient_g))             later backwards
+        F, before any backward:  n A + max_g(cum_g + fwd_transient_g)
+        F, after one:            n A + max_g(cum_g + fwd_transient_g) + K
+        first B:                 (n - 1) A + max_g(cum_g + kept_from_g + bwd_transient_g)
+        later B:                 (n - 1) A + K + max_g(cum_g + bwd_transient_g)
 
-    (terms without such a pass left out). With one stage and m = 1 this is `peak_memory_bytes`.
+    each plus what the pipeline runtime (`tag.deploy.pipeline_runtime`) holds besides: every slice it sent, f SF_d +
+    b SB_d (sends are asynchronous and waited for at the end of the passes; SF_d the activation bytes d sends per
+    micro-batch, SB_d the gradient bytes), and the receive buffers of the next RECV_AHEAD passes (posted ahead:
+    the activation bytes d receives per micro-batch for an F pass, the gradient bytes for a B pass). The step:
+    K + update_transient (the sends are waited for before it). Corrections measured on CPU ranks (sent slices
+    and receives ahead were missing: small_cnn 1F1B rank 1 -45%, benchmarks/memory.md). With one stage and m = 1
+    this is `peak_memory_bytes`.
     """
     pl = strategy.pipeline
     m, n_st = pl.micro_batches, len(pl.stages)
@@ -301,20 +293,32 @@ def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static
     t = memory_terms(ctx, micro, recv, optimizer, precision, pipelined=True)
     held, fwd, bwd_first, all_kept = t.peak_parts()
     later = replace(t, kept=np.zeros_like(t.kept)).peak_parts()[2] + all_kept
-    peak = np.zeros(t.saved.shape[1])
+    n_dev = t.saved.shape[1]
+    c = compute_bytes(precision) / FP32_BYTES
+    sent = {"F": np.zeros(n_dev), "B": np.zeros(n_dev)}
+    got = {"F": np.zeros(n_dev), "B": np.zeros(n_dev)}
+    for _cg, cd, _pg, pd, b in recv:
+        sent["F"][pd] += c * b
+        got["F"][cd] += c * b
+        sent["B"][cd] += c * b
+        got["B"][pd] += c * b
+    peak = np.zeros(n_dev)
     for s, st in enumerate(pl.stages):
-        f0, f1, b0, b1 = in_flight_terms(stage_order(pl.schedule, pl.k, n_st, s, m))
+        order = stage_order(pl.schedule, pl.k, n_st, s, m)
         d = list(st.devices)
-        terms = []
-        if f0 >= 0:
-            terms.append(f0 * held[d] + fwd[d])
-        if f1 >= 0:
-            terms.append(f1 * held[d] + fwd[d] + all_kept[d])
-        if b0 >= 0:
-            terms.append((b0 - 1) * held[d] + bwd_first[d])
-        if b1 >= 0:
-            terms.append((b1 - 1) * held[d] + later[d])
-        terms.append(all_kept[d] + t.update_transient[d])
+        terms = [all_kept[d] + t.update_transient[d]]
+        n = 0
+        done = {"F": 0, "B": 0}
+        for i, (kind, _) in enumerate(order):
+            extra = done["F"] * sent["F"][d] + done["B"] * sent["B"][d]
+            extra = extra + sum(got[k][d] for k, _ in order[i + 1: i + 1 + RECV_AHEAD])
+            if kind == "F":
+                terms.append(n * held[d] + fwd[d] + (all_kept[d] if done["B"] else 0.0) + extra)
+                n += 1
+            else:
+                terms.append((n - 1) * held[d] + (later[d] if done["B"] else bwd_first[d]) + extra)
+                n -= 1
+            done[kind] += 1
         peak[d] = np.maximum.reduce(terms)
     static = t.static.sum(axis=0) + np.asarray(extra_static, dtype=float)
     return static + np.maximum(peak, 0.0)

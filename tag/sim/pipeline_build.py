@@ -201,5 +201,5 @@ def build_pipeline_task_graph(ctx: SimContext, strategy, options: BuildOptions =
     add_weight_gathers(ctx, decs, units, [(g, "fwd", fwd_id[g][0]) for g in range(len(decs))], programs, draft)
     wire_batch_stats(ctx, decs, fwd_id, bwd_id, units, programs, draft)
     return PipelineTaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, draft.first_sync,
-                             draft.dependents, MemoryInputs(recv, extra_static), sum(decs[0].rows) if decs else 0,
+                             draft.dependents, MemoryInputs(recv, extra_static), sum(decs[0].batch_rows) if decs else 0,
                              micro_batch=micro, micro_batches=m)

@@ -70,6 +70,13 @@ def update_fractions(gg, decisions) -> list[float]:
         if shard[g] <= 0 or p <= 0:
             out.append(1.0)
             continue
+        if getattr(d, "shard", None) is not None:  # a position's share of the sharded bytes over the R replicas
+            from tag.sim.shards import shard_facts
+
+            held = sum(shard_facts(gg, g, d.shard.split, d.shard.ratios).param_bytes)
+            f = min(1.0, shard[g] / held) if held > 0 else 0.0
+            out.append(1.0 - f + f / len(d.shard.replicas))
+            continue
         f = shard[g] / p
         out.append(1.0 - f + f / len(d.devices))
     return out
@@ -133,17 +140,35 @@ def add_weight_gathers(ctx, decisions, units: list[SyncUnit], passes, programs, 
     for g, what, tasks in passes:
         if g not in method_of:
             continue
-        devs = tuple(sorted(tasks))
-        j = len(units)
-        u = SyncUnit((g,), devs, shard[g], method_of[g], None, f"gather w g{g} {what}")
-        u.phases = ctx.phases(u.method, devs, u.nbytes, None)
-        for d in devs:
-            k = tasks[d]
-            i = pos[k]
-            if i >= 2:
-                before = programs[tdev[k]][i - 2]
-                u.wait.append(before)
-                count_towards(draft, before, j)
-            u.release.append(k)
-            draft.inputs[k] += 1
-        units.append(u)
+        for devs, nbytes, label in _gather_sets(ctx, decisions[g], g, tasks, shard[g]):
+            _add_weight_gather(ctx, units, draft, programs, pos, tdev, tasks, g, devs, nbytes,
+                               method_of[g], f"gather w g{g} {what}{label}")
+
+
+def _gather_sets(ctx, decision, g: int, tasks: dict, nbytes: float) -> list:
+    """The device sets of a zero-3 weight gather of group g: all its devices with its sharded bytes, or for a
+    sharded group each position's peers with that position's bytes (`tag.sim.buckets.position_bytes`)."""
+    if decision.shard is None:
+        return [(tuple(sorted(tasks)), nbytes, "")]
+    from tag.sim.buckets import position_bytes
+
+    per = position_bytes(ctx.gg, g, decision)
+    return [(tuple(sorted(decision.shard.peers(d))), per[j], f" p{j}")
+            for j, d in enumerate(decision.shard.replicas[0])]
+
+
+def _add_weight_gather(ctx, units, draft, programs, pos, tdev, tasks, g, devs, nbytes, method, label) -> None:
+    """One prefetched zero-3 gather over `devs` releasing their tasks in `tasks` (`add_weight_gathers`)."""
+    j = len(units)
+    u = SyncUnit((g,), devs, nbytes, method, None, label)
+    u.phases = ctx.phases(u.method, devs, u.nbytes, None)
+    for d in devs:
+        k = tasks[d]
+        i = pos[k]
+        if i >= 2:
+            before = programs[tdev[k]][i - 2]
+            u.wait.append(before)
+            count_towards(draft, before, j)
+        u.release.append(k)
+        draft.inputs[k] += 1
+    units.append(u)

@@ -32,7 +32,8 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
 
     Checks, in order: version; model and topology sha256; batch size vs the loaded graph; device ids;
     row sums; op names of every group (each model op in exactly one group, groups in topological
-    order); a group that cannot be split by rows on one device; sync null exactly for groups without
+    order); a shard's split against its group's ops (`_check_shard`); a group that cannot be split by rows on one
+    device; sync null exactly for groups without
     parameters or on one device, server only for ps; SFB ops inside their group and owning parameters; buckets;
     a pipeline's cut acyclic over the group graph and no training-mode BatchNormalization with micro-batches
     (`tag.strategy.planfile_pipeline.check_pipeline_graph`).
@@ -57,9 +58,8 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
     for g, dec in enumerate(strategy.decisions):
         where = f"decisions[{_position(raw, g)}]"
         group = gg.groups[g]
-        if dec.shard is not None:  # read and checked above; the simulator and deploy do not run shards yet
-            raise InputError(path, f"{where}.shard", "no shard: this version of tag reads shards but does not "
-                             "simulate or deploy them yet", short_repr(dec.shard.split))
+        if dec.shard is not None:
+            _check_shard(path, where, graph, group.op_ids, dec)
         if not group.splittable and dec.replicated:
             raise InputError(path, f"{where}.rows", f"all rows on one device (group {g} cannot be split by rows)",
                              f"{len(dec.devices)} devices")
@@ -105,6 +105,28 @@ def _check_buckets(raw: dict, path: str, strategy: Strategy, gg) -> None:
             if sync != "auto" and (sync != bs.bucket.algorithm or (sync == "ps" and dec.server != bs.bucket.server)):
                 raise InputError(path, f"buckets[{i}].algorithm", f"group {g}'s sync {sync!r} (and its server)",
                                  short_repr(bs.bucket.algorithm))
+
+
+def _check_shard(path: str, where: str, graph, op_ids, dec) -> None:
+    """A decision's shard against its group's ops: `tag.graph.shardable.analyse_group` accepts the split, heads get
+    shares that split them exactly (`tag.strategy.shard.exact_units`), and no SFB ops (the simulator does not
+    model sufficient factors of a sharded weight)."""
+    from tag.graph.shardable import NotShardable, analyse_group
+    from tag.strategy.shard import exact_units
+
+    shard = dec.shard
+    try:
+        lay = analyse_group(graph, op_ids, shard.split)
+    except NotShardable as e:
+        raise InputError(path, f"{where}.shard.split", "a split the group's ops allow (another split, or no shard)",
+                         f"{shard.split!r} ({str(e).split(': ', 1)[-1]})") from None
+    for units, exact in zip(lay.units, lay.exact):
+        if exact and not exact_units(units, shard.ratios):
+            raise InputError(path, f"{where}.shard.ratios", f"shares that split the group's {units} heads into "
+                             "whole heads per device", short_repr([round(r, 6) for r in shard.ratios]))
+    if dec.sfb:
+        raise InputError(path, f"{where}.sfb", "[] for a sharded group (its weight gradients sync by position, "
+                         "not as sufficient factors)", short_repr(list(dec.sfb)))
 
 
 def _position(raw: dict, group: int) -> int:
