@@ -41,10 +41,11 @@ class Comm:
     """Process-group helper for rank `rank` of `world` ranks; `rank_machine[r]` is rank r's machine."""
 
     def __init__(self, rank: int, world: int, rank_machine: list[str], rank_sets: Iterable[tuple[int, ...]],
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", shard_sets: Iterable[tuple[int, ...]] = ()):
         self.rank, self.world, self.rank_machine = rank, world, rank_machine
         self.device = torch.device(device)
         self._groups: dict[tuple[int, ...], object] = {}
+        self._shard_groups: dict[tuple[int, ...], object] = {}
         self._issuer: ThreadPoolExecutor | None = None  # the sync thread of `start_sum`, started on first use
         if world > 1:
             for ranks in sorted({tuple(sorted(s)) for s in rank_sets if len(s) > 1}):
@@ -52,6 +53,8 @@ class Comm:
                     self._groups[ranks] = dist.group.WORLD
                 else:
                     self._groups[ranks] = dist.new_group(list(ranks))
+            for ranks in sorted({tuple(sorted(s)) for s in shard_sets if len(s) > 1}):
+                self._shard_groups[ranks] = dist.new_group(list(ranks))
 
     @staticmethod
     def needed_sets(buckets, sfb_ops, rank_machine: list[str]) -> list[tuple[int, ...]]:
@@ -103,6 +106,11 @@ class Comm:
 
     def group(self, ranks: tuple[int, ...]):
         return self._groups[tuple(sorted(ranks))]
+
+    def shard_group(self, ranks: tuple[int, ...]):
+        """The process group of a sharded group's replica (`shard_sets`): its own, so the main thread's shard
+        exchanges never interleave with the sync thread's sums on the same ranks."""
+        return self._shard_groups[tuple(sorted(ranks))]
 
     def exchange(self, sends: list[tuple[int, torch.Tensor, int]], recvs: list[tuple[int, torch.Tensor, int]]) -> None:
         """Post every (peer, tensor, tag) send and receive, then wait for all of them."""

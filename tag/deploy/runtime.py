@@ -38,6 +38,7 @@ from tag.deploy.comm import Comm
 from tag.deploy.precision import Precision
 from tag.deploy.recompute import run_recomputed
 from tag.deploy.schedule import Schedule, SFBOp
+from tag.deploy.shard_runtime import ShardRank
 from tag.deploy.sfb import sfb_forward
 from tag.graph.op_families import is_training_batchnorm
 from tag.graph.opgraph import OpGraph
@@ -64,6 +65,7 @@ class RankRuntime(GradSync):
         self.loss, self.row_base, self.correct = loss, 0, 0
         # training-mode ops (BatchNormalization, Dropout): mask seed and step, set by the step loop
         self.seed, self.step_index = 0, 0
+        self.shard = ShardRank(schedule, graph, program, rank, comm)  # slices sharded weights: before the optimizer
         self.my_params = [n for n, users in schedule.param_users.items() if rank in users]
         # ZeRO units (tag.deploy.zero): the optimizer updates their master shards instead of their parameters
         self.zero = ZeroShards(schedule.zero_units, program, rank, comm)
@@ -141,7 +143,7 @@ class RankRuntime(GradSync):
         env: dict[str, torch.Tensor] = {}
         for t, p in io.act_inputs:
             pieces = list(got.get(t, []))
-            if self.s.rank_rows[p][self.rank] > 0:
+            if self._holds(g, t, p):
                 mine = self.outs[(p, t)]
                 ax = self._axis(t)
                 if ax is None:
@@ -180,7 +182,8 @@ class RankRuntime(GradSync):
                     raise RuntimeError(f"output {t!r} has shape {tuple(y.shape)} on {n} rows, expected "
                                        f"{tuple(target.shape)} from the model's shapes and batch axis")
                 term = self.loss.term(y, target, self.s.batch_size, None if ax is None else n)
-                self.correct += self.loss.correct(y, target)
+                if self.shard.reports(g):  # every position of a sharded group back-propagates the loss
+                    self.correct += self.loss.correct(y, target)
                 loss = term if loss is None else loss + term
         if loss is not None:
             self.losses[g] = loss
@@ -192,6 +195,8 @@ class RankRuntime(GradSync):
 
         def run(e: dict) -> dict:
             with training_context(ctx), self.precision.autocast():
+                if g in self.shard.mine:
+                    return self.shard.run(g, self.s.groups[g].op_ids, e, rows, self.p.run_ops)
                 return self._run_ops(self.s.groups[g].op_ids, e, rows)
 
         return run_recomputed(run, env, self.s.groups[g].outputs) if g in self.s.recompute_groups else run(env)
@@ -206,6 +211,16 @@ class RankRuntime(GradSync):
             stats_sum = lambda t: group_sum(self.comm.group(ranks))(t)  # noqa: E731 - the group only when used
         return TrainingContext(seed=self.seed, step=self.step_index, row_offset=off, global_rows=self.s.batch_size,
                                stats_sum=stats_sum, batch_axis=self._axis)
+
+    def _holds(self, g: int, t: str, p: int, backward: bool = False) -> bool:
+        """Whether this rank's own output t of group p feeds group g here (in the backward: and takes t's gradient
+        back): it holds rows of p, or with a sharded end, it is in the producer placement of its position of g
+        (`Schedule.sources`) and, backward, that position returns gradients."""
+        src = self.s.sources.get((g, t))
+        if src is None:
+            return self.s.rank_rows[p][self.rank] > 0
+        placement, grad = src[self.shard.position(g)]
+        return any(r == self.rank for r, _, _ in placement) and (grad or not backward)
 
     def _recompute_shapes(self, op_ids: list[int], env: dict, rows: int) -> dict:
         """Re-run shape subgraphs for this rank's rows: Shape ops from static shapes, the rest by the program."""
@@ -255,6 +270,7 @@ class RankRuntime(GradSync):
         off, n = self._rows(g)
         if n > 0:
             roots, grads = [], []
+            self.shard.broadcast_grads(g, self.outs, self.grad_buf)
             if g in self.losses and self.losses[g].requires_grad:
                 roots.append(self.losses[g])
                 grads.append(torch.full_like(self.losses[g], self.scaler.scale if self.scaler else 1.0))
@@ -269,7 +285,7 @@ class RankRuntime(GradSync):
                 torch.autograd.backward(roots, grads)
             self.zero.release(g)
             for t, p in io.act_inputs:
-                if not self._is_float(t) or self.s.rank_rows[p][self.rank] == 0:
+                if not self._is_float(t) or not self._holds(g, t, p, backward=True):
                     continue
                 dx = self._leaf_grad(g, t)
                 ax = self._axis(t)
@@ -286,7 +302,7 @@ class RankRuntime(GradSync):
         off, _ = self._rows(g)
         sends, recvs, got = [], [], []
         for k, tr in enumerate(self.s.transfers[g]):
-            if not self._is_float(tr.tensor):
+            if not self._is_float(tr.tensor) or not tr.grad:
                 continue
             if tr.dst == self.rank:
                 dx = self._leaf_grad(g, tr.tensor)
@@ -330,7 +346,7 @@ class RankRuntime(GradSync):
         self._zero_grads()
         for g in range(len(self.s.groups)):
             self._forward_group(g)
-        local = float(sum(float(v.detach()) for v in self.losses.values()))
+        local = float(sum(float(v.detach()) for g, v in self.losses.items() if self.shard.reports(g)))
         for g in reversed(range(len(self.s.groups))):
             self._backward_group(g)
         self._sync_and_update()

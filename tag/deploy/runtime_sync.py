@@ -122,10 +122,11 @@ class GradSync:
 
     # ---- the trained state (checkpoints, results) ---------------------------------------------------------------
     def trained_weights(self) -> dict[str, torch.Tensor]:
-        """{parameter: full value} of every parameter this rank trains (ZeRO 3 shards all-gathered; a collective)."""
+        """{parameter: full value} of every parameter this rank trains (ZeRO 3 shards and tensor-sharded slices
+        all-gathered; a collective)."""
         out = {n: self.p.param(n).detach().clone() for n in self.opt_params}
         out.update(self.zero.full_weights())
-        return out
+        return self.shard.whole_weights(out)
 
     def optimizer_state(self) -> dict[str, dict]:
         """{parameter: optimizer state, full tensors} of the parameters this rank trains (a collective, as above)."""
@@ -133,12 +134,13 @@ class GradSync:
 
         out = optimizer_state_by_name(self.optimizer, self.opt_params)
         out.update(self.zero.optimizer_state(self.optimizer, len(self.opt_params)))
-        return out
+        return self.shard.whole_state(out)
 
     def load_state(self, weights: dict, opt_by_name: dict) -> None:
         """Set this rank's trained parameters and optimizer state from full per-parameter values (a checkpoint)."""
         from tag.deploy.checkpoint import load_optimizer_state
 
+        weights, opt_by_name = self.shard.local(weights, opt_by_name)
         with torch.no_grad():
             for n in self.opt_params:
                 self.p.param(n).copy_(weights[n])

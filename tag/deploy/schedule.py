@@ -15,11 +15,13 @@ of groups at ZeRO stage 2 or 3 leave their buckets and are reduce-scattered per 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tag.deploy.bucket_plan import SyncBucket, plan_buckets, sync_buckets  # noqa: F401 - SyncBucket re-exported
 from tag.deploy.pipeline_schedule import pipeline_parts, with_pipeline
 from tag.deploy.ranks import device_ranks
+from tag.deploy.shard_plan import input_sources, interval_slices, link_groups, shard_groups, shard_syncs
 from tag.deploy.zero_plan import zero_units
 from tag.errors import InputError
 from tag.graph.opgraph import OpGraph
@@ -37,6 +39,7 @@ class Transfer:
     dst: int
     start: int
     rows: int
+    grad: bool = True  # whether the gradient goes back (False: a sharded consumer's other positions, `shard_plan`)
 
     @property
     def whole(self) -> bool:
@@ -123,9 +126,17 @@ class Schedule:
     pipeline: object = None
     zero_units: list = field(default_factory=list)  # `tag.deploy.zero_plan.ZeroUnit`s, in group order
     recompute_groups: frozenset = frozenset()  # groups whose forward runs again before their backward
+    # tensor-sharded groups (`tag.deploy.shard_plan.ShardGroup`) by group id; with any, `row_starts` gives each group's
+    # first row per rank (a sharded group's ranks all hold their replica's rows) and `sources[(c, t)]`, per position
+    # of consumer c, the producer placement its input t comes from and whether that position returns its gradient
+    shards: dict = field(default_factory=dict)
+    row_starts: list | None = None
+    sources: dict = field(default_factory=dict)
 
     def rank_offset(self, group: int, rank: int) -> int:
         """First global row rank `rank` computes in group `group`."""
+        if self.row_starts is not None:
+            return self.row_starts[group][rank]
         return row_offsets(self.rank_rows[group])[rank]
 
     def ranks_of(self, group: int) -> tuple[int, ...]:
@@ -192,6 +203,7 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
     `plan_file`) for an SFB entry the runtime cannot honour, or an ``auto`` sync the plan lists no buckets for.
     """
     if strategy.pipeline is not None:  # the schedule of one micro-batch, with the global batch and the stage plan
+        shard_groups(graph, groups, strategy, [], 0, plan_file)  # refuses shards in a pipelined plan
         for g, dec in enumerate(strategy.decisions):
             if dec.zero >= 2:
                 raise InputError(plan_file, f"decisions[{g}].zero", "ZeRO stage 0 or 1 in a pipelined plan (deploy "
@@ -209,13 +221,19 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
         rank_machine[dev_rank[d]] = device_machines[d]
     rrows = [rank_rows(dec.rows, dev_rank, nproc) for dec in strategy.decisions]
     ios = group_io(graph, groups)
+    shards = shard_groups(graph, groups, strategy, dev_rank, nproc, plan_file)
+    link_groups(graph, ios, shards)
 
     transfers: list[list[Transfer]] = []
+    sources: dict = {}
     for c, io in enumerate(ios):
         lst: list[Transfer] = []
         c_ranks = [r for r, n in enumerate(rrows[c]) if n > 0]
         for t, p in io.act_inputs:
-            if graph.tensors[t].batch_axis is not None:
+            if c in shards or p in shards:
+                sources[(c, t)] = [(src, grad) for _, src, grad in input_sources(c, t, p, rrows, shards)]
+                lst += _placement_transfers(graph, t, p, input_sources(c, t, p, rrows, shards))
+            elif graph.tensors[t].batch_axis is not None:
                 lst += [Transfer(t, p, s.src, s.dst, s.start, s.rows) for s in slices(rrows[p], rrows[c])]
             else:
                 p_ranks = [r for r, n in enumerate(rrows[p]) if n > 0]
@@ -230,12 +248,51 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
     buckets = plan_buckets(graph, groups, strategy, plan_file)
     units = zero_units([io.params for io in ios], strategy.decisions, rrows, sfb_params)
     scattered = {p for u in units if u.stage >= 2 for p in u.params}  # leave their buckets (reduce-scattered)
-    blist = sync_buckets([io.params for io in ios], strategy, buckets, rrows, dev_rank, sfb_params | scattered,
-                         plan_file)
-    return Schedule(nproc, sum(strategy.decisions[0].rows) if strategy.decisions else 0, rank_machine, rrows,
+    blist = sync_buckets([io.params for io in ios], strategy, _without(buckets, shards), rrows, dev_rank,
+                         sfb_params | scattered | {p for g in shards for p in ios[g].params}, plan_file)
+    starts = None
+    for g, sg in shards.items():
+        blist += [SyncBucket(m, ranks, None, tuple(ps), (g,))
+                  for m, ranks, ps in shard_syncs(sg, ios[g].params, _shard_method(strategy.decisions[g]))]
+        for prm in sg.once:
+            users[prm] = set(sg.peers(0))
+        starts = starts or [tuple(row_offsets(r)) for r in rrows]
+        starts[g] = tuple(sg.replica_start[sg.where(r)[0]] if sg.where(r) else 0 for r in range(nproc))
+    batch = sum(strategy.decisions[0].batch_rows) if strategy.decisions else 0
+    return Schedule(nproc, batch, rank_machine, rrows,
                     ios, transfers, blist, sfb_ops, {p: tuple(sorted(u)) for p, u in users.items()},
                     zero_units=units, recompute_groups=frozenset(g for g, d in enumerate(strategy.decisions)
-                                                                  if d.recompute))
+                                                                  if d.recompute),
+                    shards=shards, row_starts=starts, sources=sources)
+
+
+def _placement_transfers(graph: OpGraph, t: str, p: int, sources) -> list[Transfer]:
+    """The transfers of input t (made by group p) to a consumer with a sharded end, per consumer position
+    (`shard_plan.input_sources`): row ranges, or a whole unbatched tensor from the producer's first rank."""
+    out = []
+    for cons, src, grad in sources:
+        if graph.tensors[t].batch_axis is not None:
+            out += [Transfer(t, p, s, d, lo, n, grad) for s, d, lo, n in interval_slices(src, cons)]
+        else:
+            holders = sorted(r for r, _, _ in src)
+            out += [Transfer(t, p, holders[0], d, 0, 0, grad) for d, _, _ in cons if d not in holders]
+    return out
+
+
+def _without(buckets, shards) -> tuple:
+    """The plan's buckets without the sharded groups (their gradients sum by `shard_plan.shard_syncs`)."""
+    out = []
+    for b in buckets:
+        gs = tuple(g for g in b.groups if g not in shards)
+        if gs:
+            out.append(dataclasses.replace(b, groups=gs))
+    return tuple(out)
+
+
+def _shard_method(dec) -> str:
+    """The algorithm of a sharded group's sums: its decision's, or ring for auto, ps and none (a ps server need not
+    sit among a position's peers)."""
+    return dec.sync if dec.sync in ("ring", "tree", "hierarchical", "leader") else "ring"
 
 
 def _sfb_ops(graph: OpGraph, groups: list[list[int]], strategy: Strategy, rrows: list[tuple[int, ...]],

@@ -83,7 +83,8 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
 
     group_sets = [schedule.ranks_of(g) for g in range(len(schedule.groups))]  # batch statistics of replicated groups
     comm = Comm(rank, schedule.n_ranks, schedule.rank_machine,
-                Comm.needed_sets(schedule.buckets, schedule.sfb, schedule.rank_machine) + group_sets, device)
+                Comm.needed_sets(schedule.buckets, schedule.sfb, schedule.rank_machine) + group_sets, device,
+                [rep for sg in schedule.shards.values() for rep in sg.replicas])
     sampler = ds = None
     if data is None:
         batch, targets = synthetic_batch(graph, schedule.batch_size, seed)
