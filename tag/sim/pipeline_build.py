@@ -36,6 +36,8 @@ from tag.sim.build_parts import (BuildOptions, Draft, check_strategy, device_pro
                                  wire_batch_stats, wire_syncs, with_recompute)
 from tag.sim.context import SimContext, micro_decision
 from tag.sim.gradsync import sfb_compute_ms
+from tag.sim.shard_build import add_tails, wire_collectives
+from tag.sim.shards import shard_edge_transfers
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
 from tag.sim.zero import add_gathers_after_update, add_weight_gathers
 from tag.strategy.pipeline import stage_order
@@ -122,9 +124,11 @@ def pass_sequence(pipeline) -> list[tuple[int, str, int]]:
     return out
 
 
-def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int]):
-    """Forward and backward tasks of every pass in `pass_sequence` order; ({g: [{device: task}] per micro-batch}
-    for forwards and backwards, SFB dW ms per device, whole-batch per-group costs)."""
+def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int], pending: list):
+    """Forward and backward tasks of every pass in `pass_sequence` order, with a sharded group's tails after its
+    passes (`tag.sim.shard_build`; its collectives appended to `pending`); ({g: [{device: task}] per micro-batch}
+    for forward heads, forward tails, backward heads and backward tails, SFB dW ms per device, whole-batch
+    per-group costs)."""
     pl, decs = strategy.pipeline, strategy.decisions
     m = pl.micro_batches
     n_grp = len(decs)
@@ -143,31 +147,64 @@ def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int]):
         bwd_ms.append(with_recompute(decs[g], fwd, bwd))
     fwd_id: list[list] = [[None] * m for _ in range(n_grp)]
     bwd_id: list[list] = [[None] * m for _ in range(n_grp)]
+    fwd_out: list[list] = [[None] * m for _ in range(n_grp)]
+    bwd_out: list[list] = [[None] * m for _ in range(n_grp)]
+    mdecs = [micro_decision(dc, m) for dc in decs]
     for s, kind, j in pass_sequence(pl):
         groups = pl.stages[s].groups
         for g in (sorted(groups) if kind == "F" else sorted(groups, reverse=True)):
             devs, fwd, _, _ = per_mb[g]
             if kind == "F":
                 fwd_id[g][j] = dict(zip(devs, draft.add_tasks(devs, TaskKind.FORWARD, g, fwd)))
+                fwd_out[g][j] = add_tails(ctx, mdecs, g, TaskKind.FORWARD, fwd_id[g][j], draft, pending, f" mb{j}")
             else:
                 bwd_id[g][j] = dict(zip(devs, draft.add_tasks(devs, TaskKind.BACKWARD, g, bwd_ms[g])))
-            micro += [j] * len(devs)
-    return fwd_id, bwd_id, sfb_upd_ms, full
+                bwd_out[g][j] = add_tails(ctx, mdecs, g, TaskKind.BACKWARD, bwd_id[g][j], draft, pending,
+                                          f" mb{j}")
+            micro += [j] * (len(draft.tasks) - len(micro))
+    return fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, full
 
 
-def _transfers(ctx: SimContext, strategy, fwd_id, bwd_id, draft: Draft):
+def _edge_flows(ctx: SimContext, ei: int, producer, consumer, decisions) -> tuple[list, list, list]:
+    """([(src, dst, FlowSpec)] forward, the same backward, [(src, dst, bytes)] for memory) of edge ei between two
+    micro decisions (`SimContext.edge_transfers`, or `tag.sim.shards.shard_edge_transfers` with a sharded end)."""
+    if producer.shard is not None or consumer.shard is not None:
+        return shard_edge_transfers(ctx, ei, producer, consumer, decisions)
+    both = ctx.edge_transfers(ei, producer, consumer)
+    return ([(s, d, f) for s, d, _, f, _ in both], [(d, s, b) for s, d, _, _, b in both],
+            [(s, d, b) for s, d, b, _, _ in both])
+
+
+def _transfers(ctx: SimContext, strategy, passes, draft: Draft):
     """Per micro-batch, edge and device pair: the activation slice F(src, j) -> F(dst, j) and the gradient
-    B(dst, j) -> B(src, j), at micro rows; ([Transfer], memory recv list of one micro-batch)."""
+    B(dst, j) -> B(src, j), at micro rows, leaving from a pass's tail and arriving at its head (`passes`: forward
+    heads, forward tails, backward heads, backward tails); ([Transfer], memory recv list of one micro-batch)."""
+    fwd_id, fwd_out, bwd_id, bwd_out = passes
     decs, m = strategy.decisions, strategy.pipeline.micro_batches
     mdecs = [micro_decision(dc, m) for dc in decs]
-    per_edge = [ctx.edge_transfers(ei, mdecs[e.src], mdecs[e.dst]) for ei, e in enumerate(ctx.gg.edges)]
+    per_edge = [_edge_flows(ctx, ei, mdecs[e.src], mdecs[e.dst], mdecs) for ei, e in enumerate(ctx.gg.edges)]
     out: list[Transfer] = []
     recv: list[tuple] = []
     for j in range(m):
         for ei, e in enumerate(ctx.gg.edges):
-            for s, d, b, fspec, bspec in per_edge[ei]:
-                pf, kf = fwd_id[e.src][j][s], fwd_id[e.dst][j][d]
-                pb, kb = bwd_id[e.dst][j][d], bwd_id[e.src][j][s]
+            fwd, bwd, mem = per_edge[ei]
+            if mdecs[e.src].shard is not None or mdecs[e.dst].shard is not None:  # each direction its own pieces
+                for s, d, spec in fwd:
+                    pf, kf = fwd_out[e.src][j][s], fwd_id[e.dst][j][d]
+                    draft.depend(pf, (_TRANSFER, len(out)))
+                    out.append(Transfer(spec, pf, kf, (pf,), (kf,), f"act g{e.src}->g{e.dst} mb{j}"))
+                    draft.inputs[kf] += 1
+                for d, s, spec in bwd:
+                    pb, kb = bwd_out[e.dst][j][d], bwd_id[e.src][j][s]
+                    draft.depend(pb, (_TRANSFER, len(out)))
+                    out.append(Transfer(spec, pb, kb, (pb,), (kb,), f"grad g{e.dst}->g{e.src} mb{j}"))
+                    draft.inputs[kb] += 1
+                if j == 0:
+                    recv += [(e.dst, d, e.src, s, b) for s, d, b in mem]
+                continue
+            for (s, d, fspec), (_, _, bspec), (_, _, b) in zip(fwd, bwd, mem):
+                pf, kf = fwd_out[e.src][j][s], fwd_id[e.dst][j][d]
+                pb, kb = bwd_out[e.dst][j][d], bwd_id[e.src][j][s]
                 draft.depend(pf, (_TRANSFER, len(out)))
                 draft.depend(pb, (_TRANSFER, len(out) + 1))
                 out.append(Transfer(fspec, pf, kf, (pf,), (kf,), f"act g{e.src}->g{e.dst} mb{j}"))
@@ -188,9 +225,10 @@ def build_pipeline_task_graph(ctx: SimContext, strategy, options: BuildOptions =
     m = strategy.pipeline.micro_batches
     draft = Draft(ComputeTasks(), [], [], [])
     micro: list[int] = []
-    fwd_id, bwd_id, sfb_upd_ms, full = _compute_tasks(ctx, strategy, draft, micro)
+    pending: list = []
+    fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, full = _compute_tasks(ctx, strategy, draft, micro, pending)
     devs_of = [pg[0] for pg in full]
-    transfers, recv = _transfers(ctx, strategy, fwd_id, bwd_id, draft)
+    transfers, recv = _transfers(ctx, strategy, (fwd_id, fwd_out, bwd_id, bwd_out), draft)
     units, extra_static = sync_units(ctx, strategy, devs_of)
     upd_id = update_tasks(ctx, units, full, sfb_upd_ms, draft, decs)
     last_bwd = [bwd_id[g][m - 1] for g in range(len(decs))]  # the stage's last backward of each group
@@ -200,6 +238,7 @@ def build_pipeline_task_graph(ctx: SimContext, strategy, options: BuildOptions =
     programs = device_programs(draft.tasks.device, n_dev)
     add_weight_gathers(ctx, decs, units, [(g, "fwd", fwd_id[g][0]) for g in range(len(decs))], programs, draft)
     wire_batch_stats(ctx, decs, fwd_id, bwd_id, units, programs, draft)
+    wire_collectives(ctx, pending, units, draft)
     return PipelineTaskGraph(n_dev, draft.tasks, programs, transfers, units, draft.inputs, draft.first_sync,
                              draft.dependents, MemoryInputs(recv, extra_static), sum(decs[0].batch_rows) if decs else 0,
                              micro_batch=micro, micro_batches=m)

@@ -114,7 +114,7 @@ def add_gathers_after_update(ctx, decisions, units: list[SyncUnit], upd_id: list
     for u in found:
         j = len(units)
         gs = u.groups
-        label = f"gather w g{gs[0]}" if len(gs) == 1 else f"gather w g{gs[0]}..g{gs[-1]}"
+        label = u.label.replace("reduce-scatter", "gather w", 1)  # "gather w g3..g5", a shard's "gather w g3 p1"
         g = SyncUnit(gs, u.devices, u.nbytes, _REDUCE_SCATTERS[u.method], None, label + " updated")
         g.phases = ctx.phases(g.method, g.devices, g.nbytes, None)
         for d in u.devices:
