@@ -44,6 +44,15 @@ def _zero_one_replica(p):
     p["decisions"][0]["zero"] = 1
 
 
+def _split_of_relu(p):
+    p["decisions"][1].update(rows={d: 128 for d in ALL}, shard={"split": "row", "ratios": {d: 0.25 for d in ALL}})
+
+
+def _sfb_in_shard(p):
+    _shard({d: 128 for d in ALL}, split="column", ratios={d: 0.25 for d in ALL})(p)
+    p["decisions"][0]["sfb"] = ["node_linear"]
+
+
 TWO_BY_TWO = [["local/0", "local/1"], ["local/2", "local/3"]]
 MISTAKES = {
     "an unknown split": _shard({d: 128 for d in ALL}, split="diagonal", ratios={d: 0.25 for d in ALL}),
@@ -61,6 +70,8 @@ MISTAKES = {
                                                   ratios={"local/0": 0.25, "local/1": 0.75, "local/2": 0.5,
                                                           "local/3": 0.5}),
     "ZeRO on a sharded group with one replica": _zero_one_replica,
+    "a split the group's ops do not allow": _split_of_relu,
+    "sufficient factors (`sfb`) in a sharded group": _sfb_in_shard,
 }
 
 
