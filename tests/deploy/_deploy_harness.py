@@ -34,12 +34,36 @@ def _worker(rank, world, port, scenarios, make, outdir):
                 from tag.deploy.dataset import resolve_loss
 
                 extra = {"data": sc["data"], "loss": resolve_loss(sc["loss"])}
+            if "resume_at" in sc:  # train to a checkpoint, then resume it on fresh programs
+                extra["resume"] = _checkpoint_state(sc, graph, program, sched, rank, world, outdir)
+                extra["start_step"] = sc["resume_at"]
+                graph, program, groups = make(sc)
+                sched = build_schedule(graph, groups, sc["strategy"], sc["machines"], nproc=world)
             res = train_rank(sched, graph, program, rank, sc["steps"], sc.get("seed", 0), sc["optimizer"], sc["lr"],
                              precision=sc.get("precision", "fp32"), **extra)
             torch.save({"losses": res.losses, "params": res.params, "step_ms": res.step_ms},
                        os.path.join(outdir, f"{sc['name']}_{rank}.pt"))
     finally:
         dist.destroy_process_group()
+
+
+def _checkpoint_state(sc, graph, program, sched, rank, world, outdir) -> dict:
+    """Train steps [0, sc["resume_at"]), gather the whole state as a checkpoint does (`checkpoint.gather_state`),
+    save it (rank 0, as <name>_state.pt) and return it on every rank."""
+    from tag.deploy import checkpoint as ckpt
+    from tag.deploy.train import train_rank
+
+    path = os.path.join(outdir, f"{sc['name']}_state.pt")
+
+    def save(rt, step):
+        state = ckpt.gather_state(program, rt.trained_weights(), rt.optimizer_state(), rank, world)
+        if state is not None:
+            torch.save({"weights": state[0], "optimizer": state[1], "step": step}, path)
+
+    train_rank(sched, graph, program, rank, sc["resume_at"], sc.get("seed", 0), sc["optimizer"], sc["lr"],
+               on_epoch_end=save)
+    dist.barrier()
+    return torch.load(path, weights_only=True)
 
 
 def run_scenarios(world: int, scenarios: list[dict], make, outdir: str) -> dict[str, list[dict]]:
