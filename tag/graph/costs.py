@@ -273,15 +273,15 @@ def storage_root(name: str, graph) -> str:
     return t.name
 
 
-def group_held_bytes(graph, op_ids: list[int], outputs: list[str]) -> tuple[float, float]:
+def group_held_bytes(graph, op_ids: list[int], outputs: list[str], with_data: bool = True) -> tuple[float, float]:
     """(per row, fixed) bytes an op group holds from its forward until its backward, when a runtime executes and
     back-propagates it as one unit (tag's deploy runtime; a framework's whole model is the one-group case).
 
     Held = the bytes its ops save that are no graph tensor (`internal_saved_bytes`) plus the distinct storages
     (`storage_root`) of the graph tensors its ops keep (`held_tensors`) and of its
     `outputs` (tensors other groups read, graph outputs: the roots of its backward), counting only storages the
-    group computes or reads as data inputs: an input computed by another group is held there (or, received from
-    another device, as the received slice). Correction over summing ops' ``saved_bytes_per_row`` (measured on CPU
+    group computes or reads as data inputs (with_data=False: not those, held for the whole step elsewhere): an input
+    computed by another group is held there (or, received from another device, as the received slice). Correction over summing ops' ``saved_bytes_per_row`` (measured on CPU
     ranks, benchmarks/memory.md): a tensor saved by several ops (an attention block's input read by the Q, K and V
     products) or saved as a view of another (Reshape) is one storage; a Relu keeps its output, not its input
     (freed in a framework, but the deploy runtime keeps a group's outputs until its backward).
@@ -294,7 +294,7 @@ def group_held_bytes(graph, op_ids: list[int], outputs: list[str]) -> tuple[floa
         if n not in graph.tensors:
             continue
         r = storage_root(n, graph)
-        if r in mine or graph.tensors[r].role == "data":
+        if r in mine or (with_data and graph.tensors[r].role == "data"):
             roots.add(r)
     inner = [internal_saved_bytes(graph.ops[i], graph.tensors, fb) for i in op_ids]
     per_row = sum(graph.tensors[r].bytes_per_row(fb) for r in roots) + sum(x[0] for x in inner)

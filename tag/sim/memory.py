@@ -11,12 +11,15 @@ Persistent for the whole iteration (``static``)::
     P / n if z == 3 else P          weights (fp32 master weights under every precision)
   + S / n if z >= 1 else S          optimizer states
 
+and per device (``batch_inputs``) its rows of the data inputs for the step (all micro-batches; at their dtype), bytes per
+row x rows of the largest reader: a loader holds the step's batch for the whole step.
+
 Saved from g's forward until g's backward (``saved``)::
 
-    c (in_bytes_per_row r + in_bytes_fixed)      recompute: the group's inputs only (in-edges and data inputs)
+    c (in_bytes_per_row r + in_bytes_fixed)      recompute: the group's inputs only (in-edges; data: batch_inputs)
     c (held_bytes_per_row r + held_fixed + recv_fwd)   otherwise: what it holds (`tag.graph.costs.group_held_bytes`:
-                                                 the distinct storages its ops keep and its outputs) and the input
-                                                 slices received from other devices
+                                                 the distinct storages its ops keep and its outputs; data inputs
+                                                 are in batch_inputs) and the input slices received
 
 Gradient buffers, allocated at g's backward and kept until the optimizer step (``kept``)::
 
@@ -120,6 +123,7 @@ class MemoryTerms:
     fwd_transient: np.ndarray
     bwd_transient: np.ndarray
     update_transient: np.ndarray  # per device: the optimizer step's temporaries
+    batch_inputs: np.ndarray  # per device: its rows of the data inputs, held for the whole step
 
     def peak_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per device: (A = all saved bytes of one pass, max_g(cum_g + fwd_transient_g),
@@ -173,7 +177,7 @@ def group_bytes(gg) -> GroupBytes:
         if not graph.tensors:
             held_row[g.id], held_fixed[g.id] = g.saved_bytes_per_row, g.saved_bytes_fixed
             continue
-        held_row[g.id], held_fixed[g.id] = group_held_bytes(graph, g.op_ids, sorted(outs_of[g.id]))
+        held_row[g.id], held_fixed[g.id] = group_held_bytes(graph, g.op_ids, sorted(outs_of[g.id]), with_data=False)
         data = {t for i in g.op_ids for t in graph.ops[i].inputs if t in graph.tensors and graph.tensors[t].role == "data"}
         data_row[g.id] = sum(graph.tensors[t].bytes_per_row(fb) for t in data)
         data_fixed[g.id] = sum(graph.tensors[t].bytes_fixed() for t in data)
@@ -203,12 +207,13 @@ def optimizer_temp_bytes(ctx, optimizer: str, updated: np.ndarray, largest_updat
 
 
 def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
-                 pipelined: bool = False) -> MemoryTerms:
+                 pipelined: bool = False, micro_batches: int = 1) -> MemoryTerms:
     """The module docstring's terms for `decisions` at their rows (one micro-batch's rows under a pipeline).
 
     recv: (consumer group, consumer device, producer group, producer device, bytes) per transfer pair; the
     consumer receives activations in forward and the producer receives gradients in backward. pipelined: the
-    ZeRO terms of gradient accumulation (`pipeline_peak_memory_bytes`).
+    ZeRO terms of gradient accumulation (`pipeline_peak_memory_bytes`); micro_batches: how many such row maps the
+    step's data inputs hold.
     """
     rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
     hosted = rows > 0
@@ -234,12 +239,14 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     if sharded is not None:
         p, states, inv_n, act = sharded
         held = held * act
-    saved = np.where(recompute, per(gb.in_row + gb.data_row, gb.in_fixed + gb.data_fixed), held + recv_fwd)
+    saved = np.where(recompute, per(gb.in_row, gb.in_fixed), held + recv_fwd)
     out = ctx.out_per_row[:, None] * rows
     in_grads = per(gb.in_row, gb.in_fixed)
     z3, z2 = (zero == 3) & ~pipelined, (zero >= 2) & ~pipelined  # per pass; pipelined: whole for the step
     static = (np.where(zero == 3, p * inv_n, p) + np.where(zero >= 1, states * inv_n, states)
               + np.where((zero == 3) & pipelined, p, 0.0)) * hosted
+    # the step's rows of the data inputs, held for the whole step (the largest reader's, for all micro-batches)
+    batch_inputs = per(gb.data_row * micro_batches, gb.data_fixed).max(axis=0, initial=0.0)
     kept = np.where(z2, p * inv_n, p) * hosted
     weights_in_use = (np.where(z3, p, 0.0) + (c * p if precision in MIXED_PRECISIONS else 0.0)) * hosted
     fwd = c * out + weights_in_use
@@ -248,14 +255,14 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     updated = np.where(zero >= 1, p * inv_n, p) * hosted
     largest = np.where(zero >= 1, p * inv_n, gb.largest_param[:, None]) * hosted
     opt = optimizer_temp_bytes(ctx, optimizer, updated.sum(axis=0), largest.max(axis=0, initial=0.0))
-    return MemoryTerms(static, c * saved, kept, fwd, bwd, opt)
+    return MemoryTerms(static, c * saved, kept, fwd, bwd, opt, batch_inputs)
 
 
 def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static, precision: str = "fp32") -> np.ndarray:
     """Peak bytes per device (topology order) for a strategy without pipelining (module docstring)."""
     t = memory_terms(ctx, decisions, recv, optimizer, precision)
     _, fwd_peak, bwd_peak, all_kept = t.peak_parts()
-    static = t.static.sum(axis=0) + np.asarray(extra_static, dtype=float)
+    static = t.static.sum(axis=0) + t.batch_inputs + np.asarray(extra_static, dtype=float)
     return static + np.maximum.reduce([fwd_peak, bwd_peak, all_kept + t.update_transient, np.zeros_like(fwd_peak)])
 
 
@@ -290,7 +297,7 @@ def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static
     pl = strategy.pipeline
     m, n_st = pl.micro_batches, len(pl.stages)
     micro = [replace(d, rows=tuple(r / m for r in d.rows)) for d in strategy.decisions]
-    t = memory_terms(ctx, micro, recv, optimizer, precision, pipelined=True)
+    t = memory_terms(ctx, micro, recv, optimizer, precision, pipelined=True, micro_batches=m)
     held, fwd, bwd_first, all_kept = t.peak_parts()
     later = replace(t, kept=np.zeros_like(t.kept)).peak_parts()[2] + all_kept
     n_dev = t.saved.shape[1]
@@ -320,7 +327,7 @@ def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static
                 n -= 1
             done[kind] += 1
         peak[d] = np.maximum.reduce(terms)
-    static = t.static.sum(axis=0) + np.asarray(extra_static, dtype=float)
+    static = t.static.sum(axis=0) + t.batch_inputs + np.asarray(extra_static, dtype=float)
     return static + np.maximum(peak, 0.0)
 
 

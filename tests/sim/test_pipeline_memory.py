@@ -67,23 +67,29 @@ def test_1f1b_with_weights_gradients_and_received_slices():
     #   B0: 1800 + 2000 gradients + 400 input gradient (sent back) = 4200; F1: 2000 + 1800 = 3800.
     #   peak 6000 + 4200 = 10200.
     # The optimizer steps (Adam's foreach sqrt(v)): 4000 + 4000 and 2000 + 2000, below both.
+    # The pipeline runtime also holds every slice it sent (until the passes end) and the receive buffers of the
+    # next 2 passes: 400 B each. Device 0 (F0 F1 B0 F2 B1 F3 B2 B3) peaks at B2: 2000 held + 7000 as above + 4 sent
+    # activation slices (1600) + B3's receive (400) = 11000 -> 23000. Device 1 (F0 B0 F1 B1 ...) at B2: 4200 + 2
+    # sent gradient slices (800) + F3's receive (400) = 5400 -> 11400.
     p0, p1 = _peaks("1f1b", groups=GROUPS, edge_bytes_per_row=200.0)
-    assert p0 == pytest.approx(21000) and p1 == pytest.approx(10200)
+    assert p0 == pytest.approx(23000) and p1 == pytest.approx(11400)
 
 
 def test_gpipe_with_weights_gradients_and_received_slices():
     # device 0: B0 with all 4 in flight: 4 x 2000 + 4000 + 600 + 400 = 13000 -> 25000.
     # device 1: B0 with 4 in flight: 4 x 1800 + 2000 + 400 input gradient = 9600 -> 15600.
+    # device 0 also holds its 4 sent activation slices (1600) and B1, B2's receives (800) at B0: 15400 -> 27400.
     p0, p1 = _peaks("gpipe", groups=GROUPS, edge_bytes_per_row=200.0)
-    assert p0 == pytest.approx(25000) and p1 == pytest.approx(15600)
+    assert p0 == pytest.approx(27400) and p1 == pytest.approx(15600)
 
 
 def _brute_force_peaks(gg, cl, st):
-    """Walk every device's program (from the task graph: kind, group, micro-batch per task) holding each
-    micro-batch's saved activations and received slices from its forward to its backward, a group's gradient
-    buffer from its first backward on, and the transients of the running task (a backward's output and input
-    gradients; the optimizer step's sqrt(v) of every weight, Adam's foreach). Received bytes from `slices` on
-    the micro row maps."""
+    """Walk every device's program (from the task graph: kind and group per task; a pass is a run of forwards in
+    ascending or backwards in descending group order) holding each micro-batch's saved activations and received
+    slices from its forward to its backward, a group's gradient buffer from its first backward on, the transients
+    of the running task (a backward's output and input gradients; the optimizer step's sqrt(v) of every weight,
+    Adam's foreach), every slice sent by an earlier pass, and the receive buffers of the next two passes. Received
+    and sent bytes from `slices` on the micro row maps."""
     m = st.pipeline.micro_batches
     tg = build_task_graph(sim_context(gg, cl, FixedCost([1.0] * gg.n_groups), TC), st)
     n_dev = len(cl.devices)
@@ -99,25 +105,36 @@ def _brute_force_peaks(gg, cl, st):
     for d in range(n_dev):
         gs = gg.groups
         static = sum(gs[g].param_bytes + 8 * gs[g].param_count for g in range(len(gs)) if mrows[g][d] > 0)
-        live, peak, has_grad = 0.0, 0.0, set()
-        for k in tg.programs[d]:
-            kind, g = tg.tasks.kind[k].value, tg.tasks.group[k]
-            if kind == "update":
-                peak = max(peak, live + sum(gs[g].param_bytes for g in range(len(gs)) if mrows[g][d] > 0))
-                continue
+        tasks = [(tg.tasks.kind[k].value, tg.tasks.group[k]) for k in tg.programs[d]]
+        passes: list[list[tuple[str, int]]] = []  # runs of compute tasks: one micro-batch's pass each
+        for kind, g in tasks:
             if kind not in ("fwd", "bwd"):
                 continue
-            r = mrows[g][d]
-            saved = gs[g].saved_bytes_per_row * r + gs[g].saved_bytes_fixed + recv_f[g][d]
-            if kind == "fwd":
-                live += saved
-                peak = max(peak, live + gs[g].out_bytes_per_row * r)
+            last = passes[-1][-1] if passes else None
+            if last is not None and last[0] == kind and (g > last[1] if kind == "fwd" else g < last[1]):
+                passes[-1].append((kind, g))
             else:
-                if g not in has_grad:
-                    has_grad.add(g)
-                    live += gs[g].param_bytes
-                peak = max(peak, live + (gs[g].out_bytes_per_row + in_row[g]) * r + recv_b[g][d])
-                live -= saved
+                passes.append([(kind, g)])
+        # what a pass receives (posted ahead) and sends (held until the passes end): fwd receives activations and
+        # sends them on (its producers' consumers receive them); bwd receives output gradients, sends input ones
+        got = [sum((recv_f if p[0][0] == "fwd" else recv_b)[g][d] for _, g in p) for p in passes]
+        sent = [sum((recv_b if p[0][0] == "fwd" else recv_f)[g][d] for _, g in p) for p in passes]
+        live, peak, has_grad = 0.0, 0.0, set()
+        for i, p in enumerate(passes):
+            extra = sum(sent[:i]) + sum(got[i + 1: i + 3])
+            for kind, g in p:
+                r = mrows[g][d]
+                saved = gs[g].saved_bytes_per_row * r + gs[g].saved_bytes_fixed + recv_f[g][d]
+                if kind == "fwd":
+                    live += saved
+                    peak = max(peak, live + gs[g].out_bytes_per_row * r + extra)
+                else:
+                    if g not in has_grad:
+                        has_grad.add(g)
+                        live += gs[g].param_bytes
+                    peak = max(peak, live + (gs[g].out_bytes_per_row + in_row[g]) * r + recv_b[g][d] + extra)
+                    live -= saved
+        peak = max(peak, live + sum(gs[g].param_bytes for g in range(len(gs)) if mrows[g][d] > 0))  # the step
         out.append(static + peak)
     return out
 
