@@ -170,3 +170,53 @@ def test_combinations_deploy_cannot_run_are_refused(models):
     inexact = Strategy((D((12, 0)), D((12, 12), shard=heads([[0, 1]], (0.25, 0.75))), D((12, 0)), D((12, 0))))
     assert _refusal(models, "gpt", GPT_GROUPS, inexact, 2) == (
         "p.json: decisions[1].shard.ratios: expected shares that split the 6 heads exactly, found [0.25, 0.75]")
+
+
+# ---- tag deploy on a sharded plan.json ---------------------------------------------------------------------------
+def test_tag_deploy_runs_a_sharded_plan(models, tmp_path):
+    """mlp2 as tag plan groups it (Gemm | Relu | Gemm) on 2 cpus: the first Gemm split by columns 1:2 (its split
+    output all-gathered for the Relu, which runs data-parallel 6:6 rows), the second by rows 2:1 (each device
+    narrows the Relu's output to its features): `tag deploy --nproc 2` trains 3 Adam steps whose
+    losses and exported weights equal plain torch."""
+    import json
+    import subprocess
+    import sys
+
+    from tag.cli import main
+    from tag.deploy.onnx_torch import TorchProgram
+    from tag.graph import load_model
+    from tag.modelio import ModelOptions, load_inputs
+    from tag.strategy import TrainingConfig
+    from tag.strategy.planfile import write_plan
+
+    import onnx
+
+    model = models["mlp2"]
+    topo = tmp_path / "cpu2.json"
+    topo.write_text(json.dumps({"version": 1, "name": "cpu2", "machines": [
+        {"name": "m0", "devices": [{"type": "cpu", "count": 2}]}]}))
+    dp = tmp_path / "dp.json"
+    assert main(["plan", model, str(topo), "--baseline", "dp-even", "--batch-size", str(B), "-o", str(dp),
+                 "--json"]) == 0
+    inp = load_inputs(model, str(topo), ModelOptions(batch_size=B), plan_path=str(dp))
+    assert [len(g.op_ids) for g in inp.gg.groups] == [1, 1, 1]
+    strategy = Strategy((D((12, 12), shard=heads([[0, 1]], split="column")), D((6, 6)),
+                         D((12, 12), shard=heads([[0, 1]], (2 / 3, 1 / 3), "row"))), 25.0)
+    plan, weights = tmp_path / "shard.json", tmp_path / "w.pt"
+    write_plan(str(plan), strategy, inp.gg, inp.cluster, TrainingConfig("adam", 0.01, "mse"), model, str(topo))
+    written = json.loads(plan.read_text())["decisions"]
+    assert [d.get("shard", {}).get("split") for d in written] == ["column", None, "row"]
+    assert written[2]["shard"]["ratios"] == {"m0/0": 2 / 3, "m0/1": 1 / 3}
+    p = subprocess.run([sys.executable, "-m", "tag.cli", "deploy", str(plan), model, "--steps", "3", "--nproc", "2",
+                        "--export", str(weights), "--json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    graph = load_model(model, batch_size=B)
+    data, targets = synthetic_batch(graph, B, 0)
+    ref_losses, ref_params = reference_training(graph, TorchProgram(onnx.load(model), graph, seed=0), data, targets,
+                                                3, "adam", 0.01)
+    assert out["losses"] == pytest.approx(ref_losses, rel=1e-4)
+    trained = torch.load(weights, weights_only=True)
+    assert set(trained) == set(ref_params)
+    for name, v in ref_params.items():  # whole weights
+        torch.testing.assert_close(trained[name], v, rtol=1e-4, atol=1e-6, msg=name)
