@@ -25,7 +25,17 @@ def describe_decision(dec, cluster) -> str:
         sync += f" on {cluster.devices[dec.server].id}"
     sfb = f", SFB on {len(dec.sfb)} op(s)" if dec.sfb else ""
     memory = (f", ZeRO-{dec.zero}" if dec.zero else "") + (", recompute" if dec.recompute else "")
-    return f"{rows}, {sync}{sfb}{memory}"
+    return f"{rows}, {sync}{sfb}{memory}{shard_text(dec)}"
+
+
+def shard_text(dec) -> str:
+    """', heads shard 2 replicas x 2 (0.25 / 0.75)' for a sharded decision (shares by position), '' otherwise."""
+    sh = dec.shard
+    if sh is None:
+        return ""
+    shares = " / ".join(f"{r:.3g}" for r in sh.ratios)
+    reps = f"{len(sh.replicas)} replica{'s' if len(sh.replicas) > 1 else ''}"
+    return f", {sh.split} shard {reps} x {sh.k} ({shares})"
 
 
 MAX_DECISION_LINES = 60  # the printed plan lists at most this many runs of groups (the plan file has them all)
@@ -105,7 +115,7 @@ def decision_runs(strategy) -> list[tuple[int, int, object]]:
         if runs:
             a, _, cur = runs[-1]
             same = cur.rows == dec.rows and cur.sfb == dec.sfb == () and \
-                (cur.zero, cur.recompute) == (dec.zero, dec.recompute)
+                (cur.zero, cur.recompute, cur.shard) == (dec.zero, dec.recompute, dec.shard)
             if cur == dec or (same and (dec.sync is None or cur.sync is None or
                                         (dec.sync, dec.server) == (cur.sync, cur.server))):
                 runs[-1] = (a, g, cur if cur.sync is not None else dec)

@@ -16,7 +16,9 @@ EXIT_OOM = 3  # no strategy fits in memory (documented in --help)
 def add_parser(sub):
     p = add_verb(sub, "plan", "search a training strategy (GNN-guided MCTS) and compare it with every baseline",
                  "tag plan datasets/models/resnet50.onnx datasets/topologies/heterog8.json -o plan.json\n"
-                 "  tag plan model.onnx topo.json --playouts 200 --seed 1 --no-gnn --json > plan.json",
+                 "  tag plan model.onnx topo.json --playouts 200 --seed 1 --no-gnn --json > plan.json\n"
+                 "  tag plan datasets/models/mlp.onnx datasets/topologies/heterog8.json --no-gnn --no-shard "
+                 "-o plan.json",
                  notes="exit codes:\n  0  the plan fits in memory\n  1  internal error\n"
                        "  2  bad input (one line on stderr)\n"
                        f"  {EXIT_OOM}  no strategy fits in memory: one line on stderr; the least-overflowing plan "
@@ -44,6 +46,10 @@ def add_parser(sub):
     p.add_argument("--no-pipeline", action="store_true",
                    help="do not search micro-batched pipelines (stages, micro-batches, schedule); plan.json's "
                         "search.pipelines says whether they were considered")
+    p.add_argument("--no-shard", action="store_true",
+                   help="do not search tensor shards (a group's weights split over the devices of a machine, "
+                        "by column, row or heads, with uneven shares solved by a linear program); plan.json's "
+                        "search.shards says whether they were considered")
     p.add_argument("--no-refine", action="store_true", help="skip the local refinement after the tree search")
     p.add_argument("--baseline", choices=BASELINE_NAMES, metavar="NAME", default=None,
                    help="write this baseline as the plan instead of searching: " + ", ".join(BASELINE_NAMES))
@@ -72,7 +78,7 @@ def run(args) -> int:
 
     from tag.cli.inputs import load_verb_inputs, precision_costs
     from tag.search.budget import default_counts
-    from tag.search.planner import PIPELINE_MAX_DEVICES, SFB_MAX_DEVICES, memory_report, plan
+    from tag.search.planner import PIPELINE_MAX_DEVICES, SFB_MAX_DEVICES, SHARD_MAX_DEVICES, memory_report, plan
     from tag.strategy.planfile import baselines_summary, plan_to_json, predicted_from_result, write_plan
     from tag.cli._plan_report import report_text
 
@@ -106,6 +112,10 @@ def run(args) -> int:
         warnings.append(f"pipelines not searched: {inp.cluster.n_devices} devices is above the pipeline search's "
                         f"size limit ({PIPELINE_MAX_DEVICES})")
         sys.stderr.write(f"tag plan: note: {warnings[-1]}\n")
+    if args.baseline is None and not args.no_shard and inp.cluster.n_devices > SHARD_MAX_DEVICES:
+        warnings.append(f"shards not searched: {inp.cluster.n_devices} devices is above the shard search's "
+                        f"size limit ({SHARD_MAX_DEVICES})")
+        sys.stderr.write(f"tag plan: note: {warnings[-1]}\n")
     if not args.json:
         sys.stderr.write(f"tag plan: batch {inp.batch_size}, {inp.gg.n_groups} groups, {inp.cluster.n_devices} devices\n")
 
@@ -131,7 +141,7 @@ def run(args) -> int:
                        refine_simulations=refine_simulations, budget_s=args.budget or DEFAULT_BUDGET_S,
                        seed=args.seed, priors_fn=priors_fn, refine=not args.no_refine,
                        sfb=use_sfb, on_progress=tick, pipeline=not args.no_pipeline,
-                       cost_for=precision_costs(args, inp))
+                       cost_for=precision_costs(args, inp), shard=not args.no_shard)
         finally:
             bar.close()
     inp = replace(inp, training=res.training, cost=res.cost)  # the precision searched under
@@ -144,7 +154,7 @@ def run(args) -> int:
                          "true and the plan may differ run to run: raise --budget or lower --playouts/--simulations\n")
     search = {"method": res.method, "playouts": res.playouts, "simulations": res.simulations, "capped": res.capped,
               "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name, "warnings": warnings,
-              "pipelines": res.pipelines, "precision": _precision_report(args, res),
+              "pipelines": res.pipelines, "shards": res.shards, "precision": _precision_report(args, res),
               "memory": res.memory or memory_report(res.strategy, {})}
     from tag.sim.context import sim_context
 

@@ -142,7 +142,7 @@ def _weight_axes(graph, op):
         if _weight_source(graph, w) is None:
             return None
         return 0, w, -1, -2, None
-    if op.op_type == "Gemm":
+    if op.op_type == "Gemm" and len(op.inputs) >= 2:
         w = op.inputs[1]
         if _weight_source(graph, w) is None or op.attrs.get("transA", 0):
             return None

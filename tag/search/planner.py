@@ -1,4 +1,5 @@
-"""`plan()`: the search entry point — baselines, MCTS from the best baseline, refinement, SFB selection.
+"""`plan()`: the search entry point — baselines, pipeline and tensor-shard candidates, MCTS from the best baseline,
+refinement, SFB selection.
 
 The caller passes in everything: the coarsened model, the cluster, the cost model, training settings and,
 optionally, a `priors_fn` (the GNN; `search` never imports `gnn`). The result carries the chosen strategy,
@@ -24,6 +25,7 @@ from tag.search.mcts import MCTS, PriorsFn, VisitRecord
 from tag.search.memory_pass import MEMORY_SUFFIX, decisions_summary, fit_memory
 from tag.search.precision import choose_precision, make_seeds
 from tag.search.refine import refine as refine_pass
+from tag.search.shard_search import SHARD_MAX_DEVICES, group_shards, shard_candidates
 from tag.search.space import build_space, fits_pipeline
 from tag.strategy import Strategy, TrainingConfig
 
@@ -32,6 +34,7 @@ MIN_STARTS_WHEN_OOM = 4  # starts simulated even past the safety cap when no bas
 SFB_MAX_DEVICES = 128  # tag plan skips SFB selection above this many devices (its CP-SAT model grows with them)
 SFB_EXTRA_STARTS = 2  # strategies SFB selection runs on besides the searched plan and the best baseline
 PIPELINE_MAX_DEVICES = 128  # pipelines are not searched above this many devices (the stage model walks every device)
+SHARD_PIPELINE_BASES = 2  # the fastest fitting pipelines that shard candidates are also built on
 SFB_SOLVE_LIMIT_S = 600.0  # the CP-SAT solver's time limit without a cap (its solves take milliseconds)
 
 
@@ -98,6 +101,8 @@ class PlanResult:
     start: str = ""  # what the tree search started from: a baseline name or a `tag.search.starts` name
     pipelines: bool = False  # micro-batched pipelines were searched (`tag.search.pipeline_search`)
     candidates: dict = field(default_factory=dict)  # pipeline name -> (strategy, SimResult), each simulated
+    shards: bool = False  # tensor shards were searched (`tag.search.shard_search`)
+    shard_candidates: dict = field(default_factory=dict)  # shard candidate name -> (strategy, SimResult)
     training: TrainingConfig | None = None  # the training settings searched under (the precision chosen or fixed)
     cost: object = None  # the cost model of that precision
     precision: dict = field(default_factory=dict)  # plan.json search.precision (`tag.search.precision`)
@@ -122,7 +127,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
          budget_s: float | None = DEFAULT_BUDGET_S, seed: int = 0, priors_fn: PriorsFn | None = None,
          refine: bool = True, sfb: bool = True, refine_simulations: int | None = None,
          on_progress: Callable[[int, float], None] | None = None, pipeline: bool = True,
-         cost_for: Callable[[str], object] | None = None) -> PlanResult:
+         cost_for: Callable[[str], object] | None = None, shard: bool = True) -> PlanResult:
     """Search a strategy: `playouts` tree playouts, then refinement with `refine_simulations` simulations
     (the tree's best plan; refine_simulations // 4 for each other baseline), then SFB selection. None for
     either count: `tag.search.budget.default_counts` of the instance. `budget_s` (None: none) is a wall-clock
@@ -134,6 +139,11 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     like the other baselines, and is the tree's start when it beats every start and no baseline fits (the tree's
     moves stay inside a pipeline's stages) (False: `tag plan --no-pipeline`; not
     searched above PIPELINE_MAX_DEVICES devices; `PlanResult.pipelines` says whether they were).
+    shard: search tensor shards (`tag.search.shard_search`): candidates built on the best baseline, dp-proportional,
+    the fastest memory variant and the SHARD_PIPELINE_BASES fastest pipelines (`_shard_bases`), and after the tree
+    search on its best plan, simulated and competing as the pipelines do (the fastest is refined like the other baselines; refinement also moves single groups into and out
+    of a neighbour's shard grid); False: `tag plan --no-shard`; not searched above SHARD_MAX_DEVICES devices
+    (`PlanResult.shards` says whether they were).
     cost_for: None searches under `training.precision` with `cost`; else precision -> cost model, and the search
     chooses the precision (`tag.search.precision.choose_precision`; `PlanResult.training` and `.cost` are the chosen).
     Memory (`tag.search.memory_pass`): every baseline that does not fit gets a memory-pass variant (a start like the
@@ -177,15 +187,20 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         ev.add(s, r)
     pipeline = pipeline and cluster.n_devices <= PIPELINE_MAX_DEVICES
     candidates = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else {}
+    shard = shard and cluster.n_devices <= SHARD_MAX_DEVICES
+    sharded = _shard_candidates(gg, cluster, cost, training, ev,
+                                _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
     # the tree's per-group moves keep a pipelined start inside its stages, so the tree starts from a pipeline only
     # when no baseline fits; otherwise the pipelines compete through the evaluator's best-ever and refinement
     start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
-                                  extra={**variants, **(candidates if fit_name is None else {})})
+                                  extra={**variants, **({**candidates, **sharded} if fit_name is None else {})})
     if ev.result(base).oom:  # nothing fits: the memory pass on the start
         fitted = fit_memory(gg, cluster, cost, training, base, ev.result)
         if fitted.fits:
             start_name, base = start_name + MEMORY_SUFFIX, fitted.strategy
     space = build_space(gg, cluster, cost, batch, base)
+    if shard:
+        space.shards = group_shards(gg)
     tree = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn)
 
     def progress(done: int, best_v: float) -> None:
@@ -195,6 +210,9 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     res = tree.run(playouts, cap, progress)
     fit_fastest_oom(gg, cluster, cost, training, ev, cap=cap)
     best = ev.best[1] or base
+    if shard and not (cap.reached() or any(d.shard is not None for d in best.decisions)):
+        # the tree's best is a base too; refinement still starts from the tree's best, as without shards
+        sharded.update(_shard_candidates(gg, cluster, cost, training, ev, {"searched": best}))
     if refine:
         # multi-start: the tree's best first, then every other baseline (a different basin: e.g. placement
         # when the tree started from data parallelism), each by strict-improvement coordinate descent that
@@ -210,6 +228,9 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         piped = _best_fitting(candidates)
         if piped is not None and piped is not base:  # the fastest pipeline, refined as the other baselines are
             refine_pass(space, ev, piped, max_simulations=refine_simulations // OTHER_REFINE_SHARE, cap=cap)
+        split = _best_fitting(sharded)
+        if split is not None and split is not base:  # and the fastest shard candidate
+            refine_pass(space, ev, split, max_simulations=refine_simulations // OTHER_REFINE_SHARE, cap=cap)
         best = ev.best[1] or best
         if ev.result(best).oom:
             fit_memory(gg, cluster, cost, training, best, ev.result)
@@ -225,7 +246,8 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
                       method=method, playouts=res.playouts, seconds=time.monotonic() - t0, seed=seed,
                       simulations=counted[0], capped=cap.hit, sfb=sfb_report, records=res.records,
                       search_space_size=space.size(), no_sfb_result=no_sfb_result, start=start_name,
-                      pipelines=pipeline, candidates=candidates, training=training, cost=cost,
+                      pipelines=pipeline, candidates=candidates, shards=shard, shard_candidates=sharded,
+                      training=training, cost=cost,
                       precision=precision_report, memory=memory_report(best, variants))
 
 
@@ -290,6 +312,34 @@ def _pipeline_candidates(gg, cluster, cost, training, batch: int, ev: Evaluator)
             for c in pipeline_candidates(gg, cluster, cost, training, batch)}
 
 
+def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict) -> dict:
+    """name -> (strategy, SimResult) of every shard candidate (`tag.search.shard_search.shard_candidates`) built on
+    the bases (name -> strategy), simulated through the evaluator."""
+    made = shard_candidates(gg, cluster, cost, training, bases, ev.result)
+    return {name: (s, ev.result(s)) for name, s in made.items()}
+
+
+def _shard_bases(baselines: dict, variants: dict, pipelines: dict, start_name: str) -> dict:
+    """name -> strategy the first shard candidates are built on: the start baseline (the best that fits, else the
+    least overflowing), dp-proportional, the fastest memory variant that fits and the SHARD_PIPELINE_BASES fastest
+    pipelines that fit, each strategy once. (The tree's best plan is a base too, after the tree search.)"""
+    bases = {start_name: baselines[start_name][0]}
+    if "dp-proportional" in baselines:
+        bases.setdefault("dp-proportional", baselines["dp-proportional"][0])
+    fit_variant = best_baseline(variants)
+    if fit_variant is not None:
+        bases[fit_variant] = variants[fit_variant][0]
+    piped = sorted((r.iteration_ms, name) for name, (s, r) in pipelines.items()
+                   if not r.oom and math.isfinite(r.iteration_ms))
+    for _, name in piped[:SHARD_PIPELINE_BASES]:
+        bases[name] = pipelines[name][0]
+    unique: dict = {}
+    for name, s in bases.items():
+        if s not in unique.values():
+            unique[name] = s
+    return unique
+
+
 def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, extra_starts: int = SFB_EXTRA_STARTS,
                cap: WallCap | None = None):
     """Run SFB selection on the searched plan, the best baseline and the next `extra_starts` fastest
@@ -298,13 +348,14 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
     safety `cap` is reached. Returns (strategy, SFB report of the kept one)."""
     from tag.compression import no_sfb_report, select_sfb
 
-    # deploy sends sufficient factors only without micro-batches, so pipelined strategies are not SFB starts
-    starts = [best] if best.pipeline is None else []
+    # deploy sends sufficient factors only without micro-batches and without shards, so pipelined or sharded
+    # strategies are not SFB starts
+    starts = [best] if _sfb_start(best) else []
     name = best_baseline(baselines)
     if name is not None and baselines[name][0].pipeline is None:
         starts.append(baselines[name][0])
     ranked = sorted((res.iteration_ms, i, s) for i, (s, res) in enumerate(ev.cache.items())
-                    if not res.oom and math.isfinite(res.iteration_ms) and s.pipeline is None
+                    if not res.oom and math.isfinite(res.iteration_ms) and _sfb_start(s)
                     and not any(d.sfb for d in s.decisions))
     for _, _, s in ranked:
         if len(starts) >= 2 + extra_starts:
@@ -312,7 +363,7 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
         if s not in starts:
             starts.append(s)
     chosen = best
-    report = {} if best.pipeline is None else no_sfb_report(ev.result(best).iteration_ms)
+    report = {} if _sfb_start(best) else no_sfb_report(ev.result(best).iteration_ms)
     for start in dict.fromkeys(starts):
         if start is not best and cap is not None and cap.reached():
             break
@@ -327,6 +378,11 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
         if ev.value(s) > ev.value(chosen):
             chosen, report = s, rep
     return chosen, report
+
+
+def _sfb_start(strategy: Strategy) -> bool:
+    """Whether SFB selection may start from `strategy`: no pipeline and no sharded group."""
+    return strategy.pipeline is None and all(d.shard is None for d in strategy.decisions)
 
 
 def _compute_only_ms(gg, cluster, cost, batch: int) -> float:

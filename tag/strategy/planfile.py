@@ -83,7 +83,7 @@ def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, mode
     if len(strategy.decisions) != gg.n_groups:
         raise ValueError(f"strategy has {len(strategy.decisions)} decisions for {gg.n_groups} groups")
     ids = [d.id for d in cluster.devices]
-    batch = sum(strategy.decisions[0].rows) if strategy.decisions else graph.batch_size
+    batch = sum(strategy.decisions[0].batch_rows) if strategy.decisions else graph.batch_size
     decisions = []
     for g, dec in enumerate(strategy.decisions):
         if len(dec.rows) != len(ids):

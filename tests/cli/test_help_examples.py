@@ -16,7 +16,7 @@ Reduced size (so the whole file stays near a minute and a half on two idle cores
 - datasets models other than the tiny ones are replaced by their tiny counterpart of the same structure
   (resnet50 -> resnet_tiny, vgg19 -> small_cnn, ...), except in `tag inspect`, which runs on the real model;
 - `tag plan`: `--playouts 4 --no-refine` (unless it writes a baseline);
-- `tag deploy`: `--steps 1 --nproc 2` (a pipelined plan keeps its one rank per device);
+- `tag deploy`: `--steps 1 --nproc 2` (a pipelined or sharded plan keeps its one rank per device);
 - `tag profile ops`: `--rows 1,2 --repeats 1 --warmup 0 --quick`;
 - `tag profile links`: `--nproc 2 --sizes 4,1K --repeats 1 --warmup 0 --quick`;
 - `tag train`: `--topologies random:2 --episodes 1 --trajectories 1` (one episode on two random clusters);
@@ -140,10 +140,12 @@ def _verb(argv: list[str]) -> tuple[str, ...]:
 
 
 def _pipelined(plan_path: str) -> bool:
-    """Whether the plan file in the current directory has pipeline stages."""
+    """Whether the plan file in the current directory has pipeline stages or sharded groups (either keeps one rank
+    per device of its stages or shard grids)."""
     try:
         with open(plan_path) as f:
-            return "stages" in json.load(f)
+            plan = json.load(f)
+        return "stages" in plan or any("shard" in d for d in plan.get("decisions", []))
     except (OSError, ValueError):
         return False
 
@@ -164,7 +166,7 @@ def reduce_args(argv: list[str]) -> list[str]:
         argv = _set_flag(_set_flag(argv, "--playouts", "4"), "--no-refine", None)
     elif verb == ("deploy",):
         argv = _set_flag(argv, "--steps", "1")
-        if not _pipelined(argv[1]):  # a pipelined plan's ranks each host one stage's devices: keep its rank count
+        if not _pipelined(argv[1]):  # a pipelined or sharded plan's ranks: keep its rank count
             argv = _set_flag(argv, "--nproc", "2")
     elif verb == ("profile", "ops"):
         for flag, value in (("--rows", "1,2"), ("--repeats", "1"), ("--warmup", "0"), ("--quick", None)):
