@@ -67,14 +67,18 @@ def _peaks(cluster, gb):
     return lambda s: SimpleNamespace(peak_memory_gb={d.id: gb.get(d.id, 1.0) for d in cluster.devices})
 
 
+def _strided(gg, cluster):
+    """(group shards, the first sharded group, data parallelism with 4 rows per device, the strided pairs)."""
+    g = group_shards(gg)
+    base = Strategy(tuple(Decision((4,) * 8, AUTO if x.param_bytes else None) for x in gg.groups))
+    return g, min(g), base, grids_over(cluster, range(8), 2)["k2-strided"]
+
+
 def test_shares_follow_speed_on_a_mixed_pair(setup):
     gg, cluster, cost, training = setup
-    g = group_shards(gg)
-    first = min(g)
-    base = Strategy(tuple(Decision((4,) * 8, AUTO if x.param_bytes else None) for x in gg.groups))
-    reps = grids_over(cluster, range(8), 2)["k2-strided"]
+    g, first, base, reps = _strided(gg, cluster)
     s = solve_grid_ratios(gg, cluster, cost, training, base, [first], reps, g, _peaks(cluster, {}))
-    # the batch is 32: replica rows 8; the LP balances r_V x t_V = r_P x t_P with t the group's forward + backward at 64 rows
+    # the batch is 32: replica rows 8; the LP balances r_V x t_V = r_P x t_P, t the group's forward + backward
     v, p = cluster.devices[0].type, cluster.devices[2].type
     t_v = cost.group_fwd_ms(first, v, 8) + cost.group_bwd_ms(first, v, 8)
     t_p = cost.group_fwd_ms(first, p, 8) + cost.group_bwd_ms(first, p, 8)
@@ -88,10 +92,7 @@ def test_shares_follow_speed_on_a_mixed_pair(setup):
 
 def test_a_memory_cap_moves_the_share_off_the_fast_device(setup):
     gg, cluster, cost, training = setup
-    g = group_shards(gg)
-    first = min(g)
-    base = Strategy(tuple(Decision((4,) * 8, AUTO if x.param_bytes else None) for x in gg.groups))
-    reps = grids_over(cluster, range(8), 2)["k2-strided"]
+    g, first, base, reps = _strided(gg, cluster)
     sliced = g[first].sliced_param_bytes * 4  # weight, gradient and Adam's two moments
     usable_v = cluster.devices[0].type.usable_memory_bytes
     # the V100s' peak at even shares leaves room for 0.3 of the sliced bytes: whole = usable - 0.3 sliced
