@@ -9,14 +9,13 @@ builder code and leaves the event loop (`tag.sim.events`) as it is.
 
 from __future__ import annotations
 
-from tag.sim.build_parts import (BuildOptions, Draft, check_strategy, device_programs, sync_units, update_tasks,
-                                 wire_batch_stats, wire_syncs, with_recompute)
+from tag.sim.build_parts import (BuildOptions, Draft, add_edge_transfers, check_strategy, device_programs, edge_flows,
+                                 sync_units, update_tasks, wire_batch_stats, wire_syncs, with_recompute)
 from tag.sim.context import SimContext
 from tag.sim.gradsync import sfb_compute_ms
 from tag.sim.pipeline_build import build_pipeline_task_graph
 from tag.sim.rendezvous import exchange_gates
 from tag.sim.shard_build import add_tails, wire_collectives
-from tag.sim.shards import shard_edge_transfers
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
 from tag.sim.zero import add_gathers_after_update, add_weight_gathers
 
@@ -55,42 +54,17 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
     return fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, per_group
 
 
-def _transfers(ctx: SimContext, decs, passes, draft: Draft, asynchronous: bool, label: str = ""):
+def _transfers(ctx: SimContext, decs, passes, draft: Draft, asynchronous: bool):
     """Per edge and device pair: the activation slice (producer forward -> consumer forward) and the gradient
-    back (consumer backward -> producer backward); ([Transfer], memory recv list). `passes` = (forward heads,
-    forward tails, backward heads, backward tails) per group: what enters a pass arrives at its head, what leaves
-    it leaves from its tail. An edge with a sharded end moves `tag.sim.shards.shard_edge_transfers`' pieces."""
+    back (consumer backward -> producer backward) (`add_edge_transfers`); ([Transfer], memory recv list).
+    `passes` = (forward heads, forward tails, backward heads, backward tails) per group."""
     fwd_in, fwd_out, bwd_in, bwd_out = passes
     out: list[Transfer] = []
     recv: list[tuple] = []
-
-    def add(spec, p, k, what):
-        if asynchronous:  # blocking exchanges get their wait and deliver once programs are known
-            draft.depend(p, (_TRANSFER, len(out)))
-        out.append(Transfer(spec, p, k, (p,), (k,), what))
-        draft.inputs[k] += 1
-
     for ei, e in enumerate(ctx.gg.edges):
-        a, b = decs[e.src], decs[e.dst]
-        if a.shard is None and b.shard is None:
-            for s, d, nbytes, fspec, bspec in ctx.edge_transfers(ei, a, b):
-                pf, kf = fwd_out[e.src][s], fwd_in[e.dst][d]
-                pb, kb = bwd_out[e.dst][d], bwd_in[e.src][s]
-                if asynchronous:
-                    draft.depend(pf, (_TRANSFER, len(out)))
-                    draft.depend(pb, (_TRANSFER, len(out) + 1))
-                out.append(Transfer(fspec, pf, kf, (pf,), (kf,), f"act g{e.src}->g{e.dst}{label}"))
-                out.append(Transfer(bspec, pb, kb, (pb,), (kb,), f"grad g{e.dst}->g{e.src}{label}"))
-                draft.inputs[kf] += 1
-                draft.inputs[kb] += 1
-                recv.append((e.dst, d, e.src, s, nbytes))
-            continue
-        fwd, bwd, mem = shard_edge_transfers(ctx, ei, a, b, decs)
-        for s, d, spec in fwd:
-            add(spec, fwd_out[e.src][s], fwd_in[e.dst][d], f"act g{e.src}->g{e.dst}{label}")
-        for d, s, spec in bwd:
-            add(spec, bwd_out[e.dst][d], bwd_in[e.src][s], f"grad g{e.dst}->g{e.src}{label}")
-        recv += [(e.dst, d, e.src, s, nbytes) for s, d, nbytes in mem]
+        flows = edge_flows(ctx, ei, decs[e.src], decs[e.dst], decs)
+        add_edge_transfers(draft, out, recv, e, flows, (fwd_out[e.src], fwd_in[e.dst], bwd_out[e.dst],
+                                                        bwd_in[e.src]), "", asynchronous)
     return out, recv
 
 

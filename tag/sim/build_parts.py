@@ -13,7 +13,8 @@ from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
 from tag.sim.batch_stats import batch_stat_units
 from tag.sim.context import SimContext
 from tag.sim.gradsync import group_sfb_syncs, shared_params, sync_method, tensor_bytes
-from tag.sim.taskgraph import ComputeTasks, DependentKind, SyncUnit, TaskKind
+from tag.sim.shards import shard_edge_transfers
+from tag.sim.taskgraph import ComputeTasks, DependentKind, SyncUnit, TaskKind, Transfer
 from tag.sim.zero import bucket_method, count_towards, update_fractions, uses_zero
 
 _TRANSFER, _SYNC = DependentKind.TRANSFER, DependentKind.SYNC
@@ -190,3 +191,49 @@ def device_programs(devices: list[int], n_dev: int) -> list[list[int]]:
     bounds = np.searchsorted(dev[order], np.arange(n_dev + 1)).tolist()
     order_l = order.tolist()
     return [order_l[bounds[d]:bounds[d + 1]] for d in range(n_dev)]
+
+
+def edge_flows(ctx: SimContext, ei: int, producer, consumer, decisions) -> tuple[list, list, list, bool]:
+    """([(src, dst, FlowSpec)] forward, [(src, dst, FlowSpec)] backward, [(src, dst, bytes)] for the memory pass,
+    paired) of edge ei between two decisions: `SimContext.edge_transfers` (paired: the backward is the forward's
+    pairs reversed, entry by entry), or with a sharded end `tag.sim.shards.shard_edge_transfers`."""
+    if producer.shard is not None or consumer.shard is not None:
+        return (*shard_edge_transfers(ctx, ei, producer, consumer, decisions), False)
+    both = ctx.edge_transfers(ei, producer, consumer)
+    return ([(s, d, f) for s, d, _, f, _ in both], [(d, s, b) for s, d, _, _, b in both],
+            [(s, d, b) for s, d, b, _, _ in both], True)
+
+
+def add_edge_transfers(draft: Draft, out: list, recv: list | None, e, flows, maps, label: str,
+                       asynchronous: bool = True) -> None:
+    """Append the transfers of edge e for one pass to `out` (and, given `recv`, its memory pairs): activations from
+    the producer's forward tail to the consumer's forward head, gradients from the consumer's backward tail to the
+    producer's backward head. flows: `edge_flows`; maps: ({device: task} forward tails of e.src, forward heads of
+    e.dst, backward tails of e.dst, backward heads of e.src). A paired edge interleaves each activation with its
+    gradient. asynchronous: each transfer starts when its producer ends (else `tag.sim.build` gates it later)."""
+    fwd, bwd, mem, paired = flows
+    f_out, f_in, b_out, b_in = maps
+    act, grad = f"act g{e.src}->g{e.dst}{label}", f"grad g{e.dst}->g{e.src}{label}"
+    inputs = draft.inputs
+    if paired:
+        for (s, d, fspec), (_, _, bspec), (_, _, b) in zip(fwd, bwd, mem):
+            pf, kf, pb, kb = f_out[s], f_in[d], b_out[d], b_in[s]
+            if asynchronous:
+                draft.depend(pf, (_TRANSFER, len(out)))
+                draft.depend(pb, (_TRANSFER, len(out) + 1))
+            out.append(Transfer(fspec, pf, kf, (pf,), (kf,), act))
+            out.append(Transfer(bspec, pb, kb, (pb,), (kb,), grad))
+            inputs[kf] += 1
+            inputs[kb] += 1
+            if recv is not None:
+                recv.append((e.dst, d, e.src, s, b))
+        return
+    for pairs, src_of, dst_of, what in ((fwd, f_out, f_in, act), (bwd, b_out, b_in, grad)):
+        for s, d, spec in pairs:
+            p, k = src_of[s], dst_of[d]
+            if asynchronous:
+                draft.depend(p, (_TRANSFER, len(out)))
+            out.append(Transfer(spec, p, k, (p,), (k,), what))
+            inputs[k] += 1
+    if recv is not None:
+        recv += [(e.dst, d, e.src, s, b) for s, d, b in mem]

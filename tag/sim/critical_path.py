@@ -84,7 +84,7 @@ def whole_group_syncs(ctx: SimContext, strategy, tg: TaskGraph) -> list[SyncUnit
     for g, dec in enumerate(strategy.decisions):
         grp = ctx.gg.groups[g]
         devs = tuple(dec.devices)
-        if grp.param_count > 0 and len(devs) > 1 and grp.param_bytes > 0:
+        if grp.param_count > 0 and dec.replicated and grp.param_bytes > 0:  # a shard with one replica: none
             nbytes = float(grp.param_bytes)
             method = "ring" if dec.sync in (None, "auto") else dec.sync  # the trained model knew no cost choice
             out.append(SyncUnit((g,), devs, nbytes, method, dec.server, f"sync g{g}", wait=list(bwd[g]),

@@ -32,12 +32,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tag.sim.build_parts import (BuildOptions, Draft, check_strategy, device_programs, sync_units, update_tasks,
-                                 wire_batch_stats, wire_syncs, with_recompute)
+from tag.sim.build_parts import (BuildOptions, Draft, add_edge_transfers, check_strategy, device_programs, edge_flows,
+                                 sync_units, update_tasks, wire_batch_stats, wire_syncs, with_recompute)
 from tag.sim.context import SimContext, micro_decision
 from tag.sim.gradsync import sfb_compute_ms
 from tag.sim.shard_build import add_tails, wire_collectives
-from tag.sim.shards import shard_edge_transfers
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
 from tag.sim.zero import add_gathers_after_update, add_weight_gathers
 from tag.strategy.pipeline import stage_order
@@ -165,54 +164,20 @@ def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int], pe
     return fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, full
 
 
-def _edge_flows(ctx: SimContext, ei: int, producer, consumer, decisions) -> tuple[list, list, list]:
-    """([(src, dst, FlowSpec)] forward, the same backward, [(src, dst, bytes)] for memory) of edge ei between two
-    micro decisions (`SimContext.edge_transfers`, or `tag.sim.shards.shard_edge_transfers` with a sharded end)."""
-    if producer.shard is not None or consumer.shard is not None:
-        return shard_edge_transfers(ctx, ei, producer, consumer, decisions)
-    both = ctx.edge_transfers(ei, producer, consumer)
-    return ([(s, d, f) for s, d, _, f, _ in both], [(d, s, b) for s, d, _, _, b in both],
-            [(s, d, b) for s, d, b, _, _ in both])
-
-
 def _transfers(ctx: SimContext, strategy, passes, draft: Draft):
     """Per micro-batch, edge and device pair: the activation slice F(src, j) -> F(dst, j) and the gradient
-    B(dst, j) -> B(src, j), at micro rows, leaving from a pass's tail and arriving at its head (`passes`: forward
-    heads, forward tails, backward heads, backward tails); ([Transfer], memory recv list of one micro-batch)."""
+    B(dst, j) -> B(src, j), at micro rows (`add_edge_transfers`; `passes`: forward heads, forward tails, backward
+    heads, backward tails, per group and micro-batch); ([Transfer], memory recv list of one micro-batch)."""
     fwd_id, fwd_out, bwd_id, bwd_out = passes
     decs, m = strategy.decisions, strategy.pipeline.micro_batches
     mdecs = [micro_decision(dc, m) for dc in decs]
-    per_edge = [_edge_flows(ctx, ei, mdecs[e.src], mdecs[e.dst], mdecs) for ei, e in enumerate(ctx.gg.edges)]
+    per_edge = [edge_flows(ctx, ei, mdecs[e.src], mdecs[e.dst], mdecs) for ei, e in enumerate(ctx.gg.edges)]
     out: list[Transfer] = []
     recv: list[tuple] = []
     for j in range(m):
         for ei, e in enumerate(ctx.gg.edges):
-            fwd, bwd, mem = per_edge[ei]
-            if mdecs[e.src].shard is not None or mdecs[e.dst].shard is not None:  # each direction its own pieces
-                for s, d, spec in fwd:
-                    pf, kf = fwd_out[e.src][j][s], fwd_id[e.dst][j][d]
-                    draft.depend(pf, (_TRANSFER, len(out)))
-                    out.append(Transfer(spec, pf, kf, (pf,), (kf,), f"act g{e.src}->g{e.dst} mb{j}"))
-                    draft.inputs[kf] += 1
-                for d, s, spec in bwd:
-                    pb, kb = bwd_out[e.dst][j][d], bwd_id[e.src][j][s]
-                    draft.depend(pb, (_TRANSFER, len(out)))
-                    out.append(Transfer(spec, pb, kb, (pb,), (kb,), f"grad g{e.dst}->g{e.src} mb{j}"))
-                    draft.inputs[kb] += 1
-                if j == 0:
-                    recv += [(e.dst, d, e.src, s, b) for s, d, b in mem]
-                continue
-            for (s, d, fspec), (_, _, bspec), (_, _, b) in zip(fwd, bwd, mem):
-                pf, kf = fwd_out[e.src][j][s], fwd_id[e.dst][j][d]
-                pb, kb = bwd_out[e.dst][j][d], bwd_id[e.src][j][s]
-                draft.depend(pf, (_TRANSFER, len(out)))
-                draft.depend(pb, (_TRANSFER, len(out) + 1))
-                out.append(Transfer(fspec, pf, kf, (pf,), (kf,), f"act g{e.src}->g{e.dst} mb{j}"))
-                out.append(Transfer(bspec, pb, kb, (pb,), (kb,), f"grad g{e.dst}->g{e.src} mb{j}"))
-                draft.inputs[kf] += 1
-                draft.inputs[kb] += 1
-                if j == 0:
-                    recv.append((e.dst, d, e.src, s, b))
+            add_edge_transfers(draft, out, recv if j == 0 else None, e, per_edge[ei],
+                               (fwd_out[e.src][j], fwd_id[e.dst][j], bwd_out[e.dst][j], bwd_id[e.src][j]), f" mb{j}")
     return out, recv
 
 
