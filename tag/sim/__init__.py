@@ -52,6 +52,13 @@ per step. The reduce-scatter and all-gather are the two halves of the ring (or h
 forward (the re-run). Precision (`tag.sim.precision`): under fp16 / bf16 the float32 activations, their gradients
 and SFB factors that cross devices move 2 bytes per element; gradient syncs and ZeRO's collectives stay fp32.
 
+Shards (`Decision.shard`, `tag.sim.shards`, `tag.sim.shard_build`). Device j of a sharded group's replica computes
+the replica's rows at share_j of the sharded ops' time plus the other ops whole; after a pass, the replica's
+collectives (forward: all-reduce of row halves' partial outputs, padded all-gather of split outputs a consumer
+needs whole; backward: all-reduce of column halves' input gradients) run as one sync unit between the pass and a
+zero-length tail task; edges move row x feature pieces (`tag.strategy.pieces`); weight gradients sync per
+position over `Shard.peers`; memory holds the device's weight slices.
+
 Network. Communication never uses a compute stream. Every flow follows the cluster's routes over
 directed links (full duplex: opposite directions never interact). Flows that share a directed link share
 its bandwidth max-min fairly (weighted progressive filling, recomputed at each flow start and finish;
