@@ -10,7 +10,9 @@ of the runtime). One spawn per rank count runs every case of that count in turn:
 - 3 ranks: the GPT's two blocks sharded 2:4 on ranks 1 and 2 while the embeddings and the head run data-parallel
   rows on all three (4:4:4 and 3:5:4);
 - 4 ranks: two replicas of a 2-rank shard grid (7 and 5 rows; positions in the order [1, 0] and [3, 2], so the
-  3-head slice sits on the lower rank), weight gradients summed over each position's peers; the MLP pair likewise.
+  3-head slice sits on the lower rank), weight gradients summed over each position's peers; the MLP pair likewise,
+  resumed from a checkpoint; a row-split Gemm on replicas [0, 3] and [1, 2] (5 and 7 rows) after data-parallel
+  rows 3:3:3:3, so position 1's ranks take their rows in the other order than their rank order (rank 3 rows 0-4).
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ def _plans() -> list[tuple[int, str, str, str, Strategy]]:
                       D((12, 12), shard=heads([[1, 0]], split="row"))))),
            (2, "gpt-heads-2-4-bf16", "gpt", "", Strategy((D((5, 7), "ring"), D((12, 12), shard=pair),
                                                           D((12, 12), shard=pair), D((12, 0))))),
+           (4, "mlp-crossed-replicas", "mlp2", "two",  # position 1's ranks (3, 2) in the other order than (0, 1)
+            Strategy((D((3, 3, 3, 3), "ring"), D((5, 7, 7, 5), "ring", heads([[0, 3], [1, 2]], split="row"))))),
            (4, "mlp-two-replicas-resume", "mlp2", "two",
             Strategy((D((4, 4, 8, 8), "ring", heads([[0, 1], [2, 3]], split="column")),
                       D((4, 4, 8, 8), "ring", heads([[0, 1], [2, 3]], split="row")))))]
