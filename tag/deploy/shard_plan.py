@@ -74,9 +74,6 @@ class ShardGroup:
                 return r, rep.index(rank)
         return None
 
-    def replica_of(self, rank: int) -> tuple[int, ...]:
-        return self.replicas[self.where(rank)[0]]
-
     def peers(self, j: int) -> tuple[int, ...]:
         return tuple(sorted(rep[j] for rep in self.replicas))
 

@@ -51,6 +51,11 @@ class RankPlan:
             raise InputError(self.job.plan_path, "stages", "a plan without stages to train an nn.Module (pipelined "
                              "plans run on the ONNX model through `train_onnx`)",
                              f"{len(s.pipeline.stage_groups)} stages")
+        if s.shards:  # a sharded group splits weights, not rows: the module's layers would not be cut
+            g = min(s.shards)
+            raise InputError(self.job.plan_path, f"decisions[{g}].shard", "a plan without shards to train an "
+                             "nn.Module (sharded plans run on the ONNX model through `train_onnx`)",
+                             s.shards[g].layout.split)
         first = s.rank_rows[0]
         for g, rows in enumerate(s.rank_rows):
             if rows != first:

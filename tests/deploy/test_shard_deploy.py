@@ -224,3 +224,22 @@ def test_tag_deploy_runs_a_sharded_plan(models, tmp_path):
     assert set(trained) == set(ref_params)
     for name, v in ref_params.items():  # whole weights
         torch.testing.assert_close(trained[name], v, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_an_nn_module_does_not_train_a_sharded_plan(models):
+    """tag.runtime trains a user nn.Module data-parallel only: a sharded plan is refused naming the shard."""
+    from types import SimpleNamespace
+
+    from tag.deploy.schedule import build_schedule
+    from tag.errors import InputError
+    from tag.graph import load_model
+    from tag.runtime.plan import RankPlan
+
+    strategy = Strategy((D((12, 12), shard=heads([[0, 1]], split="column")),
+                         D((12, 12), shard=heads([[0, 1]], split="row"))))
+    sched = build_schedule(load_model(models["mlp2"], batch_size=B), MLP_GROUPS["two"], strategy, ["m0"] * 2, 2)
+    plan = RankPlan(SimpleNamespace(plan_path="p.json"), sched, 0, 2, "cpu")
+    with pytest.raises(InputError) as e:
+        plan.data_parallel_rows()
+    assert str(e.value) == ("p.json: decisions[0].shard: expected a plan without shards to train an nn.Module "
+                            "(sharded plans run on the ONNX model through `train_onnx`), found column")
