@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from tag.deploy.bucket_plan import SyncBucket, plan_buckets, sync_buckets  # noqa: F401 - SyncBucket re-exported
 from tag.deploy.pipeline_schedule import pipeline_parts, with_pipeline
 from tag.deploy.ranks import device_ranks
-from tag.deploy.shard_plan import input_sources, interval_slices, link_groups, shard_groups, shard_syncs
+from tag.deploy.shard_plan import input_sources, link_groups, shard_groups, shard_syncs
 from tag.deploy.zero_plan import zero_units
 from tag.errors import InputError
 from tag.graph.opgraph import OpGraph
 from tag.graph.sfb_form import SFB_OP_TYPES, sfb_form  # the one SFB eligibility rule, shared with the simulator
 from tag.strategy import Strategy, row_offsets, slices
+from tag.strategy.placement import interval_slices
 
 
 @dataclass(frozen=True)
@@ -272,7 +273,7 @@ def _placement_transfers(graph: OpGraph, t: str, p: int, sources) -> list[Transf
     out = []
     for cons, src, grad in sources:
         if graph.tensors[t].batch_axis is not None:
-            out += [Transfer(t, p, s, d, lo, n, grad) for s, d, lo, n in interval_slices(src, cons)]
+            out += [Transfer(t, p, x.src, x.dst, x.start, x.rows, grad) for x in interval_slices(src, cons)]
         else:
             holders = sorted(r for r, _, _ in src)
             out += [Transfer(t, p, holders[0], d, 0, 0, grad) for d, _, _ in cons if d not in holders]

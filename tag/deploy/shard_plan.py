@@ -38,9 +38,9 @@ from tag.errors import InputError
 from tag.graph.op_families import is_training_batchnorm
 from tag.graph.shardable import NotShardable, ParamSlice, ShardLayout, analyse_group
 from tag.strategy import row_offsets
+from tag.strategy.placement import Placement, rows_placement
 from tag.strategy.shard import batch_rows, exact_units, shard_offsets, shard_sizes
 
-Placement = tuple[tuple[int, int, int], ...]  # (rank, first global row, rows) of each rank holding a tensor's rows
 
 
 @dataclass
@@ -97,23 +97,6 @@ class ShardGroup:
     def placement(self, j: int) -> Placement:
         """Where the group's full tensors' rows are at position j: each replica's rows on its position-j rank."""
         return tuple(sorted((rep[j], s, n) for rep, s, n in zip(self.replicas, self.replica_start, self.replica_rows)))
-
-
-def rows_placement(rank_rows: tuple[int, ...]) -> Placement:
-    """The placement of a row map over ranks (contiguous slices in rank order)."""
-    return tuple((r, s, n) for r, (s, n) in enumerate(zip(row_offsets(rank_rows), rank_rows)) if n > 0)
-
-
-def interval_slices(src: Placement, dst: Placement) -> list[tuple[int, int, int, int]]:
-    """(src rank, dst rank, first row, rows) of every row range `dst` needs that another rank of `src` holds, ordered
-    by (dst rank, first row): `tag.strategy.slices` for placements that need not follow rank order."""
-    out = []
-    for d, d0, dn in dst:
-        for s, s0, sn in src:
-            lo, hi = max(d0, s0), min(d0 + dn, s0 + sn)
-            if hi > lo and s != d:
-                out.append((s, d, lo, hi - lo))
-    return sorted(out, key=lambda x: (x[1], x[2]))
 
 
 def shard_groups(graph, groups: list[list[int]], strategy, dev_rank: list[int], nproc: int,

@@ -3,15 +3,15 @@
 `tag.strategy.slices` says which batch rows move between two row maps. With shards (`tag.strategy.shard`) a
 device may hold or need only a band of a tensor's features, and several devices may hold the same rows (the k
 devices of a replica). A **layout** of one tensor is a list of `Band`: features [lo, hi) (fractions of the
-tensor's features, exact) held or needed by the devices of one row map:
+tensor's features, exact) held or needed by the devices of one placement (`tag.strategy.placement`):
 
-* held (`held_bands`): the bands partition [0, 1); each band lists one or more alternative row maps, any of which
+* held (`held_bands`): the bands partition [0, 1); each band lists one or more alternative placements, any of which
   holds every row of the band (the k positions of a replica that all hold the tensor whole);
-* needed (`needed_bands`): every band's one row map must be served (each position of a replica needs its rows).
+* needed (`needed_bands`): every band's one placement must be served (each position of a replica needs its rows).
 
 `pieces(held, needed)` serves each needed band from the overlapping held bands: for each, the alternative that
-moves the fewest rows (ties: the first), then exactly `slices` between the two row maps, cut to the overlap of
-the features. Without shards both layouts are one band [0, 1) of the decision's row map, and the pieces are
+moves the fewest rows (ties: the first), then exactly `tag.strategy.placement.interval_slices` between the two
+placements, cut to the overlap of the features. Without shards both layouts are one band [0, 1) of the decision's row map, and the pieces are
 `slices(producer rows, consumer rows)` with the whole features: the row slices as before.
 
 Gradients flow back the same way with the roles swapped: the consumer's layout of the input gradient is held, the
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from tag.strategy import slices
+from tag.strategy.placement import Placement, interval_slices, position_placement, rows_placement
 from tag.strategy.shard import shard_sizes
 
 WHOLE = (Fraction(0), Fraction(1))
@@ -31,11 +31,12 @@ WHOLE = (Fraction(0), Fraction(1))
 
 @dataclass(frozen=True)
 class Band:
-    """Features [lo, hi) of a tensor over the row maps `maps` (alternatives when held; exactly one when needed)."""
+    """Features [lo, hi) of a tensor over the placements `maps` (`tag.strategy.placement`; alternatives when held,
+    exactly one when needed)."""
 
     lo: Fraction
     hi: Fraction
-    maps: tuple[tuple[int, ...], ...]
+    maps: tuple[Placement, ...]
 
 
 @dataclass(frozen=True)
@@ -55,20 +56,6 @@ class Piece:
         return self.hi - self.lo
 
 
-def position_rows(decision, j: int) -> tuple[int, ...]:
-    """The row map of position j of a sharded decision: each replica's rows on its position-j device (0 elsewhere).
-
-    >>> from tag.strategy import Decision
-    >>> from tag.strategy.shard import Shard
-    >>> position_rows(Decision((8, 8, 4, 4), shard=Shard("column", ((0, 1), (2, 3)), (0.5, 0.5))), 1)
-    (0, 8, 0, 4)
-    """
-    out = [0] * len(decision.rows)
-    for rep in decision.shard.replicas:
-        out[rep[j]] = decision.rows[rep[j]]
-    return tuple(out)
-
-
 def feature_bands(units: int, ratios) -> list[tuple[Fraction, Fraction]]:
     """Each position's features as fractions [lo, hi): its whole units of `units` (`shard_sizes`).
 
@@ -86,21 +73,21 @@ def held_bands(decision, bands=None) -> list[Band]:
     """What a decision's devices hold of a tensor: its rows, whole; with a shard, each position's rows (every
     position whole, as alternatives) or, given `bands` (one (lo, hi) per position), position j only band j."""
     if decision.shard is None:
-        return [Band(*WHOLE, (decision.rows,))]
+        return [Band(*WHOLE, (rows_placement(decision.rows),))]
     k = decision.shard.k
     if bands is None:
-        return [Band(*WHOLE, tuple(position_rows(decision, j) for j in range(k)))]
-    return [Band(lo, hi, (position_rows(decision, j),)) for j, (lo, hi) in enumerate(bands)]
+        return [Band(*WHOLE, tuple(position_placement(decision, j) for j in range(k)))]
+    return [Band(lo, hi, (position_placement(decision, j),)) for j, (lo, hi) in enumerate(bands)]
 
 
 def needed_bands(decision, bands=None) -> list[Band]:
     """What a decision's devices need of a tensor: its rows, whole; with a shard every position its replica's rows,
     whole or, given `bands`, band j at position j."""
     if decision.shard is None:
-        return [Band(*WHOLE, (decision.rows,))]
+        return [Band(*WHOLE, (rows_placement(decision.rows),))]
     k = decision.shard.k
     spans = [WHOLE] * k if bands is None else bands
-    return [Band(lo, hi, (position_rows(decision, j),)) for j, (lo, hi) in enumerate(spans)]
+    return [Band(lo, hi, (position_placement(decision, j),)) for j, (lo, hi) in enumerate(spans)]
 
 
 def pieces(held: list[Band], needed: list[Band]) -> list[Piece]:
@@ -124,7 +111,7 @@ def pieces(held: list[Band], needed: list[Band]) -> list[Piece]:
                 continue
             best = None
             for pmap in hb.maps:
-                found = slices(pmap, cmap)
+                found = interval_slices(pmap, cmap)
                 if best is None or sum(s.rows for s in found) < sum(s.rows for s in best):
                     best = found
             out += [Piece(s.src, s.dst, s.start, s.rows, lo, hi) for s in best]

@@ -19,15 +19,18 @@ from tag.strategy.shard import RATIO_TOL, SPLITS, Shard
 
 
 def shard_to_json(shard: Shard | None, device_ids) -> dict:
-    """The decision's ``shard`` key ({} without a shard); ``replicas`` only when there is more than one.
+    """The decision's ``shard`` key ({} without a shard); ``replicas`` when there is more than one, or when the one
+    replica's positions are not in topology order (reading without it would reorder them).
 
     >>> shard_to_json(Shard("column", ((0, 1),), (0.75, 0.25)), ["a", "b"])
     {'shard': {'split': 'column', 'ratios': {'a': 0.75, 'b': 0.25}}}
+    >>> shard_to_json(Shard("column", ((1, 0),), (0.75, 0.25)), ["a", "b"])["shard"]["replicas"]
+    [['b', 'a']]
     """
     if shard is None:
         return {}
     out = {"split": shard.split}
-    if len(shard.replicas) > 1:
+    if len(shard.replicas) > 1 or list(shard.replicas[0]) != sorted(shard.replicas[0]):
         out["replicas"] = [[device_ids[d] for d in rep] for rep in shard.replicas]
     out["ratios"] = {device_ids[d]: float(shard.ratios[j]) for rep in shard.replicas for j, d in enumerate(rep)}
     return {"shard": out}
