@@ -64,7 +64,9 @@ def test_each_bucket_starts_once_its_groups_backward_is_done():
     prog = ToyProgram(graph, seed=0)
     comm = LateTripleComm(prog)
     rt = RankRuntime(s, graph, prog, 0, comm, data, targets, make_optimizer("sgd", 0.0))
-    assert rt.bucket_ready_after == [3, 1, 0, 0]
+    # (the group after whose backward each collective starts, its kind, the bucket's parameters), in start order
+    assert [(g, kind, item[0].params) for g, kind, item in rt.sync_items] == [
+        (3, "bucket", ("W4", "b4")), (1, "bucket", ("W2",)), (0, "bucket", ("b1", "W3")), (0, "bucket", ("W1",))]
     want = _expected_grads(graph, data, targets, 6)
     for step in range(2):
         rt.step()
