@@ -12,10 +12,10 @@ Equivalence (losses and every parameter rtol 1e-4 against plain single-process t
   with recompute;
 - a pipelined toy plan (1f1b, m = 4): the replicated first stage at ZeRO 1 with recompute, the second recomputing.
 
-bf16: the digits MLP on its own data (cross entropy, Adam lr 0.01), 60 steps, rows split so the hidden activations
-cross ranks (in bf16): the mean loss of every 5 steps within 2% of the same plan's fp32 run (which equals plain torch
-at 1e-4), every single step within 3%, and the loss falls; the same as a pipeline (ZeRO 1 and recompute on its
-replicated stage).
+bf16: the digits MLP on its own data (cross entropy, Adam lr 0.005), 60 steps, rows split so the hidden activations
+cross ranks (in bf16): every step's loss within 2% of the same plan's fp32 run (which equals plain torch at 1e-4), and
+the loss falls; the same as a pipeline (ZeRO 1 and recompute on its replicated stage). At lr 0.01 a single late step
+drifted 2.2% (Adam's larger steps amplify bf16 rounding); at 0.005 the largest drift measured is 0.7%.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ B = 16
 MACHINES = ["m0", "m0", "m1"]
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "datasets", "models")
 DIGITS = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "digits")
-DIGITS_B, DIGITS_STEPS, DIGITS_LR = 64, 60, 0.01
+DIGITS_B, DIGITS_STEPS, DIGITS_LR = 64, 60, 0.005
 
 
 def D(rows, sync=None, zero=0, recompute=False):
@@ -153,11 +153,8 @@ def test_zero_recompute_bf16_on_three_ranks(tmp_path):
         bf16 = results[f"digits-{k}-bf16"][0]["losses"]
         assert fp32 == pytest.approx(ref, rel=1e-4), k
         assert len(bf16) == DIGITS_STEPS
-        # the curves agree within 2% once the batch-to-batch noise is averaged over 5-step windows; a single step
-        # drifts up to 2.2% late in the run (measured: split 2.2% at step 48, pipe 2.0%; mean 0.5% and 0.4%)
-        windows = [(np.mean(bf16[i:i + 5]), np.mean(fp32[i:i + 5])) for i in range(0, DIGITS_STEPS, 5)]
-        assert max(abs(b - f) / f for b, f in windows) <= 0.02, k
-        assert max(abs(b - f) / f for b, f in zip(bf16, fp32)) <= 0.03, k
+        # every step within 2% of fp32 (measured at lr 0.005: split 0.7%, pipelined 0.5% at most)
+        assert max(abs(b - f) / f for b, f in zip(bf16, fp32)) <= 0.02, k
         assert np.mean(bf16[-10:]) < 0.5 * np.mean(bf16[:5]), k
         assert bf16 != fp32, k  # bf16 really computed in 16 bits
 
