@@ -140,7 +140,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     moves stay inside a pipeline's stages) (False: `tag plan --no-pipeline`; not
     searched above PIPELINE_MAX_DEVICES devices; `PlanResult.pipelines` says whether they were).
     shard: search tensor shards (`tag.search.shard_search`): candidates built on the best baseline, dp-proportional,
-    the fastest memory variant and the SHARD_PIPELINE_BASES fastest pipelines (`_shard_bases`), and after the tree
+    the fastest memory variant and the fastest pipelines (`_shard_bases`), and after the tree
     search on its best plan, simulated and competing as the pipelines do (the fastest is refined like the other baselines; refinement also moves single groups into and out
     of a neighbour's shard grid); False: `tag plan --no-shard`; not searched above SHARD_MAX_DEVICES devices
     (`PlanResult.shards` says whether they were).
@@ -321,8 +321,9 @@ def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict) -
 
 def _shard_bases(baselines: dict, variants: dict, pipelines: dict, start_name: str) -> dict:
     """name -> strategy the first shard candidates are built on: the start baseline (the best that fits, else the
-    least overflowing), dp-proportional, the fastest memory variant that fits and the SHARD_PIPELINE_BASES fastest
-    pipelines that fit, each strategy once. (The tree's best plan is a base too, after the tree search.)"""
+    least overflowing), dp-proportional, the fastest memory variant that fits, the SHARD_PIPELINE_BASES fastest
+    pipelines that fit and the fastest of two or more stages that fits, each strategy once. (The tree's best plan is
+    a base too, after the tree search.)"""
     bases = {start_name: baselines[start_name][0]}
     if "dp-proportional" in baselines:
         bases.setdefault("dp-proportional", baselines["dp-proportional"][0])
@@ -331,7 +332,9 @@ def _shard_bases(baselines: dict, variants: dict, pipelines: dict, start_name: s
         bases[fit_variant] = variants[fit_variant][0]
     piped = sorted((r.iteration_ms, name) for name, (s, r) in pipelines.items()
                    if not r.oom and math.isfinite(r.iteration_ms))
-    for _, name in piped[:SHARD_PIPELINE_BASES]:
+    staged = [(ms, name) for ms, name in piped
+              if pipelines[name][0].pipeline is not None and len(pipelines[name][0].pipeline.stages) > 1]
+    for _, name in piped[:SHARD_PIPELINE_BASES] + staged[:1]:
         bases[name] = pipelines[name][0]
     unique: dict = {}
     for name, s in bases.items():
