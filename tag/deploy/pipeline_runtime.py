@@ -87,7 +87,7 @@ class PipelineRankRuntime(RankRuntime):
         works, got = [], []
         for c, k in self.plan.sends_of[p]:
             tr = self.s.transfers[c][k]
-            if tr.src != self.rank or not self._is_float(tr.tensor):
+            if tr.src != self.rank or not self._is_float(tr.tensor) or not tr.grad:
                 continue
             buf = self._buffer(tr.tensor, tr.rows)
             works.append(dist.irecv(buf, src=tr.dst, tag=self.plan.tag(j, True, c, k)))
@@ -111,7 +111,7 @@ class PipelineRankRuntime(RankRuntime):
         """Post micro-batch j's gradients of group g's received inputs back to the ranks that sent them."""
         off, _ = self._rows(g)
         for k, tr in enumerate(self.s.transfers[g]):
-            if tr.dst != self.rank or not self._is_float(tr.tensor):
+            if tr.dst != self.rank or not self._is_float(tr.tensor) or not tr.grad:
                 continue
             dx = self._leaf_grad(g, tr.tensor)
             if not tr.whole:
@@ -171,7 +171,7 @@ class PipelineRankRuntime(RankRuntime):
                     states[j] = ({}, {}, {}, {})
                     self.outs, self.leaves, self.losses, self.grad_buf = states[j]
                     waited = self._forward_pass(j, mine)
-                    local += sum(float(v.detach()) for v in self.losses.values())
+                    local += sum(float(v.detach()) for g, v in self.losses.items() if self.shard.reports(g))
                 else:
                     self.outs, self.leaves, self.losses, self.grad_buf = states.pop(j)
                     waited = self._backward_pass(j, mine)

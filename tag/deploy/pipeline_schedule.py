@@ -171,6 +171,6 @@ def pipeline_parts(strategy: Strategy, n_devices: int, nproc: int, plan_file: st
 def with_pipeline(micro, strategy: Strategy, rank_stage):
     """The deploy `Schedule` of a pipelined strategy: its micro-batch schedule `micro` with the global batch and the
     stage plan."""
-    batch = sum(strategy.decisions[0].rows) if strategy.decisions else 0
+    batch = sum(strategy.decisions[0].batch_rows) if strategy.decisions else 0  # a shard's replicas once
     return dataclasses.replace(micro, batch_size=batch,
                                pipeline=pipeline_plan(strategy.pipeline, micro.transfers, rank_stage, batch))

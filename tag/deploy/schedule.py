@@ -204,7 +204,6 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
     `plan_file`) for an SFB entry the runtime cannot honour, or an ``auto`` sync the plan lists no buckets for.
     """
     if strategy.pipeline is not None:  # the schedule of one micro-batch, with the global batch and the stage plan
-        shard_groups(graph, groups, strategy, [], 0, plan_file)  # refuses shards in a pipelined plan
         for g, dec in enumerate(strategy.decisions):
             if dec.zero >= 2:
                 raise InputError(plan_file, f"decisions[{g}].zero", "ZeRO stage 0 or 1 in a pipelined plan (deploy "
@@ -247,14 +246,15 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
         for prm in io.params:
             users.setdefault(prm, set()).update(r for r, n in enumerate(rrows[g]) if n > 0)
     buckets = plan_buckets(graph, groups, strategy, plan_file)
-    units = zero_units([io.params for io in ios], strategy.decisions, rrows, sfb_params)
+    units = zero_units([io.params for io in ios], strategy.decisions, rrows, sfb_params, shards)
     scattered = {p for u in units if u.stage >= 2 for p in u.params}  # leave their buckets (reduce-scattered)
     blist = sync_buckets([io.params for io in ios], strategy, _without(buckets, shards), rrows, dev_rank,
                          sfb_params | scattered | {p for g in shards for p in ios[g].params}, plan_file)
     starts = None
     for g, sg in shards.items():
         blist += [SyncBucket(m, ranks, None, tuple(ps), (g,))
-                  for m, ranks, ps in shard_syncs(sg, ios[g].params, _shard_method(strategy.decisions[g]))]
+                  for m, ranks, ps in shard_syncs(sg, [p for p in ios[g].params if p not in scattered],
+                                                  _shard_method(strategy.decisions[g]))]
         for prm in sg.once:
             users[prm] = set(sg.peers(0))
         starts = starts or [tuple(row_offsets(r)) for r in rrows]

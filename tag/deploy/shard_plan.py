@@ -115,12 +115,6 @@ def shard_groups(graph, groups: list[list[int]], strategy, dev_rank: list[int], 
         if sh is None:
             continue
         where = f"decisions[{g}]"
-        if strategy.pipeline is not None:
-            raise InputError(plan_file, f"{where}.shard", "no shard in a pipelined plan (deploy runs shards without "
-                             "stages)", sh.split)
-        if dec.zero:
-            raise InputError(plan_file, f"{where}.zero", "0 on a sharded group (deploy does not combine ZeRO with "
-                             "shards)", str(dec.zero))
         if dec.sfb:
             raise InputError(plan_file, f"{where}.sfb", "no SFB op in a sharded group", repr(list(dec.sfb)))
         ranks = [tuple(dev_rank[d] for d in rep) for rep in sh.replicas]

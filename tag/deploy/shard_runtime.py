@@ -89,12 +89,14 @@ class ShardRank:
             at = sg.where(rank)
             if at is not None:
                 self.mine[g] = (sg, *at)
+        self.slice_shapes: dict[str, tuple[int, ...]] = {}  # sliced parameter -> the shape this rank holds
         with torch.no_grad():
             for sg, _, j in self.mine.values():
                 for name in sg.sliced:
                     axis, start, size = sg.param_range(name, j)
                     prm = program.param(name)
                     prm.data = prm.data.narrow(axis, start, size).clone()
+                    self.slice_shapes[name] = tuple(prm.shape)
         # inputs handed over split (the Megatron pair across two groups): already this position's slice
         self.split_inputs = {g: {t for t, p in schedule.groups[g].act_inputs
                                  if p in schedule.shards and t in schedule.shards[p].keep_split} for g in self.mine}
@@ -236,7 +238,7 @@ class ShardRank:
         for g, sg, j, name in self._sliced():
             if name not in out:
                 continue
-            ps, local = sg.sliced[name], tuple(self.p.param(name).shape)
+            ps, local = sg.sliced[name], self.slice_shapes[name]  # (ZeRO 3 empties the program's parameter)
             out[name] = {key: gather_pieces(v, ps.axis, sg.pieces(ps.pair, ps.length), self._order(g), j,
                                             self._group(g))
                          if torch.is_tensor(v) and tuple(v.shape) == local else v for key, v in sorted(out[name].items())}

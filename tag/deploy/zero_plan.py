@@ -8,6 +8,13 @@ n * ceil(N / n) and cut into n equal shards over the group's ranks with rows (th
 index i owns elements [i s, (i + 1) s), s = ceil(N / n). A decision's ``zero`` above 0 on a group whose replicas
 all map onto one rank, or whose parameters are all shared, makes no unit (nothing to shard).
 
+A tensor-sharded group (`tag.deploy.shard_plan.ShardGroup`, R replicas x k positions) makes one unit per position
+j, over that position's R peers (`ShardGroup.peers`), as the simulator shards it (`tag.sim.zero`: ZeRO over the R
+replicas per position): its parameters as position j holds them (slices at its share, the other parameters whole),
+less a row half's Gemm bias at positions above 0 (position 0 alone holds it) and the unsliced parameters a split op
+reads (their gradients are partial sums over the whole grid, `shard_plan.shard_syncs`: they stay whole, summed by
+their bucket). With one replica nothing is sharded.
+
 Stage 1 units keep their gradients in the plan's buckets (all-reduced as before; each rank then takes its shard of
 the sum); stage 2 and 3 units leave their buckets, as SFB weights do, and are reduce-scattered, one collective per
 unit, started right after the group's backward (`sync_order`).
@@ -38,11 +45,18 @@ def shard_elements(total: int, n: int) -> int:
 
 
 def zero_units(group_params: list[list[str]], decisions, rank_rows: list[tuple[int, ...]],
-               skip: set[str]) -> list[ZeroUnit]:
-    """The ZeRO units of a plan, in group order (module docstring).
+               skip: set[str], shards: dict | None = None) -> list[ZeroUnit]:
+    """The ZeRO units of a plan, in group order, a sharded group's by position (module docstring).
 
     group_params: per group, the parameter names it uses; decisions: per group, with ``zero``; rank_rows: per group,
-    rows per rank; skip: parameters that do not sync by a sum (SFB weights)."""
+    rows per rank; skip: parameters that do not sync by a sum (SFB weights); shards: group -> `ShardGroup`.
+
+    >>> from types import SimpleNamespace as NS
+    >>> sg = NS(k=2, peers=lambda j: ((0, 2), (1, 3))[j], partial=frozenset({"s"}), once=frozenset({"b"}))
+    >>> [(u.ranks, u.params) for u in zero_units([["w", "b", "s"]], [NS(zero=1)], [(6, 6, 6, 6)], set(), {0: sg})]
+    [((0, 2), ('w', 'b')), ((1, 3), ('w',))]
+    """
+    shards = shards or {}
     users: dict[str, int] = {}
     for params in group_params:
         for p in set(params):
@@ -50,10 +64,14 @@ def zero_units(group_params: list[list[str]], decisions, rank_rows: list[tuple[i
     out = []
     for g, params in enumerate(group_params):
         stage = int(getattr(decisions[g], "zero", 0))
-        ranks = tuple(r for r, n in enumerate(rank_rows[g]) if n > 0)
         own = tuple(p for p in params if users[p] == 1 and p not in skip)
-        if stage > 0 and len(ranks) > 1 and own:
-            out.append(ZeroUnit(g, stage, ranks, own))
+        sg = shards.get(g)
+        if sg is None:
+            sets = [(tuple(r for r, n in enumerate(rank_rows[g]) if n > 0), own)]
+        else:
+            sets = [(sg.peers(j), tuple(p for p in own if p not in sg.partial and (j == 0 or p not in sg.once)))
+                    for j in range(sg.k)]
+        out += [ZeroUnit(g, stage, ranks, ps) for ranks, ps in sets if stage > 0 and len(ranks) > 1 and ps]
     return out
 
 

@@ -151,19 +151,7 @@ def _refusal(models, model, groups, strategy, n_dev, nproc=None):
 
 
 def test_combinations_deploy_cannot_run_are_refused(models):
-    from tag.strategy.pipeline import Pipeline, Stage
-
     col, row = heads([[0, 1]], split="column"), heads([[0, 1]], split="row")
-    piped = Strategy((D((12, 12, 0, 0), shard=col), D((0, 0, 12, 12), shard=heads([[2, 3]], split="row"))),
-                     pipeline=Pipeline((Stage((0,), (0, 1)), Stage((1,), (2, 3))), 2, "gpipe", 1))
-    assert _refusal(models, "mlp2", MLP_GROUPS["two"], piped, 4) == (
-        "p.json: decisions[0].shard: expected no shard in a pipelined plan (deploy runs shards without stages), "
-        "found column")
-    zero = Strategy((D((6, 6, 6, 6), "ring", heads([[0, 1], [2, 3]], split="column")),
-                     D((6, 6, 6, 6), "ring", heads([[0, 1], [2, 3]], split="row"))))
-    zero = zero.replace(0, Decision(zero.decisions[0].rows, "ring", zero=1, shard=zero.decisions[0].shard))
-    assert _refusal(models, "mlp2", MLP_GROUPS["two"], zero, 4) == (
-        "p.json: decisions[0].zero: expected 0 on a sharded group (deploy does not combine ZeRO with shards), found 1")
     assert _refusal(models, "mlp2", MLP_GROUPS["two"], Strategy((D((12, 12, 0, 0), shard=col),
                                                                  D((12, 12, 0, 0), shard=row))), 4, nproc=2) == (
         "--nproc: 2: expected a rank count that gives each device of p.json decisions[0].shard its own rank, found "
