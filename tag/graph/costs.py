@@ -211,31 +211,52 @@ def is_shape_plumbing(op: Op, ins, outs, traced: set[str]) -> bool:
     return all(o.dtype.startswith(("int", "uint", "bool")) for o in outs)
 
 
-INTERNAL_SAVED = {"BatchNormalization": 2, "MaxPool": 2, "LayerNormalization": 3}
+# op -> (tensors of its first output's shape it saves that are no graph tensor, whose dtype: its output's, its
+# first input's, or a fixed one)
+INTERNAL_SAVED = {"BatchNormalization": (2, "output"), "LayerNormalization": (3, "input"), "MaxPool": (1, "int64")}
 
 
-def internal_saved_bytes(op: Op, tensors: dict[str, TensorInfo], file_batch: int = 1) -> tuple[float, float]:
+def internal_saved_bytes(op: Op, tensors: dict[str, TensorInfo], file_batch: int = 1, dtypes=None,
+                         op_id: int | None = None, graph=None) -> tuple[float, float]:
     """(per row, fixed) bytes `op` saves for its backward that are no graph tensor, as the deploy runtime's
-    converters (`tag.deploy.onnx_torch`) run it: `INTERNAL_SAVED` times its first output's bytes.
+    converters (`tag.deploy.onnx_torch`) run it: `INTERNAL_SAVED` tensors of its first output's shape.
 
     * inference-mode BatchNormalization runs as ``(x - mean) * rsqrt(var + eps) * scale + bias`` with mean and var
       trained as parameters (every float initializer is one): autograd keeps ``x - mean`` and ``(x - mean) *
-      rsqrt(..)``, 2 tensors of the output's size, and not x;
+      rsqrt(..)``, 2 tensors of the output's size and dtype (fp32 under autocast: x minus an fp32 vector), not x;
     * LayerNormalization: ``(x - mean) ** 2``, ``(x - mean) * inv`` and ``.. * scale`` keep two copies of ``x -
-      mean`` and the normalised x: 3, and not x;
-    * MaxPool keeps its argmax indices (int64: 2 x an fp32 output) besides its input.
+      mean`` and the normalised x: 3 in x's dtype (the scale's fp32 enters only at the last product), and not x;
+    * MaxPool keeps its argmax indices (int64) besides its input.
 
-    Corrections measured on CPU ranks (small_cnn, small_transformer: benchmarks/memory.md); each was its input
-    only before. The memory model reads them (`group_held_bytes`); an op's ``saved_bytes_per_row``, which
-    coarsening and the search's estimates read, keeps the rule of `saved_tensors`.
+    dtypes: an `tag.graph.autocast.AutocastDtypes` (with `op_id` and `graph`) for the dtypes under autocast; None:
+    the graph's. Corrections measured on CPU ranks (small_cnn, small_transformer: benchmarks/memory.md); each was
+    its input only before. The memory model reads them (`group_held_bytes`); an op's ``saved_bytes_per_row``,
+    which coarsening and the search's estimates read, keeps the rule of `saved_tensors`.
     """
-    k = INTERNAL_SAVED.get(op.op_type, 0)
+    k, rule = INTERNAL_SAVED.get(op.op_type, (0, ""))
     if not k or (op.op_type == "BatchNormalization" and op.attrs.get("training_mode", 0)):
         return 0.0, 0.0
     out = next((tensors[o] for o in op.outputs if o and o in tensors), None)
     if out is None:
         return 0.0, 0.0
-    return k * out.bytes_per_row(max(file_batch, 1)), k * out.bytes_fixed()
+    if rule == "int64":
+        dtype = "int64"
+    elif dtypes is None:
+        dtype = out.dtype
+    elif rule == "input" and op.inputs and op.inputs[0] in tensors:
+        dtype = dtypes.seen(graph, op_id, op.inputs[0])
+    else:
+        dtype = dtypes.produced.get(out.name, out.dtype)
+    row, fixed = _bytes_as(out, dtype, file_batch)
+    return k * row, k * fixed
+
+
+def _bytes_as(t: TensorInfo, dtype: str, file_batch: int) -> tuple[float, float]:
+    """(per row, fixed) bytes of tensor `t` stored as `dtype`."""
+    from tag.graph.autocast import itemsize
+
+    scale = itemsize(dtype) / t.itemsize
+    return t.bytes_per_row(max(file_batch, 1)) * scale, t.bytes_fixed() * scale
 
 
 def saved_tensors(op: Op, tensors: dict[str, TensorInfo]) -> list[TensorInfo]:
@@ -254,10 +275,18 @@ def saved_tensors(op: Op, tensors: dict[str, TensorInfo]) -> list[TensorInfo]:
 
 def held_tensors(op: Op, tensors: dict[str, TensorInfo]) -> list[TensorInfo]:
     """The graph tensors `op` keeps for its backward as the deploy runtime runs it: `saved_tensors`, except the
-    normalisations of `internal_saved_bytes` that keep other tensors instead of their input (MaxPool keeps both)."""
+    normalisations of `internal_saved_bytes` that keep other tensors instead of their input (MaxPool keeps both),
+    and Mul / Div, whose autograd keeps an operand only for the other's gradient: none when the other is a
+    constant or data (an attention score divided by a constant scale keeps nothing; measured, tests/graph)."""
     if op.op_type in INTERNAL_SAVED and op.op_type != "MaxPool" and any(internal_saved_bytes(op, tensors)):
         return []
-    return saved_tensors(op, tensors)
+    saved = saved_tensors(op, tensors)
+    if op.op_type in ("Mul", "Div") and len(op.inputs) == 2:
+        a, b = (tensors.get(n) for n in op.inputs)
+        grad = {n: t is not None and t.role in ("activation", "param") for n, t in zip(op.inputs, (a, b))}
+        other = {op.inputs[0]: op.inputs[1], op.inputs[1]: op.inputs[0]}
+        saved = [t for t in saved if grad[other[t.name]] or (op.op_type == "Div" and t.name == op.inputs[1])]
+    return saved
 
 
 ALIAS_OPS = frozenset("Reshape Flatten Squeeze Unsqueeze Identity Dropout".split())  # outputs share their input's storage
@@ -273,7 +302,8 @@ def storage_root(name: str, graph) -> str:
     return t.name
 
 
-def group_held_bytes(graph, op_ids: list[int], outputs: list[str], with_data: bool = True) -> tuple[float, float]:
+def group_held_bytes(graph, op_ids: list[int], outputs: list[str], with_data: bool = True,
+                     dtypes=None) -> tuple[float, float]:
     """(per row, fixed) bytes an op group holds from its forward until its backward, when a runtime executes and
     back-propagates it as one unit (tag's deploy runtime; a framework's whole model is the one-group case).
 
@@ -285,18 +315,63 @@ def group_held_bytes(graph, op_ids: list[int], outputs: list[str], with_data: bo
     ranks, benchmarks/memory.md): a tensor saved by several ops (an attention block's input read by the Q, K and V
     products) or saved as a view of another (Reshape) is one storage; a Relu keeps its output, not its input
     (freed in a framework, but the deploy runtime keeps a group's outputs until its backward).
+
+    dtypes (`tag.graph.autocast.AutocastDtypes` under fp16/bf16; None: the graph's dtypes) adds what autocast
+    keeps, each storage at its dtype (correction measured on CPU ranks: one factor of 1/2 on every activation
+    predicted small_cnn bf16 44% low):
+
+    * a lower-precision op (MatMul, Gemm, Conv, ...) saves 16-bit copies of its float inputs that are not 16-bit
+      yet (one per op; its own storages, also of data inputs), and of its weights: Conv always, a product when its
+      other operand needs a gradient (not a data input); a weight read directly (a leaf) once per group (autocast's
+      cache), a weight view (Transpose) once per op;
+    * each float activation input computed by another group and not 16-bit there is held as a 16-bit copy (deploy's
+      input leaf, kept until the group's backward).
     """
+    from tag.graph.autocast import FLOATS, LOWER_PRECISION_OPS
+
     fb = max(graph.file_batch, 1)
+    half = dtypes.half if dtypes is not None else ""
     mine = {o for i in op_ids for o in graph.ops[i].outputs if o}
-    roots: set[str] = set()
-    names = [t.name for i in op_ids for t in held_tensors(graph.ops[i], graph.tensors)] + list(outputs)
-    for n in names:
-        if n not in graph.tensors:
-            continue
-        r = storage_root(n, graph)
+    held: dict[tuple, tuple[float, float]] = {}
+
+    def at(name: str, dtype: str | None = None) -> tuple[float, float]:
+        t = graph.tensors[name]
+        d = dtype or (dtypes.produced.get(name, t.dtype) if dtypes is not None else t.dtype)
+        return _bytes_as(t, d, fb)
+
+    def root(name: str) -> None:
+        r = storage_root(name, graph)
         if r in mine or (with_data and graph.tensors[r].role == "data"):
-            roots.add(r)
-    inner = [internal_saved_bytes(graph.ops[i], graph.tensors, fb) for i in op_ids]
-    per_row = sum(graph.tensors[r].bytes_per_row(fb) for r in roots) + sum(x[0] for x in inner)
-    fixed = sum(graph.tensors[r].bytes_fixed() for r in roots) + sum(x[1] for x in inner)
+            held[("root", r)] = at(r)
+
+    for i in op_ids:
+        op = graph.ops[i]
+        ins = [n for n in op.inputs if n in graph.tensors]
+        if half:
+            for n in ins:
+                if dtypes.crosses(graph, i, n) and dtypes.produced.get(n) in FLOATS and dtypes.produced[n] != half:
+                    held[("leaf", n)] = at(n, half)
+        cast = half and op.op_type in LOWER_PRECISION_OPS
+        for t in held_tensors(op, graph.tensors):
+            if t.name not in graph.tensors:
+                continue
+            if cast and t.name in ins and dtypes.seen(graph, i, t.name) in FLOATS and dtypes.seen(graph, i, t.name) != half:
+                held[("cast", i, t.name)] = at(t.name, half)
+            elif not (half and dtypes.crosses(graph, i, t.name)):  # a crossing input is its leaf (above) or elsewhere
+                root(t.name)
+        if cast:
+            operands = ins[:2]
+            for k, n in enumerate(operands):
+                other = operands[1 - k] if len(operands) == 2 else None
+                if graph.tensors[n].role != "param" or dtypes.seen(graph, i, n) == half:
+                    continue
+                if op.op_type in ("Conv", "ConvTranspose") or (other is not None and graph.tensors[other].role != "data"):
+                    key = ("cast", n) if graph.tensors[n].producer is None else ("cast", i, n)
+                    held[key] = at(n, half)
+    for n in outputs:
+        if n in graph.tensors:
+            root(n)
+    inner = [internal_saved_bytes(graph.ops[i], graph.tensors, fb, dtypes, i, graph) for i in op_ids]
+    per_row = sum(b[0] for b in held.values()) + sum(x[0] for x in inner)
+    fixed = sum(b[1] for b in held.values()) + sum(x[1] for x in inner)
     return per_row, fixed
