@@ -4,41 +4,46 @@ Notation, per op group g and device d computing r = rows[g][d] > 0 rows of it (o
 pipeline), n = the group's replicas (devices with rows), z = its ZeRO stage, P = its fp32 weight bytes
 (``param_bytes``), G = P its fp32 weight-gradient bytes, S = param_count x optimizer state bytes per parameter
 (Adam 8, momentum 4, SGD 0), and c = `tag.strategy.memory_decisions.compute_bytes`(precision) / 4 (1 in fp32 and
-tf32; 1/2 under fp16/bf16 autocast, whose activations are computed, saved and sent in 16 bits).
+tf32; 1/2 under fp16/bf16: the bytes of received slices, which cross devices in 16 bits). Activation figures are at
+the dtypes of the precision (`group_bytes`, by tensor from the dtype pass `tag.graph.autocast`: under fp16/bf16
+autocast only products and convolutions compute in 16 bits; an fp32 bias or norm scale promotes back to fp32).
+A group is *bucketed* when its gradients sum in a bucket: replicated (n > 1), z <= 1, not sharded.
 
 Persistent for the whole iteration (``static``)::
 
     P / n if z == 3 else P          weights (fp32 master weights under every precision)
   + S / n if z >= 1 else S          optimizer states
+  + G if bucketed                   the bucket's flat gradient buffer (kept across steps, as DDP's buckets)
 
 and per device (``batch_inputs``) its rows of the data inputs for the step (all micro-batches; at their dtype), bytes per
 row x rows of the largest reader: a loader holds the step's batch for the whole step.
 
 Saved from g's forward until g's backward (``saved``)::
 
-    c (in_bytes_per_row r + in_bytes_fixed)      recompute: the group's inputs only (in-edges; data: batch_inputs)
-    c (held_bytes_per_row r + held_fixed + recv_fwd)   otherwise: what it holds (`tag.graph.costs.group_held_bytes`:
-                                                 the distinct storages its ops keep and its outputs; data inputs
-                                                 are in batch_inputs) and the input slices received
+    in_bytes r + in_fixed           recompute: the group's inputs only (in-edges, as it reads them; data: batch_inputs)
+    held_bytes r + held_fixed       otherwise: what it holds (`tag.graph.costs.group_held_bytes`: the distinct
+      + c recv_fwd                  storages its ops keep and its outputs, at their dtypes, with autocast's 16-bit
+                                    copies and input leaves; data inputs are in batch_inputs) and the slices received
 
 Gradient buffers, allocated at g's backward and kept until the optimizer step (``kept``)::
 
-    G / n if z >= 2 else G
+    0 if bucketed, G / n if z >= 2, else G
 
 Transient while g's forward runs (``fwd_transient``)::
 
-    c out_bytes_per_row r           one output-sized temporary (e.g. a Gemm's product before its bias)
+    out_bytes r                     one output-sized temporary (e.g. a Gemm's product before its bias)
   + P if z == 3                     its weights all-gathered (the shard stays; freed after the forward)
-  + c P if fp16/bf16                the 16-bit copy of its weights the autocast computes with
+  + c P if fp16/bf16 and recompute  the 16-bit weight copies (held in held_bytes otherwise: products save them)
 
 Transient while g's backward runs (``bwd_transient``)::
 
-    c out_bytes_per_row r + c recv_bwd     its output gradients and the gradient slices it receives
-  + c in_edge_bytes r                       the gradients of its inputs it hands back
-  + P if z == 3                             its weights gathered again
-  + c P if fp16/bf16                        the 16-bit weight copy
-  + c held r if recompute                   what its re-run forward holds
-  + G - G / n if z >= 2                     the full gradient until its reduce-scatter (the shard is in kept)
+    out_bytes r + c recv_bwd        its output gradients and the gradient slices it receives
+  + in_bytes r                      the gradients of its inputs it hands back
+  + P if z == 3                     its weights gathered again
+  + largest weight of g             if bucketed, z == 2 or pipelined: autograd computes a weight gradient into a
+                                    fresh tensor and adds it into the .grad that exists (a first .grad it keeps)
+  + held if recompute               what its re-run forward holds
+  + G - G / n if z >= 2             the full gradient until its reduce-scatter (the shard is in kept)
 
 The optimizer step (``update_transient``, per device) holds every kept gradient plus Adam's temporaries
 (`optimizer_temp_bytes`: torch forms sqrt(v) / bias correction out of place; single-tensor on CPU ranks: 2 x the
@@ -55,10 +60,12 @@ roots of its backward; shared and aliased saved tensors are one storage; the nor
 the runtime's converters keep); the input gradients of a backward and the optimizer step's temporaries were
 missing (mlp: the peak is Adam's step); the deploy runtime frees a group's outputs and leaves after its backward
 (`tag.deploy.runtime.RankRuntime._release`; it held them to the end of the step), as frameworks free activations.
+Second round: activations at their autocast dtypes, not c x fp32 (bf16 small_cnn -44% -> -3%); bucketed gradients
+persistent and the weight-gradient temporary (mlp dp-even -5% -> 0%); graph outputs' gradients in out_bytes.
 
 Received slices (recv_fwd, recv_bwd) are the strategy's transfer pairs (`MemoryInputs.recv`, bytes at the graph's
-dtypes, scaled by c like every activation). Integer tensors (token ids) are scaled by c too: a small overcount of
-16-bit runs, left for simplicity. ``extra_static`` adds the persistent bytes of shared parameters held where their
+dtypes, scaled by c). Integer tensors (token ids) are scaled by c too: a small overcount of 16-bit runs, left for
+simplicity. ``extra_static`` adds the persistent bytes of shared parameters held where their
 owner group is absent. Figures are bytes.
 
 Sharded groups (`Decision.shard`, `tag.sim.shards.shard_memory`): at position j, P, G and S are the device's
@@ -80,7 +87,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
+from tag.graph.autocast import autocast_dtypes, itemsize
 from tag.graph.costs import group_held_bytes
+from tag.sim.precision import edge_wire_bytes
 from tag.sim.shards import shard_memory
 from tag.strategy.memory_decisions import MIXED_PRECISIONS, compute_bytes
 from tag.strategy.pipeline import stage_order
@@ -92,13 +101,17 @@ def static_bytes(group, optimizer: str) -> float:
 
 
 def device_peak_bytes(groups_in_order: list, rows: list[int], optimizer: str,
-                      recv_fwd: list[float], recv_bwd: list[float], extra_static: float = 0.0) -> float:
+                      recv_fwd: list[float], recv_bwd: list[float], extra_static: float = 0.0,
+                      bucketed: list[bool] | None = None) -> float:
     """Peak bytes on one device that computes `rows[k]` rows of `groups_in_order[k]` (topological order).
 
     recv_fwd[k] / recv_bwd[k]: bytes of activations / gradients the device receives for that group.
     extra_static: further persistent bytes (weights, states and gradient of shared parameters).
+    bucketed[k]: the group's gradient lives in a bucket buffer for good (replicated), not from its backward.
     """
-    static = extra_static + sum(static_bytes(g, optimizer) for g in groups_in_order)
+    bucketed = bucketed or [False] * len(groups_in_order)
+    static = extra_static + sum(static_bytes(g, optimizer) + (g.param_bytes if b else 0.0)
+                                for g, b in zip(groups_in_order, bucketed))
     live = 0.0
     peak = 0.0
     for g, r, rf in zip(groups_in_order, rows, recv_fwd):
@@ -107,7 +120,7 @@ def device_peak_bytes(groups_in_order: list, rows: list[int], optimizer: str,
         peak = max(peak, live + out)
     for k in range(len(groups_in_order) - 1, -1, -1):
         g, r = groups_in_order[k], rows[k]
-        live += g.param_bytes
+        live += 0.0 if bucketed[k] else g.param_bytes
         peak = max(peak, live + g.out_bytes_per_row * r + recv_bwd[k])
         live -= g.saved_bytes_per_row * r + g.saved_bytes_fixed + recv_fwd[k]
     return static + peak
@@ -141,9 +154,10 @@ class MemoryTerms:
 
 @dataclass
 class GroupBytes:
-    """Per group (arrays over groups) the graph figures the memory terms read, bytes: held from forward to
-    backward (`tag.graph.costs.group_held_bytes`), its in-edges' tensors, the data inputs it reads (per row and
-    fixed each), and its largest parameter tensor."""
+    """Per group (arrays over groups) the graph figures the memory terms read, bytes, at the dtypes of a
+    precision (`tag.graph.autocast`): held from forward to backward (`tag.graph.costs.group_held_bytes`), its
+    in-edges' tensors as it reads them (16-bit float leaves under fp16/bf16), its out-edges' and output tensors as
+    it computes them, the data inputs it reads (per row and fixed each), and its largest parameter tensor."""
 
     held_row: np.ndarray
     held_fixed: np.ndarray
@@ -152,19 +166,31 @@ class GroupBytes:
     data_row: np.ndarray
     data_fixed: np.ndarray
     largest_param: np.ndarray
+    out_row: np.ndarray
+    out_fixed: np.ndarray
 
 
-def group_bytes(gg) -> GroupBytes:
-    """`GroupBytes` of a GroupGraph. A GroupGraph without tensor information (hand-built) holds its groups'
-    ``saved_bytes_per_row`` / ``saved_bytes_fixed`` and has no data inputs."""
+def group_bytes(gg, precision: str = "fp32", device: str = "cpu") -> GroupBytes:
+    """`GroupBytes` of a GroupGraph under `precision` on `device` kind ("cpu" or "cuda": which autocast fp32 list
+    applies). A GroupGraph without tensor information (hand-built) holds its groups' ``saved_bytes_per_row`` /
+    ``saved_bytes_fixed`` and ``out_bytes_per_row``, has no data inputs, scales activations by `compute_bytes` / 4
+    and, under fp16/bf16, holds a 16-bit copy of its weights."""
     k = gg.n_groups
-    z = [np.zeros(k) for _ in range(7)]
-    held_row, held_fixed, in_row, in_fixed, data_row, data_fixed, largest = z
-    for e in gg.edges:
-        in_row[e.dst] += e.bytes_per_row
-        in_fixed[e.dst] += e.bytes_fixed
+    z = [np.zeros(k) for _ in range(9)]
+    held_row, held_fixed, in_row, in_fixed, data_row, data_fixed, largest, out_row, out_fixed = z
     graph = gg.graph
+    if graph is None or not graph.tensors:
+        c = compute_bytes(precision) / FP32_BYTES
+        for e in gg.edges:
+            in_row[e.dst] += c * e.bytes_per_row
+            in_fixed[e.dst] += c * e.bytes_fixed
+        copy = c if precision in MIXED_PRECISIONS else 0.0  # the 16-bit weight copy its products keep
+        for g in gg.groups:
+            held_row[g.id], held_fixed[g.id] = c * g.saved_bytes_per_row, c * g.saved_bytes_fixed + copy * g.param_bytes
+            out_row[g.id] = c * g.out_bytes_per_row
+        return GroupBytes(held_row, held_fixed, in_row, in_fixed, data_row, data_fixed, largest, out_row, out_fixed)
     fb = max(graph.file_batch, 1)
+    dt = autocast_dtypes(graph, precision, [g.op_ids for g in gg.groups], device)
     outs_of: dict[int, set] = {g.id: set() for g in gg.groups}
     for e in gg.edges:
         outs_of[e.src].update(e.tensors)
@@ -173,26 +199,42 @@ def group_bytes(gg) -> GroupBytes:
         info = graph.tensors.get(t)
         if info is not None and info.producer is not None:
             outs_of[gid[info.producer]].add(t)
+
+    def at(name: str, dtype: str) -> tuple[float, float]:
+        t = graph.tensors[name]
+        scale = itemsize(dtype) / t.itemsize
+        return t.bytes_per_row(fb) * scale, t.bytes_fixed() * scale
+
+    for e in gg.edges:  # a group reads its float inputs in 16 bits under fp16/bf16, as they cross devices
+        r, f = edge_wire_bytes(gg, e, precision)
+        in_row[e.dst] += r
+        in_fixed[e.dst] += f
     for g in gg.groups:
-        if not graph.tensors:
-            held_row[g.id], held_fixed[g.id] = g.saved_bytes_per_row, g.saved_bytes_fixed
-            continue
-        held_row[g.id], held_fixed[g.id] = group_held_bytes(graph, g.op_ids, sorted(outs_of[g.id]), with_data=False)
+        held_row[g.id], held_fixed[g.id] = group_held_bytes(graph, g.op_ids, sorted(outs_of[g.id]), with_data=False,
+                                                            dtypes=dt)
+        for n in outs_of[g.id] & graph.tensors.keys():
+            r, f = at(n, dt.produced.get(n, graph.tensors[n].dtype))
+            out_row[g.id] += r
+            out_fixed[g.id] += f
         data = {t for i in g.op_ids for t in graph.ops[i].inputs if t in graph.tensors and graph.tensors[t].role == "data"}
         data_row[g.id] = sum(graph.tensors[t].bytes_per_row(fb) for t in data)
         data_fixed[g.id] = sum(graph.tensors[t].bytes_fixed() for t in data)
         sizes = [graph.tensors[n].numel * graph.tensors[n].itemsize for n in g.params
                  if n in graph.tensors and graph.tensors[n].numel is not None]
         largest[g.id] = max(sizes, default=0.0)
-    return GroupBytes(held_row, held_fixed, in_row, in_fixed, data_row, data_fixed, largest)
+    return GroupBytes(held_row, held_fixed, in_row, in_fixed, data_row, data_fixed, largest, out_row, out_fixed)
 
 
-def _group_bytes(ctx) -> GroupBytes:
-    """`group_bytes` of ctx.gg, computed once per context."""
-    hit = getattr(ctx, "_memory_group_bytes", None)
-    if hit is None:
-        hit = ctx._memory_group_bytes = group_bytes(ctx.gg)
-    return hit
+def _group_bytes(ctx, precision: str) -> GroupBytes:
+    """`group_bytes` of ctx.gg under `precision`, computed once per context and precision (autocast's CPU fp32
+    list when every device is a CPU, else CUDA's)."""
+    cache = getattr(ctx, "_memory_group_bytes", None)
+    if not isinstance(cache, dict):
+        cache = ctx._memory_group_bytes = {}
+    if precision not in cache:
+        device = "cpu" if all(getattr(t, "kind", "gpu") == "cpu" for t in ctx.dtypes) else "cuda"
+        cache[precision] = group_bytes(ctx.gg, precision, device)
+    return cache[precision]
 
 
 def optimizer_temp_bytes(ctx, optimizer: str, updated: np.ndarray, largest_updated: np.ndarray) -> np.ndarray:
@@ -217,7 +259,7 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     """
     rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
     hosted = rows > 0
-    gb = _group_bytes(ctx)
+    gb = _group_bytes(ctx, precision)
     c = compute_bytes(precision) / FP32_BYTES
     recv_fwd = np.zeros_like(rows)
     recv_bwd = np.zeros_like(rows)
@@ -234,28 +276,34 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     def per(row, fixed):
         return row[:, None] * rows + fixed[:, None] * hosted
 
-    held = per(gb.held_row, gb.held_fixed)
+    held, out = per(gb.held_row, gb.held_fixed), per(gb.out_row, gb.out_fixed)
     sharded = shard_memory(ctx, decisions, p, states, inv_n)  # weights and split activations at the shares
     if sharded is not None:
         p, states, inv_n, act = sharded
-        held = held * act
-    saved = np.where(recompute, per(gb.in_row, gb.in_fixed), held + recv_fwd)
-    out = ctx.out_per_row[:, None] * rows
+        held, out = held * act, out * act
+    saved = np.where(recompute, per(gb.in_row, gb.in_fixed), held + c * recv_fwd)
     in_grads = per(gb.in_row, gb.in_fixed)
     z3, z2 = (zero == 3) & ~pipelined, (zero >= 2) & ~pipelined  # per pass; pipelined: whole for the step
+    # gradients that sum in a bucket (replicated, ZeRO 0-1, not sharded) live in its flat buffer for good
+    shard = np.array([d.shard is not None for d in decisions], dtype=bool)[:, None]
+    bucketed = (hosted.sum(axis=1, keepdims=True) > 1) & (zero <= 1) & ~shard
     static = (np.where(zero == 3, p * inv_n, p) + np.where(zero >= 1, states * inv_n, states)
-              + np.where((zero == 3) & pipelined, p, 0.0)) * hosted
+              + np.where((zero == 3) & pipelined, p, 0.0) + np.where(bucketed, p, 0.0)) * hosted
     # the step's rows of the data inputs, held for the whole step (the largest reader's, for all micro-batches)
     batch_inputs = per(gb.data_row * micro_batches, gb.data_fixed).max(axis=0, initial=0.0)
-    kept = np.where(z2, p * inv_n, p) * hosted
-    weights_in_use = (np.where(z3, p, 0.0) + (c * p if precision in MIXED_PRECISIONS else 0.0)) * hosted
-    fwd = c * out + weights_in_use
-    bwd = (c * (out + in_grads + recv_bwd) + weights_in_use + np.where(recompute, c * held, 0.0)
-           + np.where(z2, p - p * inv_n, 0.0) * hosted)
+    kept = np.where(bucketed, 0.0, np.where(z2, p * inv_n, p)) * hosted
+    # the 16-bit weight copies are held (in `held`) unless the group recomputes: then its forward makes them anew
+    copies = np.where(recompute, c * p, 0.0) if precision in MIXED_PRECISIONS else 0.0
+    fwd = out + (np.where(z3, p, 0.0) + copies) * hosted
+    # autograd computes a weight's gradient into a fresh tensor and adds it into a .grad that already exists (a
+    # bucket's or ZeRO-2's flat buffer, or accumulated over micro-batches); the first .grad it would keep instead
+    grad_temp = np.where(bucketed | (zero == 2) | pipelined, np.minimum(gb.largest_param[:, None], p), 0.0)
+    bwd = (out + in_grads + c * recv_bwd + (np.where(z3, p, 0.0) + grad_temp) * hosted
+           + np.where(recompute, held, 0.0) + np.where(z2, p - p * inv_n, 0.0) * hosted)
     updated = np.where(zero >= 1, p * inv_n, p) * hosted
     largest = np.where(zero >= 1, p * inv_n, gb.largest_param[:, None]) * hosted
     opt = optimizer_temp_bytes(ctx, optimizer, updated.sum(axis=0), largest.max(axis=0, initial=0.0))
-    return MemoryTerms(static, c * saved, kept, fwd, bwd, opt, batch_inputs)
+    return MemoryTerms(static, saved, kept, fwd, bwd, opt, batch_inputs)
 
 
 def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static, precision: str = "fp32") -> np.ndarray:

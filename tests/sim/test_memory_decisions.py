@@ -73,7 +73,9 @@ def test_zero_shards_pay_off_over_several_groups():
     out = 8 * ROW  # its output gradient; group 0 has no input from another group, so no input gradient
     z0, z2, z3 = (_peak(gg, [Decision((8, 8), sync="allreduce", zero=z)] * 4, 2, optimizer="momentum")[0]
                   for z in (0, 2, 3))
-    assert z0 == pytest.approx(4 * (P + m) + 4 * P + saved + out)  # all four gradients at the last backward
+    # stage 0: the four gradients live in their bucket for good; the peak is group 3's backward: all four groups'
+    # saved inputs, its output gradient and the input gradient it hands group 2
+    assert z0 == pytest.approx(4 * (P + m) + 4 * P + 4 * saved + out + 8 * ROW)
     # stage 2, at group 0's backward: states halved, shards of groups 1-3 plus group 0's full gradient
     assert z2 == pytest.approx(4 * (P + m / 2) + 3 * P / 2 + P + saved + out)
     # stage 3: weights halved too, group 0's weights gathered for its backward
@@ -121,23 +123,26 @@ def _walk(gg, decs, recv, d, precision, spp=8.0):
     for g in gl:
         grp, z = gg.groups[g], decs[g].zero
         static += grp.param_bytes / (n[g] if z == 3 else 1) + grp.param_count * spp / (n[g] if z >= 1 else 1)
+        static += grp.param_bytes if n[g] > 1 and z <= 1 else 0.0  # a bucket's gradient buffer, for good
     live, peak, held = 0.0, 0.0, {}
+    # what a group holds, with the 16-bit weight copy its products keep under fp16/bf16
+    full = {g: c * (gg.groups[g].saved_bytes_per_row * decs[g].rows[d] + gg.groups[g].saved_bytes_fixed)
+            + (c * gg.groups[g].param_bytes if mixed else 0) for g in gl}
     for g in gl:
         grp, r, z = gg.groups[g], decs[g].rows[d], decs[g].zero
         rf = sum(x[4] for x in recv if (x[0], x[1]) == (g, d))
-        full = grp.saved_bytes_per_row * r + grp.saved_bytes_fixed
-        held[g] = c * (in_row[g] * r if decs[g].recompute else full + rf)
+        held[g] = c * in_row[g] * r if decs[g].recompute else full[g] + c * rf
         live += held[g]
         gathered = grp.param_bytes if z == 3 else 0.0
-        peak = max(peak, live + c * grp.out_bytes_per_row * r + gathered + (c * grp.param_bytes if mixed else 0))
+        copy = c * grp.param_bytes if mixed and decs[g].recompute else 0.0  # made anew by a recomputed forward
+        peak = max(peak, live + c * grp.out_bytes_per_row * r + gathered + copy)
     for g in reversed(gl):
         grp, r, z = gg.groups[g], decs[g].rows[d], decs[g].zero
         rb = sum(x[4] for x in recv if (x[2], x[3]) == (g, d))
         shard = grp.param_bytes / (n[g] if z >= 2 else 1)
-        live += shard
+        live += 0.0 if n[g] > 1 and z <= 1 else shard
         t = c * (grp.out_bytes_per_row * r + rb) + (grp.param_bytes if z == 3 else 0.0)
-        t += c * grp.param_bytes if mixed else 0.0
-        t += c * (grp.saved_bytes_per_row * r + grp.saved_bytes_fixed) if decs[g].recompute else 0.0
+        t += full[g] if decs[g].recompute else 0.0
         t += grp.param_bytes - shard
         t += c * in_row[g] * r  # the input gradients it hands back
         peak = max(peak, live + t)

@@ -105,6 +105,8 @@ def _brute_force_peaks(gg, cl, st):
     for d in range(n_dev):
         gs = gg.groups
         static = sum(gs[g].param_bytes + 8 * gs[g].param_count for g in range(len(gs)) if mrows[g][d] > 0)
+        bucketed = {g for g in range(len(gs)) if sum(1 for r in mrows[g] if r > 0) > 1}  # gradients in a bucket
+        static += sum(gs[g].param_bytes for g in bucketed if mrows[g][d] > 0)  # for good
         tasks = [(tg.tasks.kind[k].value, tg.tasks.group[k]) for k in tg.programs[d]]
         passes: list[list[tuple[str, int]]] = []  # runs of compute tasks: one micro-batch's pass each
         for kind, g in tasks:
@@ -131,7 +133,7 @@ def _brute_force_peaks(gg, cl, st):
                 else:
                     if g not in has_grad:
                         has_grad.add(g)
-                        live += gs[g].param_bytes
+                        live += 0 if g in bucketed else gs[g].param_bytes
                     peak = max(peak, live + (gs[g].out_bytes_per_row + in_row[g]) * r + recv_b[g][d] + extra)
                     live -= saved
         peak = max(peak, live + sum(gs[g].param_bytes for g in range(len(gs)) if mrows[g][d] > 0))  # the step
