@@ -19,6 +19,11 @@ data the schedule's dependencies already promise, so there is no deadlock. Param
 accumulate over the micro-batches (autograd adds into ``.grad``, which for bucketed parameters is a view of the
 bucket buffer) and sync by the plan's buckets once, after the rank's last backward; then the optimizer steps. Per
 micro-batch activations are dropped after its backward, so a rank holds at most `max_in_flight` micro-batches.
+
+A tensor-sharded group (`tag.deploy.shard_runtime`) runs per micro-batch as it runs on the whole batch: its
+replica's f / g collectives and gathers in each pass, on the replica's own process group (never the one the
+point-to-point messages use); all ranks of a replica are in one stage and run its passes in one order. Its
+consumers' positions above 0 send no gradient back (`Transfer.grad`), and only position 0 counts its loss term.
 """
 
 from __future__ import annotations

@@ -24,10 +24,14 @@ row layout (position 0 for a sharded producer), and only the consumer's position
 hold the same whole gradient); a sharded producer then broadcasts such outputs' gradients from position 0 over its
 replica before its backward (`ShardGroup.bcast_outputs`).
 
-Refused, each an `InputError` naming the plan's JSON path (exit 2 in tag deploy): shards in a pipelined plan, ZeRO or
-SFB on a sharded group, parameters a sharded group shares with another group, training-mode BatchNormalization or
-Dropout in a sharded group, a split the group's ops do not allow, heads not split exactly, a position with no unit,
-and an --nproc that puts two devices of one grid on one rank.
+In a pipelined plan the shards are those of the micro-batch strategy (`pipeline_schedule.micro_strategy`: every row
+count / m), so a stage's sharded groups run per micro-batch as they run whole-batch; ZeRO on a sharded group shards
+each position's parameters over its peers (`zero_plan.zero_units`).
+
+Refused, each an `InputError` naming the plan's JSON path (exit 2 in tag deploy): SFB on a sharded group (plan check
+refuses it too), parameters a sharded group shares with another group, training-mode BatchNormalization or Dropout
+in a sharded group, a split the group's ops do not allow, heads not split exactly, a position with no unit, and an
+--nproc that puts two devices of one grid on one rank.
 """
 
 from __future__ import annotations
