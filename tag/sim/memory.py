@@ -73,8 +73,9 @@ share (its weight slices, ``ShardFacts.param_bytes``), n is the group's replicas
 scaled by 1 - f (1 - share_j), f the share of the group's activation bytes the split leaves split.
 
 Pipelined strategies (`pipeline_peak_memory_bytes`): the same terms per micro-batch at rows[d] / m rows, with as
-many micro-batches' saved bytes held as the stage's schedule keeps in flight, and gradient buffers that live from
-a group's first backward to the step (accumulation over micro-batches). ZeRO under a pipeline follows
+many micro-batches' saved bytes held as the stage's schedule keeps in flight, gradient buffers that live from
+a group's first backward to the step (accumulation over micro-batches, with the fresh weight-gradient tensor of
+every backward after the first), and what a backward pass keeps until it ends (`pass_kept`). ZeRO under a pipeline follows
 `tag.sim.zero` (FSDP2 under torch's pipeline schedules): gradients accumulate unsharded (kept = G at every stage;
 no per-pass full-gradient transient) and a stage-3 group's weights are gathered once before its first forward and
 stay whole until after its last backward (static + P; no per-pass gather transient).
@@ -137,6 +138,7 @@ class MemoryTerms:
     bwd_transient: np.ndarray
     update_transient: np.ndarray  # per device: the optimizer step's temporaries
     batch_inputs: np.ndarray  # per device: its rows of the data inputs, held for the whole step
+    pass_kept: np.ndarray | None = None  # per device, pipelined: what a backward pass keeps until it ends
 
     def peak_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per device: (A = all saved bytes of one pass, max_g(cum_g + fwd_transient_g),
@@ -297,13 +299,21 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     fwd = out + (np.where(z3, p, 0.0) + copies) * hosted
     # autograd computes a weight's gradient into a fresh tensor and adds it into a .grad that already exists (a
     # bucket's or ZeRO-2's flat buffer, or accumulated over micro-batches); the first .grad it would keep instead
-    grad_temp = np.where(bucketed | (zero == 2) | pipelined, np.minimum(gb.largest_param[:, None], p), 0.0)
+    accumulates = pipelined and micro_batches > 1
+    grad_temp = np.where(bucketed | (zero == 2) | accumulates, np.minimum(gb.largest_param[:, None], p), 0.0)
     bwd = (out + in_grads + c * recv_bwd + (np.where(z3, p, 0.0) + grad_temp) * hosted
            + np.where(recompute, held, 0.0) + np.where(z2, p - p * inv_n, 0.0) * hosted)
     updated = np.where(zero >= 1, p * inv_n, p) * hosted
     largest = np.where(zero >= 1, p * inv_n, gb.largest_param[:, None]) * hosted
     opt = optimizer_temp_bytes(ctx, optimizer, updated.sum(axis=0), largest.max(axis=0, initial=0.0))
-    return MemoryTerms(static, saved, kept, fwd, bwd, opt, batch_inputs)
+    pass_kept = np.zeros(rows.shape[1])
+    if accumulates:  # (one micro-batch: the plain step, `pipeline_peak_memory_bytes`)
+        # the pipeline runtime drops a micro-batch's outputs, input leaves and their gradients when its backward
+        # pass ends, not after each group's backward: at g's backward those of the groups after g stay
+        linger = (out + c * recv_fwd + in_grads) * hosted
+        bwd = bwd + np.cumsum(linger[::-1], axis=0)[::-1] - linger
+        pass_kept = linger.sum(axis=0)
+    return MemoryTerms(static, saved, kept, fwd, bwd, opt, batch_inputs, pass_kept)
 
 
 def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static, precision: str = "fp32") -> np.ndarray:
@@ -334,13 +344,17 @@ def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static
         first B:                 (n - 1) A + max_g(cum_g + kept_from_g + bwd_transient_g)
         later B:                 (n - 1) A + K + max_g(cum_g + bwd_transient_g)
 
-    each plus what the pipeline runtime (`tag.deploy.pipeline_runtime`) holds besides: every slice it sent, f SF_d +
-    b SB_d (sends are asynchronous and waited for at the end of the passes; SF_d the activation bytes d sends per
-    micro-batch, SB_d the gradient bytes), and the receive buffers of the next RECV_AHEAD passes (posted ahead:
-    the activation bytes d receives per micro-batch for an F pass, the gradient bytes for a B pass). The step:
-    K + update_transient (the sends are waited for before it). Corrections measured on CPU ranks (sent slices
-    and receives ahead were missing: small_cnn 1F1B rank 1 -45%, benchmarks/memory.md). With one stage and m = 1
-    this is `peak_memory_bytes`.
+    each plus what the pipeline runtime (`tag.deploy.pipeline_runtime`) holds besides: every slice it sent, b (SF_d +
+    SB_d) (sends are asynchronous and waited for at the end of the passes; SF_d the activation bytes d sends per
+    micro-batch, SB_d the gradient bytes; a sent activation is the output the forward holds until its micro-batch's
+    backward, so it adds only after that, b backward passes done; under fp16/bf16 it is a 16-bit copy: f SF_d),
+    and the receive buffers of the next RECV_AHEAD passes (posted ahead: the activation bytes d receives per
+    micro-batch for an F pass, the gradient bytes for a B pass). A B pass keeps each group's outputs, received input
+    leaves and input gradients until the pass ends (the runtime releases them with the micro-batch, not per group:
+    `memory_terms`' bwd_transient adds those of the groups after g), and the last pass's through the step: K +
+    update_transient + pass_kept (the sends are waited for before it). Corrections measured on CPU ranks (sent slices
+    and receives ahead were missing: small_cnn 1F1B rank 1 -45%; then the pass's kept tensors: -19% -> 0%,
+    benchmarks/memory.md). With one stage and m = 1 this is `peak_memory_bytes`.
     """
     pl = strategy.pipeline
     m, n_st = pl.micro_batches, len(pl.stages)
@@ -350,6 +364,7 @@ def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static
     later = replace(t, kept=np.zeros_like(t.kept)).peak_parts()[2] + all_kept
     n_dev = t.saved.shape[1]
     c = compute_bytes(precision) / FP32_BYTES
+    mixed = precision in MIXED_PRECISIONS
     sent = {"F": np.zeros(n_dev), "B": np.zeros(n_dev)}
     got = {"F": np.zeros(n_dev), "B": np.zeros(n_dev)}
     for _cg, cd, _pg, pd, b in recv:
@@ -361,11 +376,12 @@ def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static
     for s, st in enumerate(pl.stages):
         order = stage_order(pl.schedule, pl.k, n_st, s, m)
         d = list(st.devices)
-        terms = [all_kept[d] + t.update_transient[d]]
+        terms = [all_kept[d] + t.update_transient[d] + t.pass_kept[d]]  # the last backward pass's, still referenced
         n = 0
         done = {"F": 0, "B": 0}
         for i, (kind, _) in enumerate(order):
-            extra = done["F"] * sent["F"][d] + done["B"] * sent["B"][d]
+            # a sent output shares its storage (held until its micro-batch's backward) unless sent as a 16-bit copy
+            extra = (done["F"] if mixed else done["B"]) * sent["F"][d] + done["B"] * sent["B"][d]
             extra = extra + sum(got[k][d] for k, _ in order[i + 1: i + 1 + RECV_AHEAD])
             if kind == "F":
                 terms.append(n * held[d] + fwd[d] + (all_kept[d] if done["B"] else 0.0) + extra)
