@@ -20,7 +20,9 @@ row x rows of the largest reader: a loader holds the step's batch for the whole 
 
 Saved from g's forward until g's backward (``saved``)::
 
-    in_bytes r + in_fixed           recompute: the group's inputs only (in-edges, as it reads them; data: batch_inputs)
+    out_bytes r + leaf_bytes r      recompute: its outputs (the runtime keeps them as the roots of its backward), its
+      + c recv_fwd                  16-bit input leaves (fp16/bf16) and the slices received; its other inputs are
+                                    other groups' outputs (data: batch_inputs). Hand-built graphs: in_bytes r
     held_bytes r + held_fixed       otherwise: what it holds (`tag.graph.costs.group_held_bytes`: the distinct
       + c recv_fwd                  storages its ops keep and its outputs, at their dtypes, with autocast's 16-bit
                                     copies and input leaves; data inputs are in batch_inputs) and the slices received
@@ -42,8 +44,10 @@ Transient while g's backward runs (``bwd_transient``)::
   + P if z == 3                     its weights gathered again
   + largest weight of g             if bucketed, z == 2 or pipelined: autograd computes a weight gradient into a
                                     fresh tensor and adds it into the .grad that exists (a first .grad it keeps)
-  + held if recompute               what its re-run forward holds
+  + rerun if recompute              what its re-run forward's ops keep (held without the outputs no op keeps)
   + G - G / n if z >= 2             the full gradient until its reduce-scatter (the shard is in kept)
+  + sum_{p < g <= last(t)} bytes(t) the output-gradient buffers of earlier groups' outputs t a consumer up to g
+                                    filled, waiting for their producer p's backward (residual streams)
 
 The optimizer step (``update_transient``, per device) holds every kept gradient plus Adam's temporaries
 (`optimizer_temp_bytes`: torch forms sqrt(v) / bias correction out of place; single-tensor on CPU ranks: 2 x the
@@ -61,7 +65,9 @@ the runtime's converters keep); the input gradients of a backward and the optimi
 missing (mlp: the peak is Adam's step); the deploy runtime frees a group's outputs and leaves after its backward
 (`tag.deploy.runtime.RankRuntime._release`; it held them to the end of the step), as frameworks free activations.
 Second round: activations at their autocast dtypes, not c x fp32 (bf16 small_cnn -44% -> -3%); bucketed gradients
-persistent and the weight-gradient temporary (mlp dp-even -5% -> 0%); graph outputs' gradients in out_bytes.
+persistent and the weight-gradient temporary (mlp dp-even -5% -> 0%); graph outputs' gradients in out_bytes; the
+output-gradient buffers waiting for their producer (small_transformer dp-even -8% -> 0%); a recomputed group keeps
+its outputs, each storage once (an input read by two recomputed groups was counted twice: +9% -> -2.5%).
 
 Received slices (recv_fwd, recv_bwd) are the strategy's transfer pairs (`MemoryInputs.recv`, bytes at the graph's
 dtypes, scaled by c). Integer tensors (token ids) are scaled by c too: a small overcount of 16-bit runs, left for
@@ -88,7 +94,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
-from tag.graph.autocast import autocast_dtypes, itemsize
+from tag.graph.autocast import FLOATS, autocast_dtypes, itemsize
 from tag.graph.costs import group_held_bytes
 from tag.sim.precision import edge_wire_bytes
 from tag.sim.shards import shard_memory
@@ -170,6 +176,13 @@ class GroupBytes:
     largest_param: np.ndarray
     out_row: np.ndarray
     out_fixed: np.ndarray
+    # [g, p]: bytes (per row of p, fixed) of p's output gradients waiting for p's backward while g's runs (p < g)
+    wait_row: np.ndarray | None = None
+    wait_fixed: np.ndarray | None = None
+    leaf_row: np.ndarray | None = None  # its 16-bit copies of float inputs computed in 32 bits (fp16/bf16)
+    leaf_fixed: np.ndarray | None = None
+    rerun_row: np.ndarray | None = None  # what its ops keep, outputs only where an op keeps them (a re-run forward)
+    rerun_fixed: np.ndarray | None = None
 
 
 def group_bytes(gg, precision: str = "fp32", device: str = "cpu") -> GroupBytes:
@@ -224,7 +237,26 @@ def group_bytes(gg, precision: str = "fp32", device: str = "cpu") -> GroupBytes:
         sizes = [graph.tensors[n].numel * graph.tensors[n].itemsize for n in g.params
                  if n in graph.tensors and graph.tensors[n].numel is not None]
         largest[g.id] = max(sizes, default=0.0)
-    return GroupBytes(held_row, held_fixed, in_row, in_fixed, data_row, data_fixed, largest, out_row, out_fixed)
+    wait_row, wait_fixed = np.zeros((k, k)), np.zeros((k, k))
+    leaf_row, leaf_fixed, rerun_row, rerun_fixed = np.zeros(k), np.zeros(k), np.zeros(k), np.zeros(k)
+    for g in gg.groups:
+        rerun_row[g.id], rerun_fixed[g.id] = group_held_bytes(graph, g.op_ids, [], with_data=False, dtypes=dt)
+    last: dict[tuple[int, str], int] = {}  # (producer, float tensor) -> its last consumer group
+    for e in gg.edges:
+        for n in e.tensors:
+            d = dt.produced.get(n, graph.tensors[n].dtype) if n in graph.tensors else ""
+            if d in FLOATS:
+                last[(e.src, n)] = max(last.get((e.src, n), e.dst), e.dst)
+            if dt.half and d in FLOATS and d != dt.half:
+                r, f = at(n, dt.half)
+                leaf_row[e.dst] += r
+                leaf_fixed[e.dst] += f
+    for (src, n), end in last.items():
+        r, f = at(n, dt.produced.get(n, graph.tensors[n].dtype))
+        wait_row[src + 1: end + 1, src] += r
+        wait_fixed[src + 1: end + 1, src] += f
+    return GroupBytes(held_row, held_fixed, in_row, in_fixed, data_row, data_fixed, largest, out_row, out_fixed,
+                      wait_row, wait_fixed, leaf_row, leaf_fixed, rerun_row, rerun_fixed)
 
 
 def _group_bytes(ctx, precision: str) -> GroupBytes:
@@ -279,11 +311,16 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
         return row[:, None] * rows + fixed[:, None] * hosted
 
     held, out = per(gb.held_row, gb.held_fixed), per(gb.out_row, gb.out_fixed)
+    rerun = held if gb.rerun_row is None else per(gb.rerun_row, gb.rerun_fixed)
     sharded = shard_memory(ctx, decisions, p, states, inv_n)  # weights and split activations at the shares
     if sharded is not None:
         p, states, inv_n, act = sharded
-        held, out = held * act, out * act
-    saved = np.where(recompute, per(gb.in_row, gb.in_fixed), held + c * recv_fwd)
+        held, out, rerun = held * act, out * act, rerun * act
+    if gb.leaf_row is None:  # hand-built: the inputs it keeps stand for what the group keeps
+        kept_inputs = per(gb.in_row, gb.in_fixed)
+    else:  # its outputs (the runtime keeps them until its backward) and its 16-bit input leaves
+        kept_inputs = out + per(gb.leaf_row, gb.leaf_fixed) + c * recv_fwd
+    saved = np.where(recompute, kept_inputs, held + c * recv_fwd)
     in_grads = per(gb.in_row, gb.in_fixed)
     z3, z2 = (zero == 3) & ~pipelined, (zero >= 2) & ~pipelined  # per pass; pipelined: whole for the step
     # gradients that sum in a bucket (replicated, ZeRO 0-1, not sharded) live in its flat buffer for good
@@ -302,7 +339,9 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     accumulates = pipelined and micro_batches > 1
     grad_temp = np.where(bucketed | (zero == 2) | accumulates, np.minimum(gb.largest_param[:, None], p), 0.0)
     bwd = (out + in_grads + c * recv_bwd + (np.where(z3, p, 0.0) + grad_temp) * hosted
-           + np.where(recompute, held, 0.0) + np.where(z2, p - p * inv_n, 0.0) * hosted)
+           + np.where(recompute, rerun, 0.0) + np.where(z2, p - p * inv_n, 0.0) * hosted)
+    if gb.wait_row is not None:  # output-gradient buffers a consumer filled, until their producer's backward
+        bwd = bwd + (gb.wait_row @ rows + gb.wait_fixed @ hosted.astype(float)) * hosted
     updated = np.where(zero >= 1, p * inv_n, p) * hosted
     largest = np.where(zero >= 1, p * inv_n, gb.largest_param[:, None]) * hosted
     opt = optimizer_temp_bytes(ctx, optimizer, updated.sum(axis=0), largest.max(axis=0, initial=0.0))
