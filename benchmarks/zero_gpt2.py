@@ -8,8 +8,8 @@ recomputation.
    unless it is there;
 2. writes the cluster: two machines of 8 V100-16GB (NVLink-class 1,200 Gbit/s inside, 100 Gbit/s NICs);
 3. simulates the fp32 data-parallel baselines with ZeRO 0 (dp-even, dp-proportional): out of memory;
-4. runs ``tag plan MODEL TOPO --no-pipeline --precision fp32 --no-gnn -o plan.json`` (tensor sharding does not exist
-   yet, so there is no ``--no-shard``) and ``tag simulate --plan``, and prints the plan's memory and time per device
+4. runs ``tag plan MODEL TOPO --no-shard --no-pipeline --precision fp32 --no-gnn -o plan.json`` and ``tag simulate
+   --plan``, and prints the plan's memory and time per device
    and its ZeRO stages and recomputed groups.
 
 Writes benchmarks/zero_gpt2.md with the command and the commit.
@@ -83,8 +83,8 @@ def main(argv=None) -> int:
     dp = _dp_zero0(model, topo, args.batch)
 
     plan_path = os.path.join(CACHE, "zero_gpt2_plan.json")
-    cmd = ["plan", model, topo, "--no-pipeline", "--precision", "fp32", "--no-gnn", "--batch-size", str(args.batch),
-           "-o", plan_path]
+    cmd = ["plan", model, topo, "--no-shard", "--no-pipeline", "--precision", "fp32", "--no-gnn", "--batch-size",
+           str(args.batch), "-o", plan_path]
     cmd += ["--playouts", str(args.playouts)] if args.playouts is not None else []
     cmd += ["--simulations", str(args.simulations)] if args.simulations is not None else []
     t0 = time.monotonic()
@@ -111,8 +111,7 @@ def main(argv=None) -> int:
         f"{args.seq} (`datasets/zoo/gpt2_xl.py`), global batch {args.batch}, Adam, fp32. Cluster: two machines of "
         "8 V100-16GB (14.72 GB usable each), 1,200 Gbit/s inside a machine, 100 Gbit/s NICs. Plan: "
         f"`tag {' '.join(rel(c) if os.path.isabs(c) else c for c in cmd)}` ({plan_s:.0f} s, "
-        f"{plan['search']['simulations']} simulations); tensor sharding does not exist yet, so there is no "
-        "`--no-shard`; pipelines are off.", "",
+        f"{plan['search']['simulations']} simulations); tensor shards and pipelines are off.", "",
         "## fp32 data parallelism with ZeRO 0 does not fit", "",
         "| baseline | peak GB per device (worst) | usable GB | fits | iteration ms if it fit |", "|---|---|---|---|---|"]
     for name, r in dp.items():
