@@ -355,7 +355,8 @@ def group_held_bytes(graph, op_ids: list[int], outputs: list[str], with_data: bo
         for t in held_tensors(op, graph.tensors):
             if t.name not in graph.tensors:
                 continue
-            if cast and t.name in ins and dtypes.seen(graph, i, t.name) in FLOATS and dtypes.seen(graph, i, t.name) != half:
+            seen = dtypes.seen(graph, i, t.name) if half and t.name in ins else ""
+            if cast and seen in FLOATS and seen != half:
                 held[("cast", i, t.name)] = at(t.name, half)
             elif not (half and dtypes.crosses(graph, i, t.name)):  # a crossing input is its leaf (above) or elsewhere
                 root(t.name)
@@ -365,7 +366,8 @@ def group_held_bytes(graph, op_ids: list[int], outputs: list[str], with_data: bo
                 other = operands[1 - k] if len(operands) == 2 else None
                 if graph.tensors[n].role != "param" or dtypes.seen(graph, i, n) == half:
                     continue
-                if op.op_type in ("Conv", "ConvTranspose") or (other is not None and graph.tensors[other].role != "data"):
+                if op.op_type in ("Conv", "ConvTranspose") or (other is not None
+                                                                 and graph.tensors[other].role != "data"):
                     key = ("cast", n) if graph.tensors[n].producer is None else ("cast", i, n)
                     held[key] = at(n, half)
     for n in outputs:

@@ -15,8 +15,8 @@ Persistent for the whole iteration (``static``)::
   + S / n if z >= 1 else S          optimizer states
   + G if bucketed                   the bucket's flat gradient buffer (kept across steps, as DDP's buckets)
 
-and per device (``batch_inputs``) its rows of the data inputs for the step (all micro-batches; at their dtype), bytes per
-row x rows of the largest reader: a loader holds the step's batch for the whole step.
+and per device (``batch_inputs``) its rows of the data inputs for the step (all micro-batches; at their dtype),
+bytes per row x rows of the largest reader: a loader holds the step's batch for the whole step.
 
 Saved from g's forward until g's backward (``saved``)::
 
@@ -81,10 +81,10 @@ scaled by 1 - f (1 - share_j), f the share of the group's activation bytes the s
 Pipelined strategies (`pipeline_peak_memory_bytes`): the same terms per micro-batch at rows[d] / m rows, with as
 many micro-batches' saved bytes held as the stage's schedule keeps in flight, gradient buffers that live from
 a group's first backward to the step (accumulation over micro-batches, with the fresh weight-gradient tensor of
-every backward after the first), and what a backward pass keeps until it ends (`pass_kept`). ZeRO under a pipeline follows
-`tag.sim.zero` (FSDP2 under torch's pipeline schedules): gradients accumulate unsharded (kept = G at every stage;
-no per-pass full-gradient transient) and a stage-3 group's weights are gathered once before its first forward and
-stay whole until after its last backward (static + P; no per-pass gather transient).
+every backward after the first), and what a backward pass keeps until it ends (`pass_kept`). ZeRO under a
+pipeline follows `tag.sim.zero` (FSDP2 under torch's pipeline schedules): gradients accumulate unsharded (kept = G
+at every stage; no per-pass full-gradient transient) and a stage-3 group's weights are gathered once before its
+first forward and stay whole until after its last backward (static + P; no per-pass gather transient).
 """
 
 from __future__ import annotations
@@ -201,7 +201,8 @@ def group_bytes(gg, precision: str = "fp32", device: str = "cpu") -> GroupBytes:
             in_fixed[e.dst] += c * e.bytes_fixed
         copy = c if precision in MIXED_PRECISIONS else 0.0  # the 16-bit weight copy its products keep
         for g in gg.groups:
-            held_row[g.id], held_fixed[g.id] = c * g.saved_bytes_per_row, c * g.saved_bytes_fixed + copy * g.param_bytes
+            held_row[g.id] = c * g.saved_bytes_per_row
+            held_fixed[g.id] = c * g.saved_bytes_fixed + copy * g.param_bytes
             out_row[g.id] = c * g.out_bytes_per_row
         return GroupBytes(held_row, held_fixed, in_row, in_fixed, data_row, data_fixed, largest, out_row, out_fixed)
     fb = max(graph.file_batch, 1)
