@@ -11,7 +11,9 @@ or 3, with every group recomputed, and in bf16. Each plan is predicted with the 
 (`tag.deploy.train.train_rank`, 2 gloo ranks, one launch for all plans of a model) with
 `tag.deploy.memory_probe.StepProbe` on the last step: peak live tensor bytes, from the runtime's persistent state
 (weights, gradients, optimizer states, bucket buffers) plus every storage the step allocates. Step 1 creates
-Adam's states, so the last step (of `--steps`, >= 2) is the steady state.
+Adam's states, so the last step (of `--steps`, >= 2) is the steady state. Each rank's record in the work directory
+(``<plan>.job.pkl.out.<rank>``) also has ``at_peak``: the live bytes per allocating ATen op at the peak, to diagnose
+a miss.
 
 The synthetic batch (`tag.deploy.data.synthetic_batch`) holds the global batch on every rank and is not counted;
 instead the probe starts with this rank's rows of the data inputs copied in (as a `--data` loader holds them).
@@ -125,7 +127,8 @@ def _worker(rank: int, world: int, port: int, jobs: list[tuple[str, str]], steps
             probe = StepProbe({steps - 1}, rank_inputs=True)
             res = train_rank(sched, job.graph, program, rank, steps, job.seed, job.training.optimizer,
                              job.training.lr, step_probe=probe, **_precision_kw(job))
-            rec = {"peak_bytes": probe.peaks_bytes[steps - 1], "losses": res.losses}
+            rec = {"peak_bytes": probe.peaks_bytes[steps - 1], "at_peak": probe.at_peak[steps - 1],
+                   "losses": res.losses}
         except Exception as e:  # noqa: BLE001 - a plan deploy cannot run is reported, the others go on
             rec = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
                    "trace": traceback.format_exc()[-2000:]}

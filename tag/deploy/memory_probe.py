@@ -26,6 +26,8 @@ steps given and keeps each one's peak in ``peaks_bytes`` (step index -> bytes).
 ...     c = torch.zeros(500)   # + 2,000 B after a was freed
 >>> m.peak_bytes, m.live_bytes
 (8000, 6000)
+>>> m.at_peak  # live bytes per allocating op at the peak
+{'registered': 4000, 'mul': 4000}
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ def runtime_state_tensors(rt) -> list[torch.Tensor]:
 class StepProbe:
     """The `train_rank` hook: ``probe(rt, step)`` is a context manager around one step; steps in `measure` (None:
     every step) run under a `LiveTensorBytes` that starts from the runtime's persistent state
-    (`runtime_state_tensors`), and their peaks land in ``peaks_bytes``.
+    (`runtime_state_tensors`), and their peaks land in ``peaks_bytes``, the live bytes per allocating op at each
+    peak (`LiveTensorBytes.at_peak`) in ``at_peak``.
 
     rank_inputs: also count this rank's rows of the data inputs, copied in as the step starts and held to its end
     (`rank_data_copies`). The synthetic batch of `tag.deploy.data` holds the whole global batch on every rank,
@@ -144,6 +147,7 @@ class StepProbe:
         self.measure = measure
         self.rank_inputs = rank_inputs
         self.peaks_bytes: dict[int, int] = {}
+        self.at_peak: dict[int, dict[str, int]] = {}
 
     @contextlib.contextmanager
     def __call__(self, rt, step: int):
@@ -157,6 +161,7 @@ class StepProbe:
             yield
             del held
         self.peaks_bytes[step] = mode.peak_bytes
+        self.at_peak[step] = dict(mode.at_peak)
 
 
 def rank_data_copies(rt) -> list[torch.Tensor]:
