@@ -249,13 +249,14 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
     units = zero_units([io.params for io in ios], strategy.decisions, rrows, sfb_params, shards)
     scattered = {p for u in units if u.stage >= 2 for p in u.params}  # leave their buckets (reduce-scattered)
     blist = sync_buckets([io.params for io in ios], strategy, _without(buckets, shards), rrows, dev_rank,
-                         sfb_params | scattered | {p for g in shards for p in ios[g].params}, plan_file)
+                         sfb_params | scattered | {p for g, sg in shards.items() for p in ios[g].params
+                                                   if p not in sg.tied}, plan_file)
     starts = None
     for g, sg in shards.items():
         blist += [SyncBucket(m, ranks, None, tuple(ps), (g,))
                   for m, ranks, ps in shard_syncs(sg, [p for p in ios[g].params if p not in scattered],
                                                   _shard_method(strategy.decisions[g]))]
-        for prm in sg.once:
+        for prm in sg.once - sg.tied:
             users[prm] = set(sg.peers(0))
         starts = starts or [tuple(row_offsets(r)) for r in rrows]
         starts[g] = tuple(sg.replica_start[sg.where(r)[0]] if sg.where(r) else 0 for r in range(nproc))

@@ -16,7 +16,12 @@ the whole units of each position (`shard_sizes` / `shard_offsets`, the one round
 * weight gradients: sliced parameters and the unsliced ones only unsharded ops read (a LayerNorm scale) are summed
   over the position's peers (the device at that position in every replica); a row half's Gemm bias, added by
   position 0 only, lives and trains on position 0 only; an unsliced parameter a sharded op reads (its gradient a
-  partial sum per position) is summed over every rank of the grid.
+  partial sum per position) is summed over every rank of the grid;
+* tied weights (`tied`: a parameter another group uses too, GPT-2's token embedding and LM head): every rank holds
+  it whole; a sliced one is read through a view of the position's slice (its gradient: the slice's, zero elsewhere),
+  an unsliced one only whole ops read contributes its gradient at position 0 only (the others' is the same), so the
+  sum over the ranks of all its groups, the tied parameters' own sync (`bucket_plan.sync_buckets`), is the whole
+  gradient. Such a parameter is held whole and is in no ZeRO unit.
 
 Between groups (`input_sources`): position j of a consumer takes a full input from the producer's position j when
 both are sharded on the same grid (no transfer; each position returns its own gradient), else from the producer's
@@ -29,8 +34,7 @@ count / m), so a stage's sharded groups run per micro-batch as they run whole-ba
 each position's parameters over its peers (`zero_plan.zero_units`).
 
 Refused, each an `InputError` naming the plan's JSON path (exit 2 in tag deploy): SFB on a sharded group (plan check
-refuses it too), parameters a sharded group shares with another group, training-mode BatchNormalization or Dropout
-in a sharded group, a split the group's ops do not allow, heads not split exactly, a position with no unit, and an
+refuses it too), training-mode BatchNormalization or Dropout in a sharded group, a split the group's ops do not allow, heads not split exactly, a position with no unit, and an
 --nproc that puts two devices of one grid on one rank.
 """
 
@@ -63,6 +67,8 @@ class ShardGroup:
     ops: tuple[int, ...] = ()  # the group's op indices
     keep_split: frozenset = frozenset()  # split outputs handed on as slices (Megatron pair across groups)
     bcast_outputs: tuple[str, ...] = ()  # full outputs whose gradient comes back to position 0 only
+    tied: frozenset = frozenset()  # parameters other groups use too: held whole, summed over every user's ranks
+    whole_read: frozenset = frozenset()  # parameters only the group's unsplit ops read
 
     @property
     def k(self) -> int:
@@ -144,13 +150,10 @@ def shard_groups(graph, groups: list[list[int]], strategy, dev_rank: list[int], 
                                  f"one of the {u} units", repr(list(sh.ratios)))
         params = {t for i in ops for t in list(graph.ops[i].inputs) + list(graph.ops[i].params)
                   if graph.tensors.get(t) is not None and graph.tensors[t].role == "param"}
-        shared = sorted(t for t in params if users.get(t, set()) != {g})
-        if shared:
-            raise InputError(plan_file, f"{where}.shard", "a group whose parameters no other group uses (deploy does "
-                             "not shard tied weights)", repr(shared[0]))
+        tied = frozenset(t for t in params if users.get(t, set()) != {g})
         sliced = {ps.name: ps for ps in lay.params}
-        by_sharded = {t for i in lay.sharded_ops for t in graph.ops[i].inputs if t in params}
-        by_whole = {t for i in ops if i not in lay.sharded_ops for t in graph.ops[i].inputs if t in params}
+        by_sharded = _read_by(graph, ops, params, lambda i: i in lay.sharded_ops)
+        by_whole = _read_by(graph, ops, params, lambda i: i not in lay.sharded_ops)
         once = set(lay.bias_once)
         clash = sorted((once & by_whole) | (set(sliced) & by_whole) | ((by_sharded - set(sliced) - once) & by_whole))
         if clash:
@@ -160,7 +163,19 @@ def shard_groups(graph, groups: list[list[int]], strategy, dev_rank: list[int], 
         starts = row_offsets(brows)
         out[g] = ShardGroup(g, lay, tuple(ranks), tuple(sh.ratios), tuple(dec.rows[rep[0]] for rep in sh.replicas),
                             tuple(starts[rep[0]] for rep in sh.replicas), sliced, frozenset(once),
-                            frozenset(by_sharded - set(sliced) - once), tuple(ops))
+                            frozenset(by_sharded - set(sliced) - once), tuple(ops), tied=tied,
+                            whole_read=frozenset(by_whole - by_sharded))
+    return out
+
+
+def _read_by(graph, ops, params: set, chosen) -> set:
+    """The parameters the ops `chosen(i)` of a group read, directly or through weight generators (a Transpose of a
+    sliced weight runs on the slice, so a generator is neither a split op nor a whole one)."""
+    gen = {i for i in ops if graph.ops[i].is_weight_generator}
+    out = {t for i in ops if i not in gen and chosen(i) for t in graph.ops[i].inputs if t in params}
+    for i in reversed(ops):
+        if i in gen and out & set(graph.ops[i].outputs):
+            out |= {t for t in graph.ops[i].inputs if t in params}
     return out
 
 
@@ -220,7 +235,7 @@ def input_sources(c: int, t: str, p: int, rank_rows: list[tuple[int, ...]], shar
 
 def shard_syncs(sg: ShardGroup, params: list[str], method: str) -> list[tuple[str, tuple[int, ...], list[str]]]:
     """(method, ranks, parameters) of group sg's gradient sums (module docstring), over two ranks or more."""
-    out = []
+    out, params = [], [n for n in params if n not in sg.tied]
     for j in range(sg.k):
         own = [n for n in params if n not in sg.partial and (n not in sg.once or j == 0)]
         out.append((method, sg.peers(j), own))

@@ -51,6 +51,19 @@ class _ReduceFromReplica(torch.autograd.Function):
         return dy, None
 
 
+class _DropGrad(torch.autograd.Function):
+    """Identity forward; backward, no gradient to the input (what reads it still takes part in autograd, so every
+    position applies the same f and g collectives)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return None
+
+
 def gather_pieces(x: torch.Tensor, axis: int, pieces, order, index: int, group) -> torch.Tensor:
     """The whole tensor from every position's piece of `axis` (no autograd). pieces: (start, size) per position;
     order[q]: the position of the group's q-th rank (ranks ascending); index: this rank's position."""
@@ -92,7 +105,7 @@ class ShardRank:
         self.slice_shapes: dict[str, tuple[int, ...]] = {}  # sliced parameter -> the shape this rank holds
         with torch.no_grad():
             for sg, _, j in self.mine.values():
-                for name in sg.sliced:
+                for name in sorted(set(sg.sliced) - sg.tied):  # a tied weight stays whole (`run`)
                     axis, start, size = sg.param_range(name, j)
                     prm = program.param(name)
                     prm.data = prm.data.narrow(axis, start, size).clone()
@@ -139,6 +152,12 @@ class ShardRank:
             return copies[t]
 
         env, seg = dict(env), []
+        for t in sg.tied & set(env):  # whole on every rank: the position's slice as a view, or whole
+            if t in sg.sliced:
+                axis, start, size = sg.param_range(t, j)
+                env[t] = env[t].narrow(axis, start, size)
+            elif j > 0 and t in sg.whole_read:  # read by whole ops only: position 0's gradient counts
+                env[t] = _DropGrad.apply(env[t])
         for i in op_ids:
             if i not in lay.sharded_ops:
                 seg.append(i)
@@ -219,7 +238,7 @@ class ShardRank:
         """(group, ShardGroup, position, parameter) of every sliced parameter this rank holds, in one order."""
         for g in sorted(self.mine):
             sg, _, j = self.mine[g]
-            for name in sorted(sg.sliced):
+            for name in sorted(set(sg.sliced) - sg.tied):
                 yield g, sg, j, name
 
     def whole_weights(self, weights: dict) -> dict:

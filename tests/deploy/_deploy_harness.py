@@ -105,6 +105,31 @@ def assert_ranks_match_reference(ranks: list[dict], ref_losses, ref_params, name
     assert seen == set(ref_params), name
 
 
+def assert_scenario_matches_reference(sc: dict, ranks: list[dict], make, outdir: str) -> None:
+    """A `run_scenarios` scenario's rank results against plain training of `make(sc)` on the synthetic batch: the
+    loss moved, and (`assert_ranks_match_reference`) losses and parameters equal. With ``resume_at`` k, the saved
+    checkpoint holds whole parameters (and whole Adam states) equal to plain training's after k steps, and the ranks'
+    losses are those of steps k..."""
+    from tag.deploy.data import synthetic_batch
+
+    graph, program, _ = make(sc)
+    data, targets = synthetic_batch(graph, graph.batch_size, 0)
+    ref_losses, ref_params = reference_training(graph, program, data, targets, sc["steps"], sc["optimizer"], sc["lr"])
+    assert ref_losses[-1] < ref_losses[0], sc["name"]  # training moved the loss
+    if "resume_at" in sc:  # ranks trained steps [k, steps) from the whole state they saved after step k
+        k = sc["resume_at"]
+        saved = torch.load(os.path.join(outdir, f"{sc['name']}_state.pt"), weights_only=True)
+        graph, program, _ = make(sc)
+        _, at_k = reference_training(graph, program, data, targets, k, sc["optimizer"], sc["lr"])
+        assert saved["step"] == k and set(saved["weights"]) == set(at_k), sc["name"]
+        for n, v in at_k.items():  # whole parameters, not slices or ZeRO shards
+            torch.testing.assert_close(saved["weights"][n], v, rtol=1e-4, atol=1e-6, msg=f"{sc['name']}: {n}")
+            if sc["optimizer"] == "adam":
+                assert saved["optimizer"][n]["exp_avg"].shape == v.shape, n  # whole Adam states
+        ref_losses = ref_losses[k:]
+    assert_ranks_match_reference(ranks, ref_losses, ref_params, sc["name"])
+
+
 DIGITS = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "digits")
 
 

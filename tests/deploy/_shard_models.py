@@ -4,6 +4,7 @@
 * `TinyGpt`: token and position embeddings, one pre-norm block (LayerNorm, separate q / k / v Linear layers, 6 heads
   of 4 (a view with explicit heads), causal softmax attention, the heads merged back by a reshape with -1, output
   projection, residual; LayerNorm, MLP 24 -> 96 -> 24 with GELU, residual), a final LayerNorm and an untied head.
+* `TiedLm`: an embedding table read by the lookup and by the output layer (tied weights).
 """
 
 from __future__ import annotations
@@ -48,6 +49,18 @@ class TinyGpt(nn.Module):
         return self.head(self.lnf(x))
 
 
+class TiedLm(nn.Module):
+    """A token's embedding (32 x 16) -> Linear(16, 24) -> ReLU -> Linear(24, 16) -> logits against the same embedding
+    table (F.linear: a Gemm with transB reading it): one weight tensor read by the first and the last op."""
+
+    def __init__(self, vocab: int = 32, d: int = 16, hidden: int = 24):
+        super().__init__()
+        self.tok, self.fc1, self.fc2 = nn.Embedding(vocab, d), nn.Linear(d, hidden), nn.Linear(hidden, d)
+
+    def forward(self, ids):
+        return nn.functional.linear(self.fc2(torch.relu(self.fc1(self.tok(ids)))), self.tok.weight)
+
+
 def export(model: nn.Module, example: torch.Tensor, path: str, seed: int = 0) -> str:
     """Export `model` (weights seeded `seed`) at the example's batch with the dynamo exporter; returns `path`."""
     import onnx
@@ -64,6 +77,10 @@ def export(model: nn.Module, example: torch.Tensor, path: str, seed: int = 0) ->
 
 def mlp2(path: str, batch: int) -> str:
     return export(Mlp2(), torch.zeros(batch, 16), path)
+
+
+def tied_lm(path: str, batch: int) -> str:
+    return export(TiedLm(), torch.zeros(batch, dtype=torch.int64), path)
 
 
 def tiny_gpt(path: str, batch: int) -> str:

@@ -17,7 +17,6 @@ of the runtime). One spawn per rank count runs every case of that count in turn:
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
@@ -25,7 +24,7 @@ import torch
 from tag.deploy.data import synthetic_batch
 from tag.strategy import Decision, Strategy
 from tag.strategy.shard import Shard
-from _deploy_harness import assert_ranks_match_reference, reference_training, run_scenarios
+from _deploy_harness import assert_scenario_matches_reference, reference_training, run_scenarios
 
 B = 12
 ONE_TWO = (1 / 3, 2 / 3)
@@ -118,25 +117,15 @@ def test_sharded_plans_train_like_one_device(models, world, tmp_path):
     scenarios = _scenarios(models, world)
     results = run_scenarios(world, scenarios, make, str(tmp_path))
     for sc in scenarios:
-        graph, program, _ = make(sc)
-        data, targets = synthetic_batch(graph, B, 0)
-        ref_losses, ref_params = reference_training(graph, program, data, targets, 3, sc["optimizer"], sc["lr"])
         ranks = results[sc["name"]]
-        assert ref_losses[-1] < ref_losses[0], sc["name"]  # training moved the loss
         if "precision" in sc:  # bf16: the same curve within 2%, not the same numbers
+            graph, program, _ = make(sc)
+            data, targets = synthetic_batch(graph, B, 0)
+            ref_losses, _ = reference_training(graph, program, data, targets, 3, sc["optimizer"], sc["lr"])
             for r in ranks:
                 assert r["losses"] == pytest.approx(ref_losses, rel=0.02) and r["losses"] != ref_losses, sc["name"]
             continue
-        if "resume_at" in sc:  # ranks trained steps [k, 3) from the whole state they saved after step k
-            k = sc["resume_at"]
-            saved = torch.load(os.path.join(tmp_path, f"{sc['name']}_state.pt"), weights_only=True)
-            graph, program, _ = make(sc)
-            _, at_k = reference_training(graph, program, data, targets, k, sc["optimizer"], sc["lr"])
-            assert saved["step"] == k and set(saved["weights"]) == set(at_k), sc["name"]
-            for n, v in at_k.items():  # whole parameters, not slices
-                torch.testing.assert_close(saved["weights"][n], v, rtol=1e-4, atol=1e-6, msg=f"{sc['name']}: {n}")
-            ref_losses = ref_losses[k:]
-        assert_ranks_match_reference(ranks, ref_losses, ref_params, sc["name"])
+        assert_scenario_matches_reference(sc, ranks, make, str(tmp_path))
 
 
 # ---- what deploy refuses: one InputError naming the plan's JSON path (exit 2 in tag deploy) ---------------------

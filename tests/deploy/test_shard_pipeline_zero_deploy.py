@@ -14,6 +14,11 @@ exactly like one device: losses and every parameter at rtol 1e-4 against plain s
   1, 2 and 3; the MLP as a column-split then a row-split group on replicas [0, 1] and [2, 3] at ZeRO 3 (the row
   half's Gemm bias in position 0's unit only), once resumed from a checkpoint taken after step 1 (whole parameters
   and Adam states gathered from the ZeRO shards of the slices).
+- Tied weights in a sharded group (kept whole, summed over every rank of the groups that read them): gpt2_tiny in
+  tag plan's 16 groups with its LM head (Transpose of the token table, MatMul) split by vocabulary 1:2 on ranks 1-2
+  of 3 and on replicas [1, 0] and [3, 2] of 4; `_shard_models.TiedLm`, whose embedding lookup sits in a
+  column-split group (position 0's gradient of the table counts) and whose head reads the same table, data-parallel
+  on 3 ranks and split by vocabulary on a 2 x 2 grid.
 """
 
 from __future__ import annotations
@@ -21,13 +26,33 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
-from tag.deploy.data import synthetic_batch
 from tag.strategy import Decision, Strategy
 from tag.strategy.pipeline import Pipeline, Stage
-from _deploy_harness import assert_ranks_match_reference, reference_training, run_scenarios
-from test_shard_deploy import B, MLP_GROUPS, OPT, heads, make, models  # noqa: F401 - models is a fixture
+from _deploy_harness import assert_scenario_matches_reference, run_scenarios
+from test_shard_deploy import B, MLP_GROUPS, OPT, heads, models  # noqa: F401 - models is a fixture
+from test_shard_deploy import make as make_small
+
+GPT2_TINY = os.path.join(os.path.dirname(__file__), "..", "..", "datasets", "models", "gpt2_tiny.onnx")
+K_GPT2 = 16  # groups of gpt2_tiny as tag plan coarsens it for 2-4 devices; the last is the tied LM head
+
+
+TIED_LM_GROUPS = [[0, 1, 2], [3], [4]]  # Gather(tok) Gemm Relu | Gemm | Gemm(., tok, transB)
+
+
+def make(sc):
+    """(graph, program, groups) of a scenario's model, parameters seeded 0; gpt2_tiny in tag plan's groups."""
+    if sc["model"] not in ("gpt2_tiny", "tied_lm"):
+        return make_small(sc)
+    import onnx
+
+    from tag.deploy.onnx_torch import TorchProgram
+    from tag.graph import load_model
+    from tag.graph.coarsen import coarsen
+
+    graph = load_model(sc["path"], batch_size=B)
+    groups = TIED_LM_GROUPS if sc["model"] == "tied_lm" else [list(g.op_ids) for g in coarsen(graph, k=K_GPT2).groups]
+    return graph, TorchProgram(onnx.load(sc["path"]), graph, seed=0), groups
 
 
 def D(rows, sync=None, shard=None, zero=0):
@@ -62,42 +87,50 @@ def _plans() -> list[tuple[int, str, str, str, Strategy]]:
                               D((6, 0, 6, 0), "ring")))))
     col, row = heads([[0, 1], [2, 3]], split="column"), heads([[0, 1], [2, 3]], split="row")
     mlp = Strategy((D((4, 4, 8, 8), "ring", col, 3), D((4, 4, 8, 8), "ring", row, 3)))
+    # GPT-2's LM head reads the token embedding's table (Transpose, MatMul): tied weights, split by vocabulary
+    rest3, rest4 = tuple(D((4, 4, 4), "ring") for _ in range(K_GPT2 - 1)), tuple(D((3, 3, 3, 3), "tree")
+                                                                              for _ in range(K_GPT2 - 1))
+    out += [(3, "gpt2-tied-head-column", "gpt2_tiny", "",
+             Strategy(rest3 + (D((0, 12, 12), shard=heads([[1, 2]], split="column")),))),
+            (4, "gpt2-tied-head-two-replicas", "gpt2_tiny", "",
+             Strategy(rest4 + (D((7, 7, 5, 5), "ring", heads([[1, 0], [3, 2]], split="column")),)))]
+    # the embedding table read whole by a sharded group's Gather (position 0's gradient counts) and by the head
+    c3, r3 = heads([[1, 2]], split="column"), heads([[1, 2]], split="row")
+    c4, r4 = heads([[1, 0], [3, 2]], split="column"), heads([[1, 0], [3, 2]], split="row")
+    out += [(3, "tied-lm-gather-in-shard", "tied_lm", "",
+             Strategy((D((0, 12, 12), shard=c3), D((0, 12, 12), shard=r3), D((4, 4, 4), "ring")))),
+            (4, "tied-lm-gather-and-head-sharded", "tied_lm", "",
+             Strategy((D((7, 7, 5, 5), "ring", c4), D((7, 7, 5, 5), "ring", r4),
+                       D((6, 6, 6, 6), "ring", heads([[0, 1], [2, 3]], split="column")))))]
     out += [(4, "mlp-two-replicas-zero3", "mlp2", "two", mlp), (4, "mlp-two-replicas-zero3-resume", "mlp2", "two", mlp)]
     return out
+
+
+@pytest.fixture(scope="module")
+def all_models(models, tmp_path_factory):
+    from _shard_models import tied_lm
+
+    return {**models, "gpt2_tiny": GPT2_TINY, "tied_lm": tied_lm(str(tmp_path_factory.mktemp("tied") / "lm.onnx"), B)}
 
 
 def _scenarios(models, world):
     out = []
     for w, name, model, gk, s in _plans():
         if w == world:
+            opt, lr = OPT.get(model, OPT["gpt" if model == "gpt2_tiny" else "mlp2"])
             out.append({"name": name, "model": model, "path": models[model], "groups": gk, "strategy": s,
-                        "machines": ["m0"] * world, "steps": 3, "optimizer": OPT[model][0], "lr": OPT[model][1]})
+                        "machines": ["m0"] * world, "steps": 3, "optimizer": opt, "lr": lr})
             if name.endswith("-resume"):
                 out[-1]["resume_at"] = 1
     return out
 
 
 @pytest.mark.parametrize("world", [3, 4])
-def test_sharded_groups_in_pipelines_and_under_zero_train_like_one_device(models, world, tmp_path):
-    scenarios = _scenarios(models, world)
+def test_sharded_groups_in_pipelines_and_under_zero_train_like_one_device(all_models, world, tmp_path):
+    scenarios = _scenarios(all_models, world)
     results = run_scenarios(world, scenarios, make, str(tmp_path))
     for sc in scenarios:
-        graph, program, _ = make(sc)
-        data, targets = synthetic_batch(graph, B, 0)
-        ref_losses, ref_params = reference_training(graph, program, data, targets, 3, sc["optimizer"], sc["lr"])
-        assert ref_losses[-1] < ref_losses[0], sc["name"]  # training moved the loss
-        if "resume_at" in sc:  # ranks trained steps [k, 3) from the whole state they saved after step k
-            k = sc["resume_at"]
-            saved = torch.load(os.path.join(tmp_path, f"{sc['name']}_state.pt"), weights_only=True)
-            graph, program, _ = make(sc)
-            _, at_k = reference_training(graph, program, data, targets, k, sc["optimizer"], sc["lr"])
-            assert saved["step"] == k and set(saved["weights"]) == set(at_k), sc["name"]
-            for n, v in at_k.items():  # whole parameters, not slices of ZeRO shards
-                torch.testing.assert_close(saved["weights"][n], v, rtol=1e-4, atol=1e-6, msg=f"{sc['name']}: {n}")
-                assert set(saved["optimizer"][n]) >= {"exp_avg", "exp_avg_sq"}, n
-                assert saved["optimizer"][n]["exp_avg"].shape == v.shape, n  # whole Adam states
-            ref_losses = ref_losses[k:]
-        assert_ranks_match_reference(results[sc["name"]], ref_losses, ref_params, sc["name"])
+        assert_scenario_matches_reference(sc, results[sc["name"]], make, str(tmp_path))
 
 
 def test_zero_units_of_a_sharded_group_are_per_position(models):
@@ -127,3 +160,19 @@ def test_sfb_in_a_sharded_group_is_refused_as_plan_check_refuses_it(models):
     with pytest.raises(InputError) as e:
         build_schedule(load_model(models["mlp2"], batch_size=B), MLP_GROUPS["two"], sfb, ["m0"] * 2, 2, "p.json")
     assert str(e.value) == "p.json: decisions[0].sfb: expected no SFB op in a sharded group, found ['node_linear']"
+
+
+def test_a_tied_lm_head_is_sharded_on_the_whole_table(all_models):
+    """gpt2_tiny's last group is its LM head, Transpose(wte) then MatMul, wte also read by the embedding Gather of
+    group 0: split by columns (vocabulary) it is tied; ranks keep wte whole, and its one sum runs over every rank of
+    both groups (0, 1, 2), not per position."""
+    from tag.deploy.schedule import build_schedule
+
+    sc = {"model": "gpt2_tiny", "path": all_models["gpt2_tiny"]}
+    graph, _, groups = make(sc)
+    assert [graph.ops[i].op_type for i in groups[-1]] == ["Transpose", "MatMul"]
+    strategy = [s for _, name, _, _, s in _plans() if name == "gpt2-tied-head-column"][0]
+    sched = build_schedule(graph, groups, strategy, ["m0"] * 3, 3)
+    sg = sched.shards[K_GPT2 - 1]
+    assert sg.tied == {"wte.weight"} and set(sg.sliced) == {"wte.weight"}
+    assert [(b.ranks, b.params) for b in sched.buckets if "wte.weight" in b.params] == [((0, 1, 2), ("wte.weight",))]
