@@ -202,15 +202,16 @@ class RankRuntime(GradSync):
         return run_recomputed(run, env, self.s.groups[g].outputs) if g in self.s.recompute_groups else run(env)
 
     def _training_context(self, g: int, off: int) -> TrainingContext:
-        """Group g's rows in the global batch, and the sum over its replicas for batch statistics."""
-        ranks = self.s.ranks_of(g)
+        """Group g's rows in the global batch, and the sum over its replicas for batch statistics (of a sharded
+        group: over the ranks at this rank's position, which hold the same features of the other replicas' rows)."""
+        ranks = self.shard.peers(g) or self.s.ranks_of(g)
         stats_sum = None
         if len(ranks) > 1:
             from tag.deploy.batch_stats import group_sum
 
             stats_sum = lambda t: group_sum(self.comm.group(ranks))(t)  # noqa: E731 - the group only when used
         return TrainingContext(seed=self.seed, step=self.step_index, row_offset=off, global_rows=self.s.batch_size,
-                               stats_sum=stats_sum, batch_axis=self._axis)
+                               stats_sum=stats_sum, batch_axis=self._axis, feature_slice=self.shard.feature_slice(g))
 
     def _holds(self, g: int, t: str, p: int, backward: bool = False) -> bool:
         """Whether this rank's own output t of group p feeds group g here (in the backward: and takes t's gradient

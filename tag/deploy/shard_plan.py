@@ -22,6 +22,9 @@ the whole units of each position (`shard_sizes` / `shard_offsets`, the one round
   an unsliced one only whole ops read contributes its gradient at position 0 only (the others' is the same), so the
   sum over the ranks of all its groups, the tied parameters' own sync (`bucket_plan.sync_buckets`), is the whole
   gradient. Such a parameter is held whole and is in no ZeRO unit.
+* training-mode BatchNormalization and Dropout: batch statistics are summed over the position's peers (the same
+  features of the other replicas' rows; `RankRuntime._training_context`), dropout masks are the whole batch's cut to
+  the replica's rows and the position's features (`ShardRank.feature_slice`).
 
 Between groups (`input_sources`): position j of a consumer takes a full input from the producer's position j when
 both are sharded on the same grid (no transfer; each position returns its own gradient), else from the producer's
@@ -34,7 +37,7 @@ count / m), so a stage's sharded groups run per micro-batch as they run whole-ba
 each position's parameters over its peers (`zero_plan.zero_units`).
 
 Refused, each an `InputError` naming the plan's JSON path (exit 2 in tag deploy): SFB on a sharded group (plan check
-refuses it too), training-mode BatchNormalization or Dropout in a sharded group, a split the group's ops do not allow, heads not split exactly, a position with no unit, and an
+refuses it too), a split the group's ops do not allow, heads not split exactly, a position with no unit, and an
 --nproc that puts two devices of one grid on one rank.
 """
 
@@ -43,7 +46,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tag.errors import InputError
-from tag.graph.op_families import is_training_batchnorm
 from tag.graph.shardable import NotShardable, ParamSlice, ShardLayout, analyse_group
 from tag.strategy import row_offsets
 from tag.strategy.placement import Placement, rows_placement
@@ -132,11 +134,6 @@ def shard_groups(graph, groups: list[list[int]], strategy, dev_rank: list[int], 
             raise InputError("--nproc", str(nproc), f"a rank count that gives each device of {plan_file} {where}."
                              "shard its own rank", "two of its devices on one rank")
         ops = groups[g]
-        bad = [graph.ops[i] for i in ops if is_training_batchnorm(graph.ops[i])
-               or (graph.ops[i].op_type == "Dropout" and len([x for x in graph.ops[i].inputs if x]) == 3)]
-        if bad:
-            raise InputError(plan_file, f"{where}.shard", "a group without training-mode BatchNormalization or "
-                             "Dropout (deploy does not shard them)", f"{bad[0].op_type} {bad[0].name!r}")
         try:
             lay = analyse_group(graph, ops, sh.split)
         except NotShardable as e:

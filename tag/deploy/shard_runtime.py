@@ -119,6 +119,27 @@ class ShardRank:
         """This rank's position in group g (0 for an unsharded group)."""
         return self.mine[g][2] if g in self.mine else 0
 
+    def peers(self, g: int) -> tuple[int, ...] | None:
+        """The ranks at this rank's position of group g in every replica (None for an unsharded group)."""
+        return self.mine[g][0].peers(self.mine[g][2]) if g in self.mine else None
+
+    def feature_slice(self, g: int):
+        """For `TrainingContext.feature_slice`: tensor -> (axis, first index, whole length) of the features this
+        rank's position of group g holds of a tensor the split leaves split inside the group; None if unsharded."""
+        if g not in self.mine:
+            return None
+        sg, _, j = self.mine[g]
+
+        def at(t: str):
+            hit = sg.layout.split_tensors.get(t)
+            if hit is None:
+                return None
+            axis, pair = hit
+            whole = self._length(t, axis)
+            return axis, sg.pieces(pair, whole)[j][0], whole
+
+        return at
+
     def reports(self, g: int) -> bool:
         """Whether this rank counts group g's loss term (a sharded group's position 0 only)."""
         return self.position(g) == 0

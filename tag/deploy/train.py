@@ -83,6 +83,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
 
     group_sets = [schedule.ranks_of(g) for g in range(len(schedule.groups))]  # batch statistics of replicated groups
     group_sets += [u.ranks for u in schedule.zero_units]  # a sharded group's units span a position's peers
+    group_sets += [sg.peers(j) for sg in schedule.shards.values() for j in range(sg.k)]  # and its batch statistics
     comm = Comm(rank, schedule.n_ranks, schedule.rank_machine,
                 Comm.needed_sets(schedule.buckets, schedule.sfb, schedule.rank_machine) + group_sets, device,
                 [rep for sg in schedule.shards.values() for rep in sg.replicas])

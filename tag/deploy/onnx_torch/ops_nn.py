@@ -24,7 +24,9 @@ from tag.deploy.onnx_torch.registry import converter, ints, norm_axis
 class TrainingContext:
     """seed, step: of the dropout masks; row_offset: the first global row of the rows being run; global_rows:
     rows of the global batch (None: the rows being run); stats_sum: sums a tensor over the ranks that run this
-    op's other rows, autograd-aware (None: this process holds every row); batch_axis(tensor name) -> axis."""
+    op's other rows, autograd-aware (None: this process holds every row); batch_axis(tensor name) -> axis;
+    feature_slice(tensor name) -> (axis, first index, whole length) when the tensor is a tensor-sharded position's
+    slice of its features (None: whole)."""
 
     seed: int = 0
     step: int = 0
@@ -32,6 +34,7 @@ class TrainingContext:
     global_rows: int | None = None
     stats_sum: Callable | None = None
     batch_axis: Callable | None = None
+    feature_slice: Callable | None = None
 
 
 _CONTEXT: contextvars.ContextVar = contextvars.ContextVar("tag_training_context", default=TrainingContext())
@@ -275,7 +278,7 @@ def _dropout(node, ins):
 
     training_mode true (opset >= 12): y = x * mask / (1 - ratio), mask = u >= ratio with u uniform in [0, 1) drawn
     for the whole global batch by a generator seeded `dropout_seed(seed, step, node index)` and cut to the rows
-    being run, so every plan sees the masks of one device.
+    being run (and, on a tensor-sharded position, to its features), so every plan sees the masks of one device.
     """
     x = ins[0]
     training = ins[2] if len(ins) > 2 and ins[2] is not None else None
@@ -287,13 +290,17 @@ def _dropout(node, ins):
     ctx = _CONTEXT.get()
     axis = ctx.batch_axis(node.inputs[0]) if ctx.batch_axis is not None else 0
     gen = torch.Generator().manual_seed(dropout_seed(ctx.seed, ctx.step, node.index))
-    if axis is None:  # not batched: one mask for the whole tensor
-        u = torch.rand(tuple(x.shape), generator=gen)
-    else:
-        rows = x.shape[axis]
-        shape = list(x.shape)
-        shape[axis] = ctx.global_rows if ctx.global_rows is not None else rows
-        u = torch.rand(shape, generator=gen).narrow(axis, ctx.row_offset, rows)
+    shape = list(x.shape)
+    part = ctx.feature_slice(node.inputs[0]) if ctx.feature_slice is not None else None
+    if part is not None:
+        shape[part[0] % x.dim()] = part[2]
+    if axis is not None:
+        shape[axis] = ctx.global_rows if ctx.global_rows is not None else x.shape[axis]
+    u = torch.rand(shape, generator=gen)  # not batched: one mask for the whole tensor
+    if axis is not None:
+        u = u.narrow(axis, ctx.row_offset, x.shape[axis])
+    if part is not None:
+        u = u.narrow(part[0] % x.dim(), part[1], x.shape[part[0] % x.dim()])
     keep = (u >= ratio).to(x.device)
     y = x * keep.to(x.dtype) / (1.0 - ratio) if ratio < 1.0 else torch.zeros_like(x)
     if len(node.outputs) > 1 and node.outputs[1]:
