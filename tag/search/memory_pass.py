@@ -33,7 +33,7 @@ from typing import Callable
 
 from tag.graph.groups import group_has_params
 from tag.strategy import Decision, Strategy
-from tag.strategy.memory_decisions import compute_bytes
+from tag.strategy.memory_decisions import compute_bytes, max_zero
 
 FP32_BYTES = 4
 DEFAULT_PASS_SIMULATIONS = 48  # simulations one pass may spend (fitting, trimming and polishing)
@@ -142,7 +142,7 @@ def fit_memory(gg, cluster, cost, training, strategy: Strategy, result_fn: Calla
     if not res.oom:
         return MemoryFit(strategy, res, True, simulations=spent[0])
     current, cur_res = strategy, res
-    for z in (1, 2, 3):  # the ZeRO ladder
+    for z in range(1, max_zero(strategy.pipeline is not None) + 1):  # the ZeRO ladder
         if not cur_res.oom or spent[0] >= max_simulations:
             break
         rung = current.with_decisions(replace(d, zero=max(z, d.zero)) if zero_allowed(gg, g, d) else d
@@ -192,7 +192,7 @@ def fit_memory(gg, cluster, cost, training, strategy: Strategy, result_fn: Calla
                 break
             improved = better(cand) or improved
         for g in range(len(current.decisions)):
-            for dec in memory_neighbours(current.decisions[g], has_params[g]):
+            for dec in memory_neighbours(current.decisions[g], has_params[g], max_zero(current.pipeline is not None)):
                 if spent[0] >= max_simulations:
                     break
                 improved = better(current.replace(g, dec)) or improved
@@ -212,16 +212,16 @@ def carry_memory(has_params: bool, old: Decision, new: Decision) -> Decision:
     return replace(new, zero=zero, recompute=old.recompute)
 
 
-def memory_neighbours(dec: Decision, has_params: bool) -> list[Decision]:
-    """Refinement moves of one group's memory decisions: the ZeRO stage one down and one up (a replicated group with
-    parameters), recomputation toggled.
+def memory_neighbours(dec: Decision, has_params: bool, top: int = 3) -> list[Decision]:
+    """Refinement moves of one group's memory decisions: the ZeRO stage one down and one up to `top`
+    (`tag.strategy.memory_decisions.max_zero`; a replicated group with parameters), recomputation toggled.
 
     >>> [(d.zero, d.recompute) for d in memory_neighbours(Decision((2, 2), zero=1), True)]
     [(0, False), (2, False), (1, True)]
     """
     out = []
     if has_params and dec.replicated:
-        out += [replace(dec, zero=z) for z in (dec.zero - 1, dec.zero + 1) if 0 <= z <= 3]
+        out += [replace(dec, zero=z) for z in (dec.zero - 1, dec.zero + 1) if 0 <= z <= top]
     out.append(replace(dec, recompute=not dec.recompute))
     return out
 
@@ -234,7 +234,8 @@ def stage_memory_neighbours(strategy: Strategy, has_params) -> list[Strategy]:
     stages = [list(range(len(strategy.decisions)))] if pl is None else [sorted(st.groups) for st in pl.stages]
     out, seen = [], {strategy}
     for groups in stages:
-        edits = [lambda d, g, z=z: replace(d, zero=z) if has_params[g] and d.replicated else d for z in range(4)]
+        edits = [lambda d, g, z=z: replace(d, zero=z) if has_params[g] and d.replicated else d
+                 for z in range(max_zero(pl is not None) + 1)]
         edits += [lambda d, g, r=r: replace(d, recompute=r) for r in (False, True)]
         for edit in edits:
             ds = list(strategy.decisions)

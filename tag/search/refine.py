@@ -28,6 +28,7 @@ from typing import Sequence
 from tag.search.budget import WallCap
 from tag.search.evaluate import Evaluator
 from tag.search.memory_pass import carry_memory, memory_neighbours, stage_memory_neighbours
+from tag.strategy.memory_decisions import max_zero
 from tag.search.shard_search import shard_like_neighbour
 from tag.search.space import SearchSpace, fits_pipeline
 from tag.strategy import AUTO, Decision, Strategy
@@ -138,7 +139,7 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
                     tries.append(with_rows_of(current.decisions[nb], space.has_params[gid]))
             tries = [carry_memory(space.has_params[gid], mine, t) for t in tries]
             tries += row_shift_neighbours(mine, space.device_class, unit=unit)
-            tries += memory_neighbours(mine, space.has_params[gid])
+            tries += memory_neighbours(mine, space.has_params[gid], max_zero(current.pipeline is not None))
             if space.shards:
                 tries += shard_like_neighbour(current, gid, space.shards, space.splittable[gid],
                                               space.has_params[gid])

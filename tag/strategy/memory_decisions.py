@@ -26,6 +26,16 @@ MIXED_PRECISIONS = ("fp16", "bf16")  # autocast compute in 16 bits, fp32 master 
 ZERO_STAGES = (0, 1, 2, 3)
 
 
+def max_zero(pipelined: bool) -> int:
+    """The highest ZeRO stage a plan may give a group: 3, or 1 in a pipelined plan (gradients accumulate over the
+    micro-batches unsharded; deploy, like DeepSpeed's pipeline engine, runs ZeRO 1 there and no higher stage).
+
+    >>> max_zero(False), max_zero(True)
+    (3, 1)
+    """
+    return 1 if pipelined else 3
+
+
 def peak_class(precision: str) -> str:
     """Which catalog peak a precision computes at: "fp32", "tf32" or "amp" (the 16-bit tensor-core peak).
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from tag.errors import InputError, short_repr
 from tag.strategy import Strategy
+from tag.strategy.memory_decisions import max_zero
 from tag.strategy.planfile import PlanMeta, file_sha256, load_plan_json, parse_plan
 from tag.strategy.planfile_pipeline import check_pipeline_graph
 from tag.graph.groups import group_has_params
@@ -60,6 +61,9 @@ def validate_plan(plan, graph, gg, cluster, model_path: str, topology_path: str,
         group = gg.groups[g]
         if dec.shard is not None:
             _check_shard(path, where, graph, group.op_ids, dec)
+        if strategy.pipeline is not None and dec.zero > max_zero(True):
+            raise InputError(path, f"{where}.zero", f"0 or {max_zero(True)} in a pipelined plan (gradients accumulate "
+                             "over micro-batches unsharded)", str(dec.zero))
         if not group.splittable and dec.replicated:
             raise InputError(path, f"{where}.rows", f"all rows on one device (group {g} cannot be split by rows)",
                              f"{len(dec.devices)} devices")

@@ -34,7 +34,16 @@ def _one_device(p):
     p["decisions"][2].update(rows={"local/0": 128}, sync=None, zero=2)
 
 
+def _pipelined_zero_2(p):
+    from test_docs_plan_pipeline import _pipelined
+
+    p.clear()
+    p.update(_pipelined())
+    p["decisions"][0]["zero"] = 2
+
+
 MISTAKES = {
+    "ZeRO above 1 in a pipelined plan": _pipelined_zero_2,
     "a ZeRO stage that is not 0-3": lambda p: p["decisions"][2].update(zero=4),
     "ZeRO on a group with one replica (one device)": _one_device,
     "`recompute` not a boolean": lambda p: p["decisions"][2].update(recompute=1),
