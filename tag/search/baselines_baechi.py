@@ -1,25 +1,34 @@
 """Baechi's memory-constrained placers (Jeon et al., SoCC 2020) over op groups: m-TOPO and m-ETF.
 
-Both put every group whole on one device (all batch rows there: model parallelism) and keep each
-device's estimated memory under a cap. A group's memory on a device is estimated as
-
-    static bytes (weights + optimizer state, `tag.sim.memory.static_bytes`) + param_bytes (gradients)
-      + saved_bytes_per_row x rows + saved_bytes_fixed (activations kept for backward). The simulator's own memory accounting judges the result; this estimate only steers.
+Both put every group whole on one device (all batch rows there: model parallelism) and keep each device's memory
+under its usable memory by the simulator's own memory model (`tag.sim.memory`: the same per-group terms and the
+same walk, on a one-device view of the placement, `placement_peak_bytes`), so a placement they accept is one the
+simulator says fits, up to the headroom of gradients counted as received from consumers not placed yet. m-TOPO's
+proportional caps read each group's persistent and saved bytes (`group_memory_bytes`) from the same terms.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from tag.cost.comm import p2p_ms
-from tag.sim.memory import device_peak_bytes, static_bytes
+from tag.sim.context import sim_context
+from tag.sim.memory import memory_terms, peak_memory_bytes, shared_static_bytes
 from tag.strategy import Decision, Strategy
 
 M_TOPO_SLACK = 0.10  # each device may take 10 % more than its proportional share of the model's memory
 
 
-def group_memory_bytes(group, rows: int, optimizer: str) -> float:
-    """Estimated bytes a group holds on one device computing `rows` rows (see the module docstring)."""
-    return (static_bytes(group, optimizer) + group.param_bytes
-            + group.saved_bytes_per_row * rows + group.saved_bytes_fixed)
+def _precision(ctx) -> str:
+    return getattr(ctx.training, "precision", "fp32")
+
+
+def group_memory_bytes(ctx, rows: int) -> np.ndarray:
+    """Per group, the bytes it holds whole on one device computing `rows` rows (`tag.sim.memory.memory_terms`
+    of one replica, nothing received): static (weights, optimizer states) + saved activations + its gradient."""
+    k = ctx.gg.n_groups
+    t = memory_terms(ctx, [Decision((rows,))] * k, None, ctx.training.optimizer, _precision(ctx), devices=[0])
+    return (t.static + t.saved + t.kept)[:, 0]
 
 
 def transfer_ms(cluster, src: int, dst: int, nbytes: float) -> float:
@@ -61,39 +70,54 @@ def _edges_by_group(gg) -> tuple[list[list], list[list]]:
     return hit[1], hit[2]
 
 
-def placement_peak_bytes(gg, device: list[int], d: int, batch: int, optimizer: str,
-                         extra: tuple[int, int] | None = None) -> float:
-    """Peak bytes on device d of a whole-group placement (`device[g]` = device or -1 if not placed yet),
-    with `extra` = (group, device) placed too, by the simulator's memory model
-    (`tag.sim.memory.device_peak_bytes`).
-
-    Received forward inputs: edges from groups placed elsewhere; received gradients: edges to groups
-    placed elsewhere or not placed yet (whole batch each; so later placements cannot push d over). Placing a group on one device can raise its predecessors'
-    devices' peaks (they receive its gradients), so a placer checks those devices too.
-    """
+def placement_peak_bytes(ctx, device: list[int], d: int, batch: int, extra: tuple[int, int] | None = None) -> float:
+    """Peak bytes on device d of a whole-group placement (`device[g]` = device or -1 if not placed yet), with
+    `extra` = (group, device) placed too: `tag.sim.memory.peak_memory_bytes` on the view of device d (exact for
+    whole groups), with its groups at `batch` rows, the shared parameters held there
+    (`tag.sim.memory.shared_static_bytes`) and what d receives (whole batch, `edge_bytes`, at the graph's
+    dtypes as the simulator's transfer pairs): activations on edges from groups placed elsewhere, gradients on
+    edges to groups placed elsewhere or not placed yet (headroom, so later placements cannot push d over; zero
+    once every consumer is placed). Placing a group on one device can raise its predecessors' devices' peaks
+    (they receive its gradients), so a placer checks those devices too."""
+    gg = ctx.gg
     where = list(device)
     if extra is not None:
         where[extra[0]] = extra[1]
-    on_d = [g for g, x in enumerate(where) if x == d]
+    on, off = _row_decisions(batch)
     ins, outs = _edges_by_group(gg)
-    recv_fwd = {g: 0.0 for g in on_d}
-    recv_bwd = {g: 0.0 for g in on_d}
-    for g in on_d:
+    recv_fwd, recv_bwd = np.zeros((gg.n_groups, 1)), np.zeros((gg.n_groups, 1))
+    decisions = []
+    for g, x in enumerate(where):
+        decisions.append(on if x == d else off)
+        if x != d:
+            continue
         for e in ins[g]:
             if where[e.src] not in (-1, d):
-                recv_fwd[g] += edge_bytes(e, batch)
+                recv_fwd[g, 0] += edge_bytes(e, batch)
         for e in outs[g]:
             if where[e.dst] != d:  # unplaced consumers count as remote: headroom
-                recv_bwd[g] += e.bytes_per_row * batch
-    return device_peak_bytes([gg.groups[g] for g in on_d], [batch] * len(on_d), optimizer,
-                             [recv_fwd[g] for g in on_d], [recv_bwd[g] for g in on_d])
+                recv_bwd[g, 0] += edge_bytes(e, batch)
+    opt = ctx.training.optimizer
+    shared = shared_static_bytes(gg, [(x,) if x >= 0 else () for x in where], opt, len(ctx.dtypes))[d]
+    return float(peak_memory_bytes(ctx, decisions, None, opt, shared, _precision(ctx), devices=[d],
+                                   received=(recv_fwd, recv_bwd))[0])
 
 
-def overflow_bytes(gg, device: list[int], g: int, d: int, batch: int, optimizer: str, usable: list[float]) -> float:
+_ROWS: dict = {}
+
+
+def _row_decisions(batch: int) -> tuple[Decision, Decision]:
+    """(the whole batch on the viewed device, nothing there), built once per batch."""
+    if batch not in _ROWS:
+        _ROWS[batch] = (Decision((batch,)), Decision((0,)))
+    return _ROWS[batch]
+
+
+def overflow_bytes(ctx, device: list[int], g: int, d: int, batch: int, usable: list[float]) -> float:
     """Bytes over usable memory, worst device, if group g goes on d (d and g's predecessors' devices), >= 0."""
-    touched = {d} | {device[e.src] for e in gg.edges if e.dst == g and device[e.src] >= 0}
-    return max(0.0, max(placement_peak_bytes(gg, device, x, batch, optimizer, extra=(g, d)) - usable[x]
-                        for x in touched))
+    ins, _ = _edges_by_group(ctx.gg)
+    touched = {d} | {device[e.src] for e in ins[g] if device[e.src] >= 0}
+    return max(0.0, max(placement_peak_bytes(ctx, device, x, batch, extra=(g, d)) - usable[x] for x in touched))
 
 
 def m_topo(gg, cluster, cost, training, batch: int) -> Strategy:
@@ -107,7 +131,8 @@ def m_topo(gg, cluster, cost, training, batch: int) -> Strategy:
     overflow is smallest (the simulator reports the OOM).
     """
     n = cluster.n_devices
-    need = [group_memory_bytes(g, batch, training.optimizer) for g in gg.groups]
+    ctx = sim_context(gg, cluster, cost, training)
+    need = group_memory_bytes(ctx, batch).tolist()
     usable = [d.type.usable_memory_bytes for d in cluster.devices]
     total = sum(need)
     caps = [min(usable[d], (1 + M_TOPO_SLACK) * total * usable[d] / sum(usable)) for d in range(n)]
@@ -115,10 +140,10 @@ def m_topo(gg, cluster, cost, training, batch: int) -> Strategy:
     device, cur = [-1] * gg.n_groups, 0
     for g in range(gg.n_groups):
         while cur < n and ((used[cur] > 0 and used[cur] + need[g] > caps[cur])
-                           or overflow_bytes(gg, device, g, cur, batch, training.optimizer, usable) > 0):
+                           or overflow_bytes(ctx, device, g, cur, batch, usable) > 0):
             cur += 1
         dev = cur if cur < n else min(
-            range(n), key=lambda d: (overflow_bytes(gg, device, g, d, batch, training.optimizer, usable), d))
+            range(n), key=lambda d: (overflow_bytes(ctx, device, g, d, batch, usable), d))
         used[dev] += need[g]
         device[g] = dev
     return _placement_strategy(gg, cluster, device, batch)
@@ -139,6 +164,7 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
     first of them (the one the tie-break would pick) is tried: the schedule is the same as trying them all.
     """
     n, k = cluster.n_devices, gg.n_groups
+    ctx = sim_context(gg, cluster, cost, training)
     used = [False] * n
     usable = [d.type.usable_memory_bytes for d in cluster.devices]
     preds: list[list] = [[] for _ in range(k)]
@@ -176,7 +202,7 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
                 key = (s, s + dur(g, d), g, d)
                 if best is not None and best[0] == 0.0 and key > best[1]:
                     continue  # cannot beat a fitting candidate
-                cand = (overflow_bytes(gg, device, g, d, batch, training.optimizer, usable), key)
+                cand = (overflow_bytes(ctx, device, g, d, batch, usable), key)
                 if best is None or cand < best:
                     best = cand
         s, f, g, d = best[1]

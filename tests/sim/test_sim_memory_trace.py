@@ -86,16 +86,37 @@ def test_chrome_trace_is_valid_json_with_lanes(tmp_path):
     assert max(e["ts"] + e["dur"] for e in xs) / 1e3 == pytest.approx(r.iteration_ms)
 
 
+def _program_walk_peak(groups_in_order, rows, optimizer, recv_fwd, recv_bwd, bucketed):
+    """Peak bytes on one device computing rows[k] rows of groups_in_order[k] of a hand-built graph, walking its
+    program: weights and states (plus the bucket's gradient when bucketed) for good; each forward adds its saved
+    bytes and received activations (its output as a temporary); each backward, in reverse, its gradient (unless
+    bucketed), its output gradient and the gradients received, then frees what its forward saved."""
+    from tag.cost.optimizer import state_bytes_per_param
+
+    static = sum(g.param_bytes + g.param_count * state_bytes_per_param(optimizer) + (g.param_bytes if b else 0.0)
+                 for g, b in zip(groups_in_order, bucketed))
+    live = peak = 0.0
+    for g, r, rf in zip(groups_in_order, rows, recv_fwd):
+        live += g.saved_bytes_per_row * r + g.saved_bytes_fixed + rf
+        peak = max(peak, live + g.out_bytes_per_row * r)
+    for k in range(len(groups_in_order) - 1, -1, -1):
+        g, r = groups_in_order[k], rows[k]
+        live += 0.0 if bucketed[k] else g.param_bytes
+        peak = max(peak, live + g.out_bytes_per_row * r + recv_bwd[k])
+        live -= g.saved_bytes_per_row * r + g.saved_bytes_fixed + recv_fwd[k]
+    return static + peak
+
+
 def test_vectorised_peak_equals_program_walk():
-    """peak_memory_bytes (numpy, all devices) against device_peak_bytes (walks one device's program), with
-    momentum (no optimizer-step temporaries, which device_peak_bytes leaves out; tests/sim/test_memory_decisions.py
+    """peak_memory_bytes (numpy, all devices) against `_program_walk_peak` (walks one device's program), with
+    momentum (no optimizer-step temporaries, which the walk leaves out; tests/sim/test_memory_decisions.py
     walks Adam's step)."""
     import random
 
     import numpy as np
 
     from tag.sim.context import SimContext
-    from tag.sim.memory import device_peak_bytes, peak_memory_bytes
+    from tag.sim.memory import peak_memory_bytes
 
     rng = random.Random(3)
     for _ in range(20):
@@ -114,6 +135,6 @@ def test_vectorised_peak_equals_program_walk():
             rf = [sum(r[4] for r in recv if (r[0], r[1]) == (g, d)) for g in gl]
             rb = [sum(r[4] for r in recv if (r[2], r[3]) == (g, d)) for g in gl]
             multi = [sum(1 for r in decs[g].rows if r) > 1 for g in gl]  # replicated: gradients in a bucket
-            want = device_peak_bytes([gg.groups[g] for g in gl], [decs[g].rows[d] for g in gl], "momentum", rf, rb,
+            want = _program_walk_peak([gg.groups[g] for g in gl], [decs[g].rows[d] for g in gl], "momentum", rf, rb,
                                      bucketed=multi)
             assert got[d] == pytest.approx(want)

@@ -34,6 +34,23 @@ with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_refer
     REFERENCE = json.load(_f)
 MODES = {"async": {}, "deploy": {"overlap_sync": False, "blocking_sends": True}}
 CASES = sorted({tuple(k.split("|")[:2]) for k in REFERENCE})
+# m-TOPO's placements when the figures were recorded (device per group): its memory estimate now reads the
+# simulator's memory model (tests/search/test_memory_estimates.py), which moves some groups; the engine is checked
+# on the placements the figures are of
+RECORDED_M_TOPO = {"resnet_tiny|cpu4": [0, 1, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 0, 0, 0],
+                   "resnet_tiny|heterog8": [0, 1, 2, 3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4],
+                   "transformer_tiny|cpu4": [0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 3, 3, 3, 0],
+                   "transformer_tiny|heterog8": [0, 1, 2, 3, 3, 3, 3, 4, 4, 5, 6, 7, 0, 0, 0, 0]}
+
+
+def _baseline(name: str, key: str, gg, cluster, cost, training):
+    """The baseline's strategy (m-TOPO's: its recorded placement, each group whole on its device)."""
+    if name != "m-topo":
+        return build_baseline(name, gg, cluster, cost, training)
+    from tag.strategy import Decision, Strategy
+
+    batch, n = gg.graph.batch_size, cluster.n_devices
+    return Strategy(tuple(Decision(tuple(batch if x == d else 0 for x in range(n))) for d in RECORDED_M_TOPO[key]))
 
 
 def _inputs(model: str, topology: str):
@@ -69,8 +86,8 @@ def test_every_baseline_matches_the_pre_refactor_engine(model, topology):
     gg, cluster, cost, training = _inputs(model, topology)
     for baseline in BASELINES:
         ref = REFERENCE[f"{model}|{topology}|{baseline}"]
-        st = version_1_form(baseline, build_baseline(baseline, gg, cluster, cost, training), gg, cluster, cost,
-                           training)
+        st = version_1_form(baseline, _baseline(baseline, f"{model}|{topology}", gg, cluster, cost, training), gg,
+                            cluster, cost, training)
         for mode, kw in MODES.items():
             r = simulate(gg, cluster, cost, st, training, **kw)
             want = ref[mode]
