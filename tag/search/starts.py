@@ -8,9 +8,10 @@ with rows balanced by predicted compute time and capped by the memory each devic
 stage (`stage_cap_rows`). S = 1 is memory-capped balanced data parallelism over the whole cluster.
 
 Groups are cut two ways for each S: in proportion to the blocks' usable memory (memory demand of a group
-= weights + gradients + optimizer states + saved activations at the whole batch) and in proportion to the
-blocks' peak FLOP/s (a group's demand = its training FLOPs). The caller simulates the starts and keeps
-the best one that fits.
+= what it keeps at the whole batch by the simulator's terms, `tag.sim.memory.group_lines_bytes`: weights, optimizer
+states, gradient, saved activations) and in proportion to the blocks' peak FLOP/s (a group's demand = its
+training FLOPs). Every memory figure here is the simulator's model (`tag.sim.memory`). The caller simulates the
+starts and keeps the best one that fits.
 """
 
 from __future__ import annotations
@@ -18,10 +19,11 @@ from __future__ import annotations
 import math
 from typing import Iterator, Sequence
 
-from tag.cost.optimizer import state_bytes_per_param
 from tag.graph.groups import group_has_params
 from tag.search.space import balanced_rows
-from tag.strategy import AUTO, DEFAULT_BUCKET_MB, Decision, Strategy
+from tag.sim.context import sim_context
+from tag.sim.memory import group_lines_bytes, rows_peak_lines
+from tag.strategy import AUTO, DEFAULT_BUCKET_MB, Decision, Strategy, TrainingConfig
 
 MEMORY_SAFETY = 0.97  # fraction of usable memory a start plans to fill (transients the cap does not see)
 
@@ -66,17 +68,35 @@ def contiguous_blocks(weights: Sequence[float], s: int) -> list[list[int]]:
     return [list(range(a, b)) for a, b in zip(cuts, cuts[1:])] if cuts else []
 
 
-def stage_cap_rows(gg, groups: Sequence[int], optimizer: str) -> tuple[float, float]:
-    """(bytes a device needs for the stage regardless of rows, bytes per row) for a device computing
-    rows of every group in `groups` (`tag.sim.memory`'s terms, bounded from above): weights, optimizer
-    states and gradients of the stage, fixed saved bytes; per row, the stage's saved activations, its
-    largest output and the activations it receives from earlier stages."""
-    gs = [gg.groups[g] for g in groups]
-    inside = set(groups)
-    fixed = sum(g.param_bytes * 2 + g.param_count * state_bytes_per_param(optimizer) + g.saved_bytes_fixed for g in gs)
-    per_row = sum(g.saved_bytes_per_row for g in gs) + max((g.out_bytes_per_row for g in gs), default=0.0)
-    per_row += sum(e.bytes_per_row for e in gg.edges if e.dst in inside and e.src not in inside)
-    return fixed, per_row
+_GENERIC: dict = {}
+
+
+def memory_context(gg, cluster=None, training=None, optimizer: str = "adam"):
+    """The simulator's context whose memory terms the starts read (`tag.sim.context.sim_context`, no cost model):
+    of `cluster` and `training`, or without a cluster of two GPUs of one machine (a GPU rank's optimizer
+    temporaries) training with `optimizer` in fp32."""
+    if cluster is None:
+        from tag.topology import parse_topology
+
+        if "cluster" not in _GENERIC:
+            _GENERIC["cluster"] = parse_topology({"version": 1, "machines": [
+                {"name": "m0", "devices": [{"type": "V100-16GB", "count": 2}]}]}, "generic.json")
+        cluster = _GENERIC["cluster"]
+    return sim_context(gg, cluster, None, training or TrainingConfig(optimizer))
+
+
+def stage_cap_rows(gg, groups: Sequence[int], optimizer: str, ctx=None, device: int = 0) -> tuple[float, float]:
+    """(bytes a device needs for the stage regardless of rows, bytes per row): the simulator's peak of `device`
+    computing r rows of every group in `groups`, replicated, is at most fixed + per_row x r
+    (`tag.sim.memory.rows_line_bytes`: the stage's weights, optimizer states, bucketed gradients and saved
+    activations, the largest transient of its walk or the optimizer step's, the activations it receives from
+    earlier stages and the gradients from later ones). ctx: `memory_context` (default: a GPU, `optimizer`, fp32)."""
+    return _stage_lines(gg, groups, optimizer, ctx, device).bound()
+
+
+def _stage_lines(gg, groups: Sequence[int], optimizer: str, ctx=None, device: int = 0):
+    ctx = ctx or memory_context(gg, optimizer=optimizer)
+    return rows_peak_lines(ctx, list(groups), device, getattr(ctx.training, "precision", "fp32"))
 
 
 def stage_decisions(gg, cluster, cost, training, batch: int, groups: Sequence[int],
@@ -113,12 +133,17 @@ def stage_decisions(gg, cluster, cost, training, batch: int, groups: Sequence[in
 
 
 def _caps(gg, cluster, training, batch: int, groups: Sequence[int]):
-    """cap(d): the most rows device d can compute of a stage made of `groups` (`stage_cap_rows`)."""
-    fixed, per_row = stage_cap_rows(gg, groups, training.optimizer)
+    """cap(d): the most rows device d can compute of a stage made of `groups`: the simulator's peak of d
+    (`tag.sim.memory.rows_peak_lines`, as `stage_cap_rows`) within MEMORY_SAFETY x its usable memory."""
+    ctx = memory_context(gg, cluster, training)
+    caps: dict = {}
 
     def cap(d: int) -> int:
-        free = cluster.devices[d].type.usable_memory_bytes * MEMORY_SAFETY - fixed
-        return batch if per_row <= 0 else min(batch, int(max(0.0, free) // per_row))
+        t = cluster.devices[d].type
+        if t not in caps:  # devices of one type hold alike
+            lines = _stage_lines(gg, groups, training.optimizer, ctx, d)
+            caps[t] = lines.max_rows(t.usable_memory_bytes * MEMORY_SAFETY, batch)
+        return caps[t]
     return cap
 
 
@@ -177,10 +202,7 @@ def pipeline_starts(gg, cluster, cost, training, batch: int, max_stages: int = 1
     (``fill-rev``). A variant with a stage its block cannot hold is skipped (so may be every one). Lazy:
     built in increasing S as the caller iterates."""
     n_groups, n = gg.n_groups, cluster.n_devices
-    opt = training.optimizer
-    spp = state_bytes_per_param(opt)
-    mem_demand = [g.param_bytes * 2 + g.param_count * spp + g.saved_bytes_fixed + g.saved_bytes_per_row * batch
-                  for g in gg.groups]
+    mem_demand = list(_kept_bytes(gg, cluster, training, batch))
     flop_demand = [g.fwd_flops_per_row * batch + g.fwd_flops_fixed + g.bwd_flops_per_row * batch + g.bwd_flops_fixed
                    for g in gg.groups]
     seen: set[Strategy] = set()
@@ -215,27 +237,37 @@ def pipeline_starts(gg, cluster, cost, training, batch: int, max_stages: int = 1
                 yield f"pipeline-{s}-{label}", strat
 
 
+def _kept_bytes(gg, cluster, training, batch: int):
+    """Per group, the bytes it keeps whole at `batch` rows (`tag.sim.memory.group_lines_bytes`)."""
+    fixed, per_row = group_lines_bytes(memory_context(gg, cluster, training), getattr(training, "precision", "fp32"))
+    return fixed + per_row * batch
+
+
 def tape_start(gg, cluster, training, batch: int, fill, into_weight: float = 1.0) -> Strategy | None:
     """Groups laid out on a memory "tape": the devices' usable memory x `fill` (one fraction, or one per
     device), end to end in topology order.
 
     Walking groups in topological order, each group's rows go to the current device until its share of
-    the tape is used (each row costs the group's saved activations plus its inputs per row; the first row on
-    a device also costs the group's weights, gradients and optimizer states), then to the next device. A
+    the tape is used (each row costs what the group keeps per row by the simulator's terms, its saved activations,
+    plus its inputs and outputs per row x `into_weight`; the first row on a device also costs what it keeps
+    regardless of rows: weights, gradient, optimizer states, `tag.sim.memory.group_lines_bytes`), then to the next
+    device. A
     group therefore spans consecutive devices with contiguous rows, and the layout fits whenever the
     activations and states fit the tape, however unevenly groups weigh. None when the tape runs out.
     """
     n = cluster.n_devices
-    spp = state_bytes_per_param(training.optimizer)
     into = [0.0] * gg.n_groups
     for e in gg.edges:
         into[e.dst] += e.bytes_per_row
     fills = list(fill) if isinstance(fill, (list, tuple)) else [fill] * n
     free = [d.type.usable_memory_bytes * f for d, f in zip(cluster.devices, fills)]
+    ctx = memory_context(gg, cluster, training)
+    kept_fixed, kept_row = group_lines_bytes(ctx, getattr(training, "precision", "fp32"))
+    out_row = [g.out_bytes_per_row for g in gg.groups]
     dev, decisions = 0, []
     for g in gg.groups:
-        static = g.param_bytes * 2 + g.param_count * spp + g.saved_bytes_fixed
-        per_row = g.saved_bytes_per_row + (into[g.id] + g.out_bytes_per_row) * into_weight
+        static = float(kept_fixed[g.id])
+        per_row = float(kept_row[g.id]) + (into[g.id] + out_row[g.id]) * into_weight
         rows = [0] * n
         left = batch if g.splittable else 0
         if not g.splittable:  # whole on the first device with room for it
@@ -269,9 +301,7 @@ def tape_start(gg, cluster, training, batch: int, fill, into_weight: float = 1.0
 def tape_starts(gg, cluster, training, batch: int) -> list[tuple[str, Strategy]]:
     """`tape_start` at a few fills: spread over the whole cluster (the fill where the model's activations
     and one copy of its states take the tape, plus 5%), and 0.95 / 0.9 of usable memory. Named ``tape-F``."""
-    spp = state_bytes_per_param(training.optimizer)
-    need = sum(g.param_bytes * 2 + g.param_count * spp + g.saved_bytes_fixed + g.saved_bytes_per_row * batch
-               for g in gg.groups)
+    need = float(sum(_kept_bytes(gg, cluster, training, batch)))
     have = sum(d.type.usable_memory_bytes for d in cluster.devices)
     out, seen = [], set()
     for fill in (min(0.95, 1.05 * need / have), 0.95, 0.9):
@@ -289,9 +319,7 @@ def fitted_tape(gg, cluster, training, batch: int, simulate_fn, rounds: int = 8)
     runs out), until a layout fits (returned) or `rounds`
     simulations pass (None)."""
     n = cluster.n_devices
-    spp = state_bytes_per_param(training.optimizer)
-    need = sum(g.param_bytes * 2 + g.param_count * spp + g.saved_bytes_fixed + g.saved_bytes_per_row * batch
-               for g in gg.groups)
+    need = float(sum(_kept_bytes(gg, cluster, training, batch)))
     usable = [d.type.usable_memory_bytes for d in cluster.devices]
     fills = [max(0.9, min(0.97, 1.1 * need / sum(usable)))] * n
     for _ in range(rounds):

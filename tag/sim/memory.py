@@ -98,6 +98,7 @@ from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
 from tag.sim.gradsync import shared_params, tensor_bytes
 from tag.sim.memory_bytes import cached_group_bytes
 from tag.sim.shards import shard_memory
+from tag.strategy import Decision
 from tag.strategy.memory_decisions import MIXED_PRECISIONS, compute_bytes
 from tag.strategy.pipeline import stage_order
 
@@ -165,21 +166,82 @@ class MemoryTerms:
             [fwd_peak, bwd_peak, all_kept + self.update_transient, np.zeros_like(fwd_peak)])
 
 
-def peak_line_bytes(one: MemoryTerms, two: MemoryTerms) -> tuple[np.ndarray, np.ndarray]:
-    """Per device (fixed, per_row) with peak(r) <= fixed + per_row x r for every r >= 1, from the terms of the
-    same decisions at 1 and 2 rows on each hosted device (received bytes scaled alike: each term is
-    row x r + fixed once a device hosts the group). Every walk candidate c_i(r) = b_i + s_i r is a line (slope
-    s_i = c_i(2) - c_i(1), intercept b_i = c_i(1) - s_i), and peak(r) = persistent(r) + max(max_i c_i(r), 0)
-    <= persistent(r) + max(max_i b_i, 0) + max(max_i s_i, 0) r, exact where one candidate dominates at both."""
-    def lines(t: MemoryTerms) -> tuple[np.ndarray, np.ndarray]:
-        fwd, bwd, _ = t.walk()
-        cands = np.vstack([fwd, bwd, (t.kept.sum(axis=0) + t.update_transient)[None, :]])
-        return t.persistent(), cands
+@dataclass
+class PeakLines:
+    """The peak bytes of one device as a function of the rows r >= 1 it computes of each hosted group:
+    persistent(r) + max(max_i(intercept_i + slope_i r), 0), every walk candidate of `MemoryTerms` (the forward
+    and backward walks' and the optimizer step's) a line in r once a device hosts its groups (each term is
+    row x r + fixed, received bytes scaled alike)."""
 
-    p1, c1 = lines(one)
-    p2, c2 = lines(two)
-    ps, cs = p2 - p1, c2 - c1
-    return (p1 - ps) + np.maximum((c1 - cs).max(axis=0), 0.0), ps + np.maximum(cs.max(axis=0), 0.0)
+    fixed: float  # persistent bytes regardless of rows
+    per_row: float  # persistent bytes per row (the data inputs)
+    intercepts: np.ndarray
+    slopes: np.ndarray
+
+    def bound(self) -> tuple[float, float]:
+        """(fixed, per_row) with peak(r) <= fixed + per_row x r for r >= 1 (exact where one candidate dominates)."""
+        return (self.fixed + max(float(self.intercepts.max(initial=0.0)), 0.0),
+                self.per_row + max(float(self.slopes.max(initial=0.0)), 0.0))
+
+    def max_rows(self, budget: float, limit: int) -> int:
+        """The most rows r <= limit with peak(r) <= budget (exact: each candidate's line within the budget), 0 when
+        not even one row fits."""
+        room = budget - self.fixed - np.append(self.intercepts, 0.0)
+        slope = self.per_row + np.append(self.slopes, 0.0)
+        if np.any(room < 0.0):
+            return 0
+        rising = slope > 0
+        cap = int(np.floor((room[rising] / slope[rising]).min())) if rising.any() else limit
+        return max(0, min(limit, cap))
+
+
+def peak_lines(one: MemoryTerms, two: MemoryTerms, device: int = 0) -> PeakLines:
+    """`PeakLines` of `device` from the terms of the same decisions at 1 and 2 rows on each hosted device:
+    each candidate's slope is c(2) - c(1) and its intercept c(1) - slope."""
+    def candidates(t: MemoryTerms) -> tuple[float, np.ndarray]:
+        fwd, bwd, _ = t.walk()
+        return (float(t.persistent()[device]),
+                np.concatenate([fwd[:, device], bwd[:, device], [t.kept[:, device].sum() + t.update_transient[device]]]))
+
+    p1, c1 = candidates(one)
+    p2, c2 = candidates(two)
+    return PeakLines(p1 - (p2 - p1), p2 - p1, c1 - (c2 - c1), c2 - c1)
+
+
+def rows_peak_lines(ctx, groups, d: int, precision: str = "fp32") -> PeakLines:
+    """`PeakLines` of device d computing r >= 1 rows of every group of `groups` (`memory_terms` at 1 and 2
+    rows): each group replicated (a view of
+    d twice: its gradients in a bucket for the whole step, an upper bound of one replica's), receiving the
+    activations of its edges from groups outside `groups` and the gradients of its edges to them (r rows and the
+    unbatched bytes each, as from another device)."""
+    gg = ctx.gg
+    inside = set(groups)
+    one, two = Decision((1, 1)), Decision((2, 2))
+    off = Decision((0, 0))
+    terms = []
+    for r, dec in ((1, one), (2, two)):
+        recv_fwd, recv_bwd = np.zeros((gg.n_groups, 2)), np.zeros((gg.n_groups, 2))
+        for e in gg.edges:
+            if (e.dst in inside) != (e.src in inside):
+                b = e.bytes_per_row * r + e.bytes_fixed
+                if e.dst in inside:
+                    recv_fwd[e.dst] += b
+                else:
+                    recv_bwd[e.src] += b
+        decisions = [dec if g in inside else off for g in range(gg.n_groups)]
+        terms.append(memory_terms(ctx, decisions, None, ctx.training.optimizer, precision, devices=[d, d],
+                                  received=(recv_fwd, recv_bwd)))
+    return peak_lines(*terms)
+
+
+def group_lines_bytes(ctx, precision: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
+    """Per group, (fixed, per_row): the bytes it keeps whole on one device computing r >= 1 rows, nothing
+    received (`memory_terms`' static + saved + kept gradient, a line in r: fixed + per_row x r)."""
+    k = ctx.gg.n_groups
+    one, two = (memory_terms(ctx, [Decision((r,))] * k, None, ctx.training.optimizer, precision, devices=[0])
+                for r in (1, 2))
+    b1, b2 = ((t.static + t.saved + t.kept)[:, 0] for t in (one, two))
+    return b1 - (b2 - b1), b2 - b1
 
 
 def device_is_cpu(dtypes) -> np.ndarray:
