@@ -19,7 +19,9 @@ import numpy as np
 
 from tag.graph.groups import group_has_params
 from tag.search.memory_pass import carry_memory
-from tag.strategy import AUTO, Decision, Strategy
+from tag.sim.context import sim_context
+from tag.sim.memory import memory_terms, rows_peak_lines
+from tag.strategy import AUTO, Decision, Strategy, TrainingConfig
 
 
 @dataclass
@@ -195,34 +197,50 @@ def device_subsets(cluster, per_row_ms: np.ndarray, max_singles: int = 16) -> li
     return out
 
 
-def base_bytes_on_devices(group, decision: Decision, n_devices: int, state_bytes_per_param_byte: float) -> np.ndarray:
-    """Bytes per device a group keeps under `decision` until its backward: weights, gradients and optimizer
-    states (param bytes x (state_bytes_per_param_byte + 1)), fixed saved bytes, and saved activations of its rows.
-    An upper-bound estimate used to cap rows by the memory the rest of a strategy leaves (the simulator's
-    `tag.sim.memory` is the exact figure)."""
-    rows = np.asarray(decision.rows, dtype=float)
-    hosted = rows > 0
-    return hosted * (group.param_bytes * (state_bytes_per_param_byte + 1) + group.saved_bytes_fixed) \
-        + rows * group.saved_bytes_per_row
+_GENERIC: dict = {}
 
 
-def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: int = 16,
-                state_bytes_per_param_byte: float = 4.0) -> SearchSpace:
+def memory_context(gg, cluster=None, training=None, optimizer: str = "adam"):
+    """The simulator's context whose memory terms the search's row caps read (`tag.sim.context.sim_context`, no
+    cost model): of `cluster` and `training`, or without a cluster of two GPUs of one machine (a GPU rank's
+    optimizer temporaries) training with `optimizer` in fp32."""
+    if cluster is None:
+        from tag.topology import parse_topology
+
+        if "cluster" not in _GENERIC:
+            _GENERIC["cluster"] = parse_topology({"version": 1, "machines": [
+                {"name": "m0", "devices": [{"type": "V100-16GB", "count": 2}]}]}, "generic.json")
+        cluster = _GENERIC["cluster"]
+    return sim_context(gg, cluster, None, training or TrainingConfig(optimizer))
+
+
+def kept_bytes_on_devices(ctx, strategy: Strategy) -> np.ndarray:
+    """Groups x devices, the bytes each group keeps on each device under `strategy` by the simulator's terms
+    (`tag.sim.memory.memory_terms` at the strategy's rows, nothing received): static (weights, optimizer states,
+    bucketed gradients) + saved activations + kept gradients."""
+    t = memory_terms(ctx, strategy.decisions, None, ctx.training.optimizer,
+                     getattr(ctx.training, "precision", "fp32"))
+    return t.static + t.saved + t.kept
+
+
+def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: int = 16) -> SearchSpace:
     """Candidates for every group and the order groups are decided in (descending predicted cost).
 
-    state_bytes_per_param_byte: weights + gradients + optimizer states per parameter byte (4 for Adam),
-    used only to cap rows by memory when balancing. Balanced rows of a group are capped by the memory the
-    rest of `base` leaves on each device (`base_bytes_on_devices`), unless the base itself looks out of
-    memory, in which case by the group alone.
+    Balanced rows of a group on device d are capped by the simulator's memory model (the cost model's training
+    settings; Adam in fp32 without them): the most rows whose peak of the group alone on d, replicated
+    (`tag.sim.memory.rows_peak_lines`), fits in the memory the rest of `base` leaves on d (0.97 x usable minus
+    what its other groups keep there, `kept_bytes_on_devices`), unless the base itself looks out of memory, in
+    which case the group alone in d's usable memory.
     """
     n = cluster.n_devices
     dtypes = [d.type for d in cluster.devices]
     candidates: list[list[Decision]] = []
     cost_key: list[float] = []
     med_bw_bytes_per_ms = float(np.median(cluster.bandwidth_gbps[~np.eye(n, dtype=bool)])) * 1e9 / 8 / 1e3 if n > 1 else 1e12
-    own = [base_bytes_on_devices(group, base.decisions[gid], n, state_bytes_per_param_byte)
-           for gid, group in enumerate(gg.groups)]
-    others = np.sum(own, axis=0) if own else np.zeros(n)
+    ctx = memory_context(gg, cluster, getattr(cost, "training", None))
+    precision = getattr(ctx.training, "precision", "fp32")
+    own = kept_bytes_on_devices(ctx, base)
+    others = own.sum(axis=0) if len(own) else np.zeros(n)
     if np.any(others > np.array([t.usable_memory_bytes for t in dtypes])):
         others = None  # the base looks out of memory: cap each group by itself alone
     for gid, group in enumerate(gg.groups):
@@ -242,18 +260,15 @@ def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: i
 
         per_row = np.array([time_ms(d, probe) / probe for d in range(n)])
         has_params = group_has_params(gg, gid)
-        state = group.param_bytes * state_bytes_per_param_byte
+        lines: dict = {}  # device type -> the group's PeakLines there
 
-        def cap_rows(d: int, group=group, state=state, gid=gid) -> int:
-            per = group.saved_bytes_per_row
-            free = dtypes[d].usable_memory_bytes - state
+        def cap_rows(d: int, gid=gid, lines=lines) -> int:
+            if dtypes[d] not in lines:
+                lines[dtypes[d]] = rows_peak_lines(ctx, [gid], d, precision)
+            budget = dtypes[d].usable_memory_bytes
             if others is not None:  # what the rest of the base strategy keeps on d
-                free = dtypes[d].usable_memory_bytes * 0.97 - state - group.param_bytes - group.saved_bytes_fixed \
-                    - (others[d] - own[gid][d])
-                per += group.out_bytes_per_row
-            if per <= 0:
-                return batch
-            return int(max(0.0, free) // per)
+                budget = budget * 0.97 - (others[d] - own[gid][d])
+            return lines[dtypes[d]].max_rows(budget, batch)
 
         caps = {d: cap_rows(d) for d in range(n)}
         cands: list[Decision] = [base.decisions[gid]]

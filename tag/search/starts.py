@@ -20,10 +20,9 @@ import math
 from typing import Iterator, Sequence
 
 from tag.graph.groups import group_has_params
-from tag.search.space import balanced_rows
-from tag.sim.context import sim_context
+from tag.search.space import balanced_rows, memory_context
 from tag.sim.memory import group_lines_bytes, rows_peak_lines
-from tag.strategy import AUTO, DEFAULT_BUCKET_MB, Decision, Strategy, TrainingConfig
+from tag.strategy import AUTO, DEFAULT_BUCKET_MB, Decision, Strategy
 
 MEMORY_SAFETY = 0.97  # fraction of usable memory a start plans to fill (transients the cap does not see)
 
@@ -68,29 +67,12 @@ def contiguous_blocks(weights: Sequence[float], s: int) -> list[list[int]]:
     return [list(range(a, b)) for a, b in zip(cuts, cuts[1:])] if cuts else []
 
 
-_GENERIC: dict = {}
-
-
-def memory_context(gg, cluster=None, training=None, optimizer: str = "adam"):
-    """The simulator's context whose memory terms the starts read (`tag.sim.context.sim_context`, no cost model):
-    of `cluster` and `training`, or without a cluster of two GPUs of one machine (a GPU rank's optimizer
-    temporaries) training with `optimizer` in fp32."""
-    if cluster is None:
-        from tag.topology import parse_topology
-
-        if "cluster" not in _GENERIC:
-            _GENERIC["cluster"] = parse_topology({"version": 1, "machines": [
-                {"name": "m0", "devices": [{"type": "V100-16GB", "count": 2}]}]}, "generic.json")
-        cluster = _GENERIC["cluster"]
-    return sim_context(gg, cluster, None, training or TrainingConfig(optimizer))
-
-
 def stage_cap_rows(gg, groups: Sequence[int], optimizer: str, ctx=None, device: int = 0) -> tuple[float, float]:
     """(bytes a device needs for the stage regardless of rows, bytes per row): the simulator's peak of `device`
     computing r rows of every group in `groups`, replicated, is at most fixed + per_row x r
     (`tag.sim.memory.rows_line_bytes`: the stage's weights, optimizer states, bucketed gradients and saved
     activations, the largest transient of its walk or the optimizer step's, the activations it receives from
-    earlier stages and the gradients from later ones). ctx: `memory_context` (default: a GPU, `optimizer`, fp32)."""
+    earlier stages and the gradients from later ones). ctx: `tag.search.space.memory_context` (default: a GPU, `optimizer`, fp32)."""
     return _stage_lines(gg, groups, optimizer, ctx, device).bound()
 
 
