@@ -3,11 +3,14 @@
 Every column is one `tag.search.planner.plan` call on the same inputs, cost model and seed, and one `tag plan`
 command line (`PART_FLAGS`); columns differ only in which parts run:
 
-    start            --playouts 0 --no-refine --no-sfb   the starts (baselines, memory-pass variants, pipelines)
-    start+refine     --playouts 0 --no-sfb               ... then local refinement
-    tree (uniform)   --no-gnn --no-refine --no-sfb       the tree search from the best start, uniform priors
-    tree (GNN)       --no-refine --no-sfb                the tree search with the GNN's priors
-    tree+refine      --no-sfb                            ... then refinement
+    start            --playouts 0 --no-refine --no-sfb   the starts (baselines, memory-pass variants, every pipeline
+                                                         and shard candidate) and the per-group tree's start
+    start+refine     --playouts 0 --no-sfb               ... then local refinement of the best and of every other start
+    tree (uniform)   --no-gnn --no-refine --no-sfb       the structure tree (`tag.search.structure_tree`) from the best
+                                                         start, then the per-group tree as polish, uniform priors
+    tree (GNN)       --no-refine --no-sfb                the same with the GNN's priors on the per-group polish (the
+                                                         structure tree's priors are uniform until a network fills them)
+    tree+refine      --no-sfb                            ... then refinement of the best
     full             (no flag)                           ... then SFB selection
 
 and the compute bound (`tag.bench.ideal.compute_bound`). The share of the gain each part earns is measured in

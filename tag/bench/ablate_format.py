@@ -4,7 +4,9 @@ share of the gain each part earns, then the geomean summary the search is judged
 Summary lines (geomeans over the cases where both times are finite):
   * full / start and tree (GNN) / tree (uniform): how much the whole search and the GNN's priors earn;
   * (tree+refine) vs (start+refine) on the cases whose start leaves >= 20 % headroom over the compute bound:
-    what the tree adds on top of starts and refinement where there is room to gain.
+    what the tree adds on top of starts and refinement where there is room to gain;
+  * planning seconds of the full search (`plan()` alone: no model loading or process start), median and max over
+    the cases, next to start+refine's.
 """
 
 from __future__ import annotations
@@ -18,6 +20,15 @@ HEADROOM_MIN = 0.20  # cases whose start is at least 20 % above the compute boun
 
 def _ms(v: float) -> str:
     return "OOM" if v == math.inf else ("-" if not math.isfinite(v) else f"{v:.2f}")
+
+
+def _secs(v: float) -> str:
+    return "-" if not math.isfinite(v) else f"{v:.1f}"
+
+
+def _median(sorted_values: list[float]) -> float:
+    n = len(sorted_values)
+    return sorted_values[n // 2] if n % 2 else 0.5 * (sorted_values[n // 2 - 1] + sorted_values[n // 2])
 
 
 def _pct(v: float) -> str:
@@ -35,7 +46,7 @@ def geomean_ratio(cases: list[AblationCase], num: str, den: str) -> tuple[float,
 def ablation_markdown(cases: list[AblationCase], commands: list[str] | None = None) -> str:
     """The table and summary (module docstring); `commands` (optional) are listed under it."""
     share_cols = list(CHAIN[1:]) + ["refine alone"]
-    head = ["case", *PARTS, "bound", "headroom", *[f"share: {s}" for s in share_cols]]
+    head = ["case", *PARTS, "bound", "headroom", *[f"share: {s}" for s in share_cols], "s: start+refine", "s: full"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cases:
         if c.error is not None:
@@ -44,7 +55,8 @@ def ablation_markdown(cases: list[AblationCase], commands: list[str] | None = No
             continue
         sh = c.shares()
         cells = [f"{c.model} on {c.topology}", *[_ms(c.ms.get(p, math.nan)) for p in PARTS], _ms(c.bound_ms),
-                 _pct(c.headroom), *[_pct(sh.get(s, math.nan)) for s in share_cols]]
+                 _pct(c.headroom), *[_pct(sh.get(s, math.nan)) for s in share_cols],
+                 *[_secs(c.seconds.get(p, math.nan)) for p in ("start+refine", "full")]]
         lines.append("| " + " | ".join(cells) + " |")
     room = [c for c in cases if c.error is None and math.isfinite(c.headroom) and c.headroom >= HEADROOM_MIN]
     full, n_full = geomean_ratio(cases, "full", "start")
@@ -54,6 +66,11 @@ def ablation_markdown(cases: list[AblationCase], commands: list[str] | None = No
               f"- tree (GNN) over tree (uniform): {gnn:.3f}x geomean over {n_gnn} cases",
               f"- tree+refine over start+refine, on the {len(room)} cases with >= {100 * HEADROOM_MIN:.0f}% headroom "
               f"over the bound: {tree:.3f}x geomean over {n_tree} cases"]
+    for part in ("start+refine", "full"):
+        secs = sorted(c.seconds[part] for c in cases if c.error is None and part in c.seconds)
+        if secs:
+            lines.append(f"- planning seconds ({part}, plan() alone): median {_median(secs):.1f}, max {secs[-1]:.1f} "
+                         f"over {len(secs)} cases")
     if commands:
         lines += ["", "Each column is a `tag plan` command line:", ""] + [f"    {c}" for c in commands]
     return "\n".join(lines) + "\n"

@@ -51,7 +51,8 @@ def ablate(args):
                                                 args.playouts, args.seed, args.simulations) for p in PARTS]
     text = "# tag bench --ablate\n\n" + ablation_markdown(cases, commands)
     obj = {"cases": [{"model": c.model, "topology": c.topology, "ms": c.ms, "bound_ms": c.bound_ms,
-                      "shares": c.shares(), "simulations": c.simulations, "error": c.error} for c in cases]}
+                      "shares": c.shares(), "simulations": c.simulations, "seconds": c.seconds, "error": c.error}
+                     for c in cases]}
     failed = [c for c in cases if c.error]
     for c in failed:
         sys.stderr.write(f"tag bench: {c.model} on {c.topology} failed: {c.error}\n")

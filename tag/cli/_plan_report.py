@@ -203,6 +203,10 @@ def report_text(inp, res, output_path: str | None) -> str:
     lines.append(memory_line(res))
     lines.append(f"search: {res.method}, {res.playouts} playouts, {res.simulations} simulations, "
                  f"{res.seconds:.1f} s, seed {res.seed}")
+    if res.structure:
+        st = res.structure
+        lines.append(f"structure tree: {st['nodes']} nodes, best at {' / '.join(st['path']) or 'its root (the best start)'}"
+                     f"; then {st['polish_playouts']} per-group playouts")
     if output_path:
         lines.append(f"wrote {output_path}")
     return "\n".join(lines)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from tag.cli.util import BASELINE_NAMES, add_model_flags, add_output_flags, add_precision_flag, add_verb
 from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFINE_SIMULATIONS, MIN_PLAYOUTS,
-                               MIN_REFINE_SIMULATIONS, OTHER_REFINE_SHARE, SCALE_FROM)
+                               MIN_REFINE_SIMULATIONS, OTHER_REFINE_SHARE, POLISH_SHARE, SCALE_FROM)
 
 EXIT_OOM = 3  # no strategy fits in memory (documented in --help)
 
 
 def add_parser(sub):
-    p = add_verb(sub, "plan", "search a training strategy (GNN-guided MCTS) and compare it with every baseline",
+    p = add_verb(sub, "plan", "search a training strategy (a tree over whole-plan structure, then GNN-guided per-group "
+                 "MCTS and refinement) and compare it with every baseline",
                  "tag plan datasets/models/resnet50.onnx datasets/topologies/heterog8.json -o plan.json\n"
                  "  tag plan model.onnx topo.json --playouts 200 --seed 1 --no-gnn --json > plan.json\n"
                  "  tag plan datasets/models/mlp.onnx datasets/topologies/heterog8.json --no-gnn --no-shard "
@@ -27,20 +28,25 @@ def add_parser(sub):
     p.add_argument("topology", help="the cluster topology .json")
     p.add_argument("-o", "--output", metavar="P.json", default=None, help="write plan.json here")
     p.add_argument("--playouts", type=int, default=None, metavar="N",
-                   help=f"tree-search playouts (default {DEFAULT_PLAYOUTS}, scaled down by {SCALE_FROM} / (groups x "
-                        f"devices) above {SCALE_FROM} group-devices, at least {MIN_PLAYOUTS}); the search stops on "
-                        "these counts, so the same inputs, counts and seed give the same plan under any load")
+                   help=f"structure-tree playouts: plan kind, stages, micro-batches and schedule, shards, ZeRO / "
+                        f"recomputation and bucket size, each playout scoring one whole plan (default "
+                        f"{DEFAULT_PLAYOUTS}, scaled down by {SCALE_FROM} / (groups x devices) above {SCALE_FROM} "
+                        f"group-devices, at least {MIN_PLAYOUTS}); N // {POLISH_SHARE} per-group tree playouts "
+                        "follow as polish. 0: the starts and refinement only. The search stops on these counts, so "
+                        "the same inputs, counts and seed give the same plan under any load")
     p.add_argument("--simulations", type=int, default=None, metavar="N",
-                   help=f"refinement simulations for the tree's best plan, N // {OTHER_REFINE_SHARE} for each other "
-                        f"baseline (default {DEFAULT_REFINE_SIMULATIONS}, scaled as --playouts, at least "
-                        f"{MIN_REFINE_SIMULATIONS})")
+                   help=f"refinement simulations for the search's best plan (with --playouts 0 also N // "
+                        f"{OTHER_REFINE_SHARE} for each other start; default {DEFAULT_REFINE_SIMULATIONS}, scaled as "
+                        f"--playouts, at least {MIN_REFINE_SIMULATIONS})")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help=f"wall-clock safety cap (default {DEFAULT_BUDGET_S:g}, never reached on the shipped datasets "
                         "at the default counts); if it cuts the search short, plan.json says search.capped: true "
                         "and the plan may differ run to run")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     gnn = p.add_mutually_exclusive_group()
-    gnn.add_argument("--gnn", metavar="CKPT", default=None, help="GNN checkpoint for priors (default: the shipped one)")
+    gnn.add_argument("--gnn", metavar="CKPT", default=None,
+                     help="GNN checkpoint for the per-group polish's priors (default: the shipped one; the structure "
+                          "tree's priors are uniform, plan.json search.structure.note says so)")
     gnn.add_argument("--no-gnn", action="store_true", help="uniform priors, no GNN")
     p.add_argument("--no-sfb", action="store_true", help="do not choose sufficient-factor broadcasting")
     p.add_argument("--no-pipeline", action="store_true",
@@ -156,12 +162,15 @@ def run(args) -> int:
               "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name, "warnings": warnings,
               "pipelines": res.pipelines, "shards": res.shards, "precision": _precision_report(args, res),
               "memory": res.memory or memory_report(res.strategy, {})}
+    if res.structure:
+        search["structure"] = res.structure
     from tag.sim.context import sim_context
 
     buckets = sim_context(inp.gg, inp.cluster, inp.cost, inp.training).bucket_syncs(res.strategy)
     obj = plan_to_json(res.strategy, inp.gg, inp.cluster, inp.training, args.model, args.topology,
                        predicted=predicted_from_result(res.result, inp.cost.name),
-                       baselines=baselines_summary(res.baselines), search=search, bucket_syncs=buckets)
+                       baselines=baselines_summary(res.baselines), search=search, bucket_syncs=buckets,
+                       profile=args.profile)
     if args.output:
         write_plan(args.output, obj)
     if args.trace:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 DEFAULT_PLAYOUTS = 200  # tree-search playouts on instances up to SCALE_FROM group-devices
 DEFAULT_REFINE_SIMULATIONS = 1000  # refinement of the tree's best plan, same instances
 OTHER_REFINE_SHARE = 4  # each other baseline's refinement gets refine_simulations // OTHER_REFINE_SHARE
+POLISH_SHARE = 1  # the per-group tree polishes the structure tree's best with playouts // POLISH_SHARE playouts
 SCALE_FROM = 1024  # groups x devices above which the default counts shrink in proportion
 MIN_PLAYOUTS, MIN_REFINE_SIMULATIONS = 16, 100  # the scaled defaults never go below these
 DEFAULT_BUDGET_S = 900.0  # the safety cap, seconds (benchmarks/plan_budget.md: >= 2x the slowest datasets plan, with margin)

@@ -26,16 +26,15 @@ from tag.search.memory_pass import MEMORY_SUFFIX, decisions_summary, fit_memory
 from tag.search.precision import choose_precision, make_seeds
 from tag.search.refine import refine as refine_pass
 from tag.search.shard_search import SHARD_MAX_DEVICES, group_shards, shard_candidates
+from tag.search.sfb_choice import SFB_EXTRA_STARTS, SFB_SOLVE_LIMIT_S, _apply_sfb, _sfb_start  # noqa: F401
 from tag.search.space import build_space, fits_pipeline
 from tag.strategy import Strategy, TrainingConfig
 
 REFINE_SIMULATIONS = DEFAULT_REFINE_SIMULATIONS  # the name older callers import
 MIN_STARTS_WHEN_OOM = 4  # starts simulated even past the safety cap when no baseline fits
 SFB_MAX_DEVICES = 128  # tag plan skips SFB selection above this many devices (its CP-SAT model grows with them)
-SFB_EXTRA_STARTS = 2  # strategies SFB selection runs on besides the searched plan and the best baseline
 PIPELINE_MAX_DEVICES = 128  # pipelines are not searched above this many devices (the stage model walks every device)
 SHARD_PIPELINE_BASES = 2  # the fastest fitting pipelines that shard candidates are also built on
-SFB_SOLVE_LIMIT_S = 600.0  # the CP-SAT solver's time limit without a cap (its solves take milliseconds)
 
 
 def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines: dict, start_name: str, *,
@@ -107,6 +106,7 @@ class PlanResult:
     cost: object = None  # the cost model of that precision
     precision: dict = field(default_factory=dict)  # plan.json search.precision (`tag.search.precision`)
     memory: dict = field(default_factory=dict)  # plan.json search.memory (`memory_report`)
+    structure: dict = field(default_factory=dict)  # plan.json search.structure (`tag.search.structure_plan`)
 
 
 def best_baseline(baselines: dict[str, tuple[Strategy, object]]) -> str | None:
@@ -127,7 +127,8 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
          budget_s: float | None = DEFAULT_BUDGET_S, seed: int = 0, priors_fn: PriorsFn | None = None,
          refine: bool = True, sfb: bool = True, refine_simulations: int | None = None,
          on_progress: Callable[[int, float], None] | None = None, pipeline: bool = True,
-         cost_for: Callable[[str], object] | None = None, shard: bool = True) -> PlanResult:
+         cost_for: Callable[[str], object] | None = None, shard: bool = True, structure: bool = True,
+         structure_priors_fn=None) -> PlanResult:
     """Search a strategy: `playouts` tree playouts, then refinement with `refine_simulations` simulations
     (the tree's best plan; refine_simulations // 4 for each other baseline), then SFB selection. None for
     either count: `tag.search.budget.default_counts` of the instance. `budget_s` (None: none) is a wall-clock
@@ -186,8 +187,62 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     for s, r in seeds.cache.items():  # seed the cache and the best-ever with the baselines and memory variants
         ev.add(s, r)
     pipeline = pipeline and cluster.n_devices <= PIPELINE_MAX_DEVICES
-    candidates = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else {}
     shard = shard and cluster.n_devices <= SHARD_MAX_DEVICES
+
+    def progress(done: int, best_v: float) -> None:
+        if on_progress:
+            on_progress(done, ev.result(ev.best[1]).iteration_ms if ev.best[1] is not None else math.inf)
+
+    structure_report: dict = {}
+    if playouts > 0 and structure:  # the structure tree, then per-group polish (tag.search.structure_plan)
+        from tag.search.structure_plan import structured_search
+
+        # the starts stay the tree's inputs: every pipeline and shard candidate simulated (the tree reaches them as
+        # actions for free); the root is the best start (`pick_start`)
+        candidates = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else {}
+        sharded = _shard_candidates(gg, cluster, cost, training, ev,
+                                    _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
+        start_name, root = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
+                                      extra={**variants, **({**candidates, **sharded} if fit_name is None else {})})
+        out = structured_search(gg, cluster, cost, training, ev, root, baselines, variants, playouts=playouts,
+                                seed=seed, priors_fn=priors_fn, structure_priors_fn=structure_priors_fn,
+                                refine=refine, refine_simulations=refine_simulations, pipeline=pipeline, shard=shard,
+                                cap=cap, on_playout=progress)
+        best, space = out.best, out.space
+        tree_playouts, records = out.tree.playouts, out.polish.records  # the polish's in structure_report
+        structure_report = out.report(structure_priors_fn is not None)
+        method = "structure+mcts" + ("+gnn" if priors_fn is not None else "") + ("+refine" if refine else "")
+    else:
+        best, space, res, start_name, candidates, sharded = _start_search(
+            gg, cluster, cost, training, ev, baselines, variants, start_name, fit_name, playouts=playouts, seed=seed,
+            priors_fn=priors_fn, refine=refine, refine_simulations=refine_simulations, pipeline=pipeline,
+            shard=shard, cap=cap, progress=progress)
+        tree_playouts, records = res.playouts, res.records
+        method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
+    sfb_report: dict = {}
+    no_sfb_result = ev.result(best)
+    if sfb:
+        best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, cap=cap)
+        if sfb_report.get("ops"):
+            method += "+sfb"
+    return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,
+                      method=method, playouts=tree_playouts, seconds=time.monotonic() - t0, seed=seed,
+                      simulations=counted[0], capped=cap.hit, sfb=sfb_report, records=records,
+                      search_space_size=space.size(), no_sfb_result=no_sfb_result, start=start_name,
+                      pipelines=pipeline, candidates=candidates, shards=shard, shard_candidates=sharded,
+                      training=training, cost=cost,
+                      precision=precision_report, memory=memory_report(best, variants),
+                      structure=structure_report)
+
+
+def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, variants: dict, start_name: str,
+                  fit_name: str | None, *, playouts: int, seed: int, priors_fn, refine: bool, refine_simulations: int,
+                  pipeline: bool, shard: bool, cap: WallCap, progress):
+    """The search without the structure tree (`--playouts 0`, or `plan(structure=False)`): every pipeline and shard
+    candidate simulated, the per-group tree from the best start (`pick_start`), then refinement of its best and of
+    every other start. Returns (best, space, MCTSResult, start name, pipelines, shard candidates)."""
+    batch = gg.graph.batch_size
+    candidates = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else {}
     sharded = _shard_candidates(gg, cluster, cost, training, ev,
                                 _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
     # the tree's per-group moves keep a pipelined start inside its stages, so the tree starts from a pipeline only
@@ -201,13 +256,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     space = build_space(gg, cluster, cost, batch, base)
     if shard:
         space.shards = group_shards(gg)
-    tree = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn)
-
-    def progress(done: int, best_v: float) -> None:
-        if on_progress:
-            on_progress(done, ev.result(ev.best[1]).iteration_ms if ev.best[1] is not None else math.inf)
-
-    res = tree.run(playouts, cap, progress)
+    res = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn).run(playouts, cap, progress)
     fit_fastest_oom(gg, cluster, cost, training, ev, cap=cap)
     best = ev.best[1] or base
     if shard and not (cap.reached() or any(d.shard is not None for d in best.decisions)):
@@ -235,20 +284,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         if ev.result(best).oom:
             fit_memory(gg, cluster, cost, training, best, ev.result)
             best = ev.best[1] or best
-    method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
-    sfb_report: dict = {}
-    no_sfb_result = ev.result(best)
-    if sfb:
-        best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, cap=cap)
-        if sfb_report.get("ops"):
-            method += "+sfb"
-    return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,
-                      method=method, playouts=res.playouts, seconds=time.monotonic() - t0, seed=seed,
-                      simulations=counted[0], capped=cap.hit, sfb=sfb_report, records=res.records,
-                      search_space_size=space.size(), no_sfb_result=no_sfb_result, start=start_name,
-                      pipelines=pipeline, candidates=candidates, shards=shard, shard_candidates=sharded,
-                      training=training, cost=cost,
-                      precision=precision_report, memory=memory_report(best, variants))
+    return best, space, res, start_name, candidates, sharded
 
 
 OOM_RETRIES = 3  # the fastest out-of-memory strategies the tree found that the memory pass tries to fit
@@ -341,51 +377,6 @@ def _shard_bases(baselines: dict, variants: dict, pipelines: dict, start_name: s
         if s not in unique.values():
             unique[name] = s
     return unique
-
-
-def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, extra_starts: int = SFB_EXTRA_STARTS,
-               cap: WallCap | None = None):
-    """Run SFB selection on the searched plan, the best baseline and the next `extra_starts` fastest
-    strategies the search simulated, and keep the fastest result; the searched plan without SFB wins ties,
-    so SFB never makes the plan slower. After the searched plan, further starts are skipped only when the
-    safety `cap` is reached. Returns (strategy, SFB report of the kept one)."""
-    from tag.compression import no_sfb_report, select_sfb
-
-    # deploy sends sufficient factors only without micro-batches and without shards, so pipelined or sharded
-    # strategies are not SFB starts
-    starts = [best] if _sfb_start(best) else []
-    name = best_baseline(baselines)
-    if name is not None and baselines[name][0].pipeline is None:
-        starts.append(baselines[name][0])
-    ranked = sorted((res.iteration_ms, i, s) for i, (s, res) in enumerate(ev.cache.items())
-                    if not res.oom and math.isfinite(res.iteration_ms) and _sfb_start(s)
-                    and not any(d.sfb for d in s.decisions))
-    for _, _, s in ranked:
-        if len(starts) >= 2 + extra_starts:
-            break
-        if s not in starts:
-            starts.append(s)
-    chosen = best
-    report = {} if _sfb_start(best) else no_sfb_report(ev.result(best).iteration_ms)
-    for start in dict.fromkeys(starts):
-        if start is not best and cap is not None and cap.reached():
-            break
-        # each solve stops on CP-SAT's deterministic work limit (tag.compression.model.WORK_LIMIT); its
-        # wall-clock limit is the cap's remaining time, so the clock binds only when the cap does
-        s, rep = select_sfb(gg, cluster, cost, training, start, simulate_fn,
-                            time_limit_s=cap.remaining_s(SFB_SOLVE_LIMIT_S) if cap is not None else SFB_SOLVE_LIMIT_S)
-        if cap is not None:
-            cap.reached()
-        if start is best and not report:
-            report = rep  # what SFB found on the searched plan, kept if nothing beats it
-        if ev.value(s) > ev.value(chosen):
-            chosen, report = s, rep
-    return chosen, report
-
-
-def _sfb_start(strategy: Strategy) -> bool:
-    """Whether SFB selection may start from `strategy`: no pipeline and no sharded group."""
-    return strategy.pipeline is None and all(d.shard is None for d in strategy.decisions)
 
 
 def _compute_only_ms(gg, cluster, cost, batch: int) -> float:

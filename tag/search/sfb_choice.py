@@ -1,0 +1,58 @@
+"""SFB selection on the searched plan and a few other strategies the search simulated (`tag.search.planner`)."""
+
+from __future__ import annotations
+
+import math
+
+from tag.search.budget import WallCap
+from tag.strategy import Strategy
+
+SFB_EXTRA_STARTS = 2  # strategies SFB selection runs on besides the searched plan and the best baseline
+SFB_SOLVE_LIMIT_S = 600.0  # the CP-SAT solver's time limit without a cap (its solves take milliseconds)
+
+
+def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, extra_starts: int = SFB_EXTRA_STARTS,
+               cap: WallCap | None = None):
+    """Run SFB selection on the searched plan, the best baseline and the next `extra_starts` fastest
+    strategies the search simulated, and keep the fastest result; the searched plan without SFB wins ties,
+    so SFB never makes the plan slower. After the searched plan, further starts are skipped only when the
+    safety `cap` is reached. Returns (strategy, SFB report of the kept one)."""
+    from tag.compression import no_sfb_report, select_sfb
+
+    # deploy sends sufficient factors only without micro-batches and without shards, so pipelined or sharded
+    # strategies are not SFB starts
+    starts = [best] if _sfb_start(best) else []
+    from tag.search.planner import best_baseline
+
+    name = best_baseline(baselines)
+    if name is not None and baselines[name][0].pipeline is None:
+        starts.append(baselines[name][0])
+    ranked = sorted((res.iteration_ms, i, s) for i, (s, res) in enumerate(ev.cache.items())
+                    if not res.oom and math.isfinite(res.iteration_ms) and _sfb_start(s)
+                    and not any(d.sfb for d in s.decisions))
+    for _, _, s in ranked:
+        if len(starts) >= 2 + extra_starts:
+            break
+        if s not in starts:
+            starts.append(s)
+    chosen = best
+    report = {} if _sfb_start(best) else no_sfb_report(ev.result(best).iteration_ms)
+    for start in dict.fromkeys(starts):
+        if start is not best and cap is not None and cap.reached():
+            break
+        # each solve stops on CP-SAT's deterministic work limit (tag.compression.model.WORK_LIMIT); its
+        # wall-clock limit is the cap's remaining time, so the clock binds only when the cap does
+        s, rep = select_sfb(gg, cluster, cost, training, start, simulate_fn,
+                            time_limit_s=cap.remaining_s(SFB_SOLVE_LIMIT_S) if cap is not None else SFB_SOLVE_LIMIT_S)
+        if cap is not None:
+            cap.reached()
+        if start is best and not report:
+            report = rep  # what SFB found on the searched plan, kept if nothing beats it
+        if ev.value(s) > ev.value(chosen):
+            chosen, report = s, rep
+    return chosen, report
+
+
+def _sfb_start(strategy: Strategy) -> bool:
+    """Whether SFB selection may start from `strategy`: no pipeline and no sharded group."""
+    return strategy.pipeline is None and all(d.shard is None for d in strategy.decisions)

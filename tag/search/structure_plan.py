@@ -1,0 +1,83 @@
+"""The search with the structure tree: whole-plan structure first, per-group detail as polish (`tag.search.planner`).
+
+After the starts (the baselines, the memory pass's variants, the pipelines and the shard candidates, simulated under
+the chosen precision by `tag.search.planner.plan`):
+
+1. the structure tree (`tag.search.structure_tree`) from the best start, `playouts` playouts over plan kind, layout,
+   stage count, cuts / micro-batches / schedule, shards (shares by LP), ZeRO / recomputation and bucket cap (the
+   starts are among its actions, cached; the other actions are built and simulated when the tree widens to them);
+2. the memory pass on the fastest strategies found that do not fit (`fit_fastest_oom`);
+3. polish: the per-group tree (`tag.search.mcts`, `playouts // POLISH_SHARE` playouts, the caller's per-group
+   `priors_fn`, the GNN, applies here only) from the best strategy so far, and as many from the best start when
+   that differs (a group's best decision may differ between the two), then refinement (`tag.search.refine`,
+   `refine_simulations` simulations) of the best, and the memory pass if it still does not fit.
+
+Every strategy goes through the search's Evaluator, whose best-ever is the result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tag.search.budget import POLISH_SHARE, WallCap
+from tag.search.evaluate import Evaluator
+from tag.search.mcts import MCTS, MCTSResult, PriorsFn
+from tag.search.memory_pass import fit_memory
+from tag.search.refine import refine as refine_pass
+from tag.search.shard_search import group_shards
+from tag.search.space import SearchSpace, build_space
+from tag.search.structure import make_layouts
+from tag.search.structure_tree import StructurePriorsFn, StructureResult, StructureTree, structure_actions
+from tag.strategy import Strategy
+
+STRUCTURE_PRIORS_NOTE = ("the structure tree's priors are uniform (no structure-action network yet); the GNN's "
+                         "per-group priors guide only the per-group polish")
+
+
+@dataclass
+class StructuredOutcome:
+    best: Strategy
+    space: SearchSpace  # the per-group space of the polish (built on the structure tree's best)
+    tree: StructureResult
+    polish: MCTSResult  # the per-group tree from the structure tree's best
+
+    def report(self, structure_priors: bool) -> dict:
+        """plan.json ``search.structure``."""
+        return {"playouts": self.tree.playouts, "nodes": self.tree.nodes, "path": list(self.tree.best_path),
+                "polish_playouts": self.polish.playouts,
+                "priors": "structure network" if structure_priors else "uniform",
+                **({} if structure_priors else {"note": STRUCTURE_PRIORS_NOTE})}
+
+
+def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy, baselines: dict, variants: dict, *,
+                      playouts: int, seed: int = 0, priors_fn: PriorsFn | None = None,
+                      structure_priors_fn: StructurePriorsFn | None = None, refine: bool = True,
+                      refine_simulations: int = 0, pipeline: bool = True, shard: bool = True,
+                      cap: WallCap | None = None, on_playout=None) -> StructuredOutcome:
+    """Steps 1-3 of the module docstring from `root` (the best start). `baselines`, `variants`: name ->
+    (strategy, SimResult), as `tag.search.precision.Seeds` has them."""
+    from tag.search.planner import fit_fastest_oom
+
+    batch = gg.graph.batch_size
+    layouts = make_layouts(gg, cluster, cost, training, batch, baselines, variants, pipeline=pipeline)
+    shards = group_shards(gg) if shard else None
+    tree = StructureTree(root, ev, structure_actions(gg, cluster, cost, training, layouts, shards, ev.result),
+                         seed=seed, priors_fn=structure_priors_fn)
+    tres = tree.run(playouts, cap, on_playout)
+    fit_fastest_oom(gg, cluster, cost, training, ev, cap=cap)
+    best = ev.best[1] or root
+    space = build_space(gg, cluster, cost, batch, best)
+    if shard:
+        space.shards = shards
+    polish = MCTS(space, ev, best, seed=seed, priors_fn=priors_fn).run(playouts // POLISH_SHARE, cap)
+    if best != root:  # the per-group tree from the best start too: its groups' best decisions may differ
+        start_space = build_space(gg, cluster, cost, batch, root)
+        MCTS(start_space, ev, root, seed=seed, priors_fn=priors_fn).run(playouts // POLISH_SHARE, cap)
+    best = ev.best[1] or best
+    if refine:
+        refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
+        best = ev.best[1] or best
+        if ev.result(best).oom:
+            fit_memory(gg, cluster, cost, training, best, ev.result)
+            best = ev.best[1] or best
+    return StructuredOutcome(best, space, tres, polish)
