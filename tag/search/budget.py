@@ -11,10 +11,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-DEFAULT_PLAYOUTS = 200  # tree-search playouts on instances up to SCALE_FROM group-devices
-DEFAULT_REFINE_SIMULATIONS = 1000  # refinement of the tree's best plan, same instances
+DEFAULT_PLAYOUTS = 200  # structure-tree playouts on instances up to SCALE_FROM group-devices
+# refinement of the search's best plan, same instances (1000 before the structure tree: refinement took ~2/3 of a
+# plan's time, and the structure tree now makes the moves that paid; benchmarks/ablate.md)
+DEFAULT_REFINE_SIMULATIONS = 300
 OTHER_REFINE_SHARE = 4  # each other baseline's refinement gets refine_simulations // OTHER_REFINE_SHARE
-POLISH_SHARE = 1  # the per-group tree polishes the structure tree's best with playouts // POLISH_SHARE playouts
+POLISH_SHARE = 2  # the per-group tree polishes the structure tree's best with playouts // POLISH_SHARE playouts
 SCALE_FROM = 1024  # groups x devices above which the default counts shrink in proportion
 MIN_PLAYOUTS, MIN_REFINE_SIMULATIONS = 16, 100  # the scaled defaults never go below these
 DEFAULT_BUDGET_S = 900.0  # the safety cap, seconds (benchmarks/plan_budget.md: >= 2x the slowest datasets plan, with margin)
@@ -27,7 +29,7 @@ def default_counts(n_groups: int, n_devices: int) -> tuple[int, int]:
     that product), rounded down, and at least MIN_PLAYOUTS and MIN_REFINE_SIMULATIONS.
 
     >>> default_counts(16, 8), default_counts(128, 64)
-    ((200, 1000), (25, 125))
+    ((200, 300), (25, 100))
     """
     size = max(1, n_groups * n_devices)
     if size <= SCALE_FROM:

@@ -193,29 +193,30 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         if on_progress:
             on_progress(done, ev.result(ev.best[1]).iteration_ms if ev.best[1] is not None else math.inf)
 
+    # the starts: the pipelines and shard candidates, each simulated; the tree starts from the best (`pick_start`).
+    # The per-group tree's moves keep a pipelined start inside its stages, so it starts from a pipeline only when no
+    # baseline fits; otherwise the pipelines compete through the evaluator's best-ever and refinement
+    candidates, pipelines = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else ({}, [])
+    sharded = _shard_candidates(gg, cluster, cost, training, ev,
+                                _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
+    start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
+                                  extra={**variants, **({**candidates, **sharded} if fit_name is None else {})})
     structure_report: dict = {}
     if playouts > 0 and structure:  # the structure tree, then per-group polish (tag.search.structure_plan)
         from tag.search.structure_plan import structured_search
 
-        # the starts stay the tree's inputs: every pipeline and shard candidate simulated (the tree reaches them as
-        # actions for free); the root is the best start (`pick_start`)
-        candidates = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else {}
-        sharded = _shard_candidates(gg, cluster, cost, training, ev,
-                                    _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
-        start_name, root = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
-                                      extra={**variants, **({**candidates, **sharded} if fit_name is None else {})})
-        out = structured_search(gg, cluster, cost, training, ev, root, baselines, variants, playouts=playouts,
-                                seed=seed, priors_fn=priors_fn, structure_priors_fn=structure_priors_fn,
-                                refine=refine, refine_simulations=refine_simulations, pipeline=pipeline, shard=shard,
-                                cap=cap, on_playout=progress)
+        out = structured_search(gg, cluster, cost, training, ev, base, baselines, variants, pipelines,
+                                playouts=playouts, seed=seed, priors_fn=priors_fn,
+                                structure_priors_fn=structure_priors_fn, refine=refine,
+                                refine_simulations=refine_simulations, shard=shard, cap=cap, on_playout=progress)
         best, space = out.best, out.space
         tree_playouts, records = out.tree.playouts, out.polish.records  # the polish's in structure_report
         structure_report = out.report(structure_priors_fn is not None)
         method = "structure+mcts" + ("+gnn" if priors_fn is not None else "") + ("+refine" if refine else "")
     else:
-        best, space, res, start_name, candidates, sharded = _start_search(
-            gg, cluster, cost, training, ev, baselines, variants, start_name, fit_name, playouts=playouts, seed=seed,
-            priors_fn=priors_fn, refine=refine, refine_simulations=refine_simulations, pipeline=pipeline,
+        best, space, res, start_name = _start_search(
+            gg, cluster, cost, training, ev, baselines, variants, start_name, base, candidates, sharded,
+            playouts=playouts, seed=seed, priors_fn=priors_fn, refine=refine, refine_simulations=refine_simulations,
             shard=shard, cap=cap, progress=progress)
         tree_playouts, records = res.playouts, res.records
         method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
@@ -236,19 +237,13 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
 
 
 def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, variants: dict, start_name: str,
-                  fit_name: str | None, *, playouts: int, seed: int, priors_fn, refine: bool, refine_simulations: int,
-                  pipeline: bool, shard: bool, cap: WallCap, progress):
-    """The search without the structure tree (`--playouts 0`, or `plan(structure=False)`): every pipeline and shard
-    candidate simulated, the per-group tree from the best start (`pick_start`), then refinement of its best and of
-    every other start. Returns (best, space, MCTSResult, start name, pipelines, shard candidates)."""
+                  base: Strategy, candidates: dict, sharded: dict, *, playouts: int, seed: int, priors_fn,
+                  refine: bool, refine_simulations: int, shard: bool, cap: WallCap, progress):
+    """The search without the structure tree (`--playouts 0`, or `plan(structure=False)`): the per-group tree from
+    the best start `base`, then refinement of its best and of every other start (the baselines or their memory
+    variants, the fastest pipeline of `candidates`, the fastest shard candidate of `sharded`, which it extends).
+    Returns (best, space, MCTSResult, start name)."""
     batch = gg.graph.batch_size
-    candidates = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else {}
-    sharded = _shard_candidates(gg, cluster, cost, training, ev,
-                                _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
-    # the tree's per-group moves keep a pipelined start inside its stages, so the tree starts from a pipeline only
-    # when no baseline fits; otherwise the pipelines compete through the evaluator's best-ever and refinement
-    start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
-                                  extra={**variants, **({**candidates, **sharded} if fit_name is None else {})})
     if ev.result(base).oom:  # nothing fits: the memory pass on the start
         fitted = fit_memory(gg, cluster, cost, training, base, ev.result)
         if fitted.fits:
@@ -284,7 +279,7 @@ def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, v
         if ev.result(best).oom:
             fit_memory(gg, cluster, cost, training, best, ev.result)
             best = ev.best[1] or best
-    return best, space, res, start_name, candidates, sharded
+    return best, space, res, start_name
 
 
 OOM_RETRIES = 3  # the fastest out-of-memory strategies the tree found that the memory pass tries to fit
@@ -339,13 +334,17 @@ def _best_fitting(named: dict) -> Strategy | None:
     return min(fits, key=lambda x: (x[0], x[1]))[2] if fits else None
 
 
-def _pipeline_candidates(gg, cluster, cost, training, batch: int, ev: Evaluator) -> dict:
-    """name -> (strategy, SimResult) of every pipeline the DP proposes, simulated through the evaluator (so
-    the best of them is the search's best-ever when it wins)."""
-    from tag.search.pipeline_search import pipeline_candidates
+def _pipeline_candidates(gg, cluster, cost, training, batch: int, ev: Evaluator) -> tuple[dict, list]:
+    """(name -> (strategy, SimResult) of the pipelines the DP proposes as starts, the first KEEP by its estimate
+    and the best of each stage count, simulated through the evaluator (so the best of them is the search's best-ever
+    when it wins); the PIPELINE_KEEP best it proposes, for the structure tree, best first)."""
+    from tag.search.pipeline_search import KEEP, pipeline_candidates
+    from tag.search.structure import PIPELINE_KEEP
 
-    return {c.name: (c.strategy, ev.result(c.strategy))
-            for c in pipeline_candidates(gg, cluster, cost, training, batch)}
+    found = pipeline_candidates(gg, cluster, cost, training, batch, keep=PIPELINE_KEEP)
+    stages = [c.strategy.pipeline and len(c.strategy.pipeline.stages) for c in found]
+    starts = [c for i, c in enumerate(found) if i < KEEP or stages[i] not in stages[:i]]
+    return {c.name: (c.strategy, ev.result(c.strategy)) for c in starts}, found
 
 
 def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict) -> dict:

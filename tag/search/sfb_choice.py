@@ -7,7 +7,8 @@ import math
 from tag.search.budget import WallCap
 from tag.strategy import Strategy
 
-SFB_EXTRA_STARTS = 2  # strategies SFB selection runs on besides the searched plan and the best baseline
+SFB_EXTRA_STARTS = 1  # strategies SFB selection runs on besides the searched plan and the best baseline (2 before
+# the structure tree: each run is one CP-SAT model and its scoring simulations, ~1 s on a GPT-2 medium)
 SFB_SOLVE_LIMIT_S = 600.0  # the CP-SAT solver's time limit without a cap (its solves take milliseconds)
 
 

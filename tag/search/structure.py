@@ -104,12 +104,11 @@ def subset_layouts(gg, cluster, cost, batch: int) -> list[tuple[str, Strategy]]:
     return out
 
 
-def make_layouts(gg, cluster, cost, training, batch: int, baselines: dict, variants: dict, *,
-                 pipeline: bool = True) -> Layouts:
+def make_layouts(gg, cluster, cost, training, batch: int, baselines: dict, variants: dict,
+                 pipelines: list) -> Layouts:
     """The layouts of every kind (module docstring). `baselines`, `variants`: name -> (strategy, SimResult) of the
-    baselines and the memory pass's fitted variants; `pipeline`: whether pipelines (and micro-batched gradient
-    accumulation) are offered."""
-    from tag.search.pipeline_search import pipeline_candidates
+    baselines and the memory pass's fitted variants; `pipelines`: the DP's `PipelineCandidate`s, best estimate first
+    (`pipeline_candidates(..., keep=PIPELINE_KEEP)`; [] offers no pipeline nor micro-batched accumulation)."""
     from tag.search.starts import pipeline_starts
 
     def own(name: str) -> tuple[str, Strategy] | None:
@@ -120,13 +119,12 @@ def make_layouts(gg, cluster, cost, training, batch: int, baselines: dict, varia
     data = [x for x in (own("dp-proportional"), own("dp-even"), own("ps")) if x is not None]
     placement = [x for x in (own("single-device"), own("m-etf"), own("m-topo")) if x is not None]
     by_s: dict[int, list[tuple[str, Strategy]]] = {}
-    if pipeline:
-        for c in pipeline_candidates(gg, cluster, cost, training, batch, keep=PIPELINE_KEEP):
-            s = 1 if c.strategy.pipeline is None else len(c.strategy.pipeline.stages)
-            if s == 1:
-                data.append((c.name, c.strategy))  # dp-balanced, or one stage with gradient accumulation
-            else:
-                by_s.setdefault(s, []).append((c.name, c.strategy))
+    for c in pipelines:
+        s = 1 if c.strategy.pipeline is None else len(c.strategy.pipeline.stages)
+        if s == 1:
+            data.append((c.name, c.strategy))  # dp-balanced, or one stage with gradient accumulation
+        else:
+            by_s.setdefault(s, []).append((c.name, c.strategy))
     data += subset_layouts(gg, cluster, cost, batch)
     for i, (name, s) in enumerate(pipeline_starts(gg, cluster, cost, training, batch)):
         if i >= MAX_PLACEMENT_STARTS:

@@ -49,17 +49,18 @@ class StructuredOutcome:
                 **({} if structure_priors else {"note": STRUCTURE_PRIORS_NOTE})}
 
 
-def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy, baselines: dict, variants: dict, *,
-                      playouts: int, seed: int = 0, priors_fn: PriorsFn | None = None,
+def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy, baselines: dict, variants: dict,
+                      pipelines: list, *, playouts: int, seed: int = 0, priors_fn: PriorsFn | None = None,
                       structure_priors_fn: StructurePriorsFn | None = None, refine: bool = True,
-                      refine_simulations: int = 0, pipeline: bool = True, shard: bool = True,
-                      cap: WallCap | None = None, on_playout=None) -> StructuredOutcome:
+                      refine_simulations: int = 0, shard: bool = True, cap: WallCap | None = None,
+                      on_playout=None) -> StructuredOutcome:
     """Steps 1-3 of the module docstring from `root` (the best start). `baselines`, `variants`: name ->
-    (strategy, SimResult), as `tag.search.precision.Seeds` has them."""
+    (strategy, SimResult), as `tag.search.precision.Seeds` has them; `pipelines`: the DP's PipelineCandidates
+    (none: pipelines are not searched)."""
     from tag.search.planner import fit_fastest_oom
 
     batch = gg.graph.batch_size
-    layouts = make_layouts(gg, cluster, cost, training, batch, baselines, variants, pipeline=pipeline)
+    layouts = make_layouts(gg, cluster, cost, training, batch, baselines, variants, pipelines)
     shards = group_shards(gg) if shard else None
     tree = StructureTree(root, ev, structure_actions(gg, cluster, cost, training, layouts, shards, ev.result),
                          seed=seed, priors_fn=structure_priors_fn)

@@ -33,12 +33,12 @@ class FakeClock:
 
 def test_default_counts_by_hand():
     # 16 groups x 8 devices = 128 <= 1024: the full defaults
-    assert default_counts(16, 8) == (200, 1000)
-    assert default_counts(32, 32) == (200, 1000)  # exactly 1024
-    # 128 x 64 = 8192 = 8 x 1024: an eighth of each, 200 / 8 = 25 and 1000 / 8 = 125
-    assert default_counts(128, 64) == (25, 125)
-    # 33 x 32 = 1056: 200 * 1024 // 1056 = 193 (204800 / 1056 = 193.9), 1000 * 1024 // 1056 = 969
-    assert default_counts(33, 32) == (193, 969)
+    assert default_counts(16, 8) == (200, 300)
+    assert default_counts(32, 32) == (200, 300)  # exactly 1024
+    # 128 x 64 = 8192 = 8 x 1024: an eighth of each, 200 / 8 = 25 and 300 / 8 = 37, raised to the floor 100
+    assert default_counts(128, 64) == (25, 100)
+    # 33 x 32 = 1056: 200 * 1024 // 1056 = 193 (204800 / 1056 = 193.9), 300 * 1024 // 1056 = 290 (290.9)
+    assert default_counts(33, 32) == (193, 290)
     # 1000 x 1000: scaled far below the floors 16 and 100
     assert default_counts(1000, 1000) == (16, 100)
 

@@ -12,10 +12,10 @@ from tag.modelio import ModelOptions, load_inputs
 from tag.search.baselines import run_baselines
 from tag.search.evaluate import Evaluator
 from tag.search.planner import best_baseline, plan
-from tag.search.structure import COMMON_LEVELS, KIND_LEVELS, make_layouts
+from tag.search.pipeline_search import pipeline_candidates
+from tag.search.structure import COMMON_LEVELS, KIND_LEVELS, PIPELINE_KEEP, make_layouts
 from tag.search.structure_tree import StructureNode, StructureTree, structure_actions
 from tag.sim import simulate
-from tag.topology import parse_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MLP = os.path.join(ROOT, "datasets", "models", "mlp.onnx")
@@ -56,7 +56,8 @@ def test_exhausted_tree_builds_every_path_and_finds_the_brute_force_best(tmp_pat
     inp = _small_case(tmp_path)
     gg, cluster, cost, training = inp.gg, inp.cluster, inp.cost, inp.training
     baselines = run_baselines(gg, cluster, cost, training)
-    layouts = make_layouts(gg, cluster, cost, training, gg.graph.batch_size, baselines, {}, pipeline=True)
+    layouts = make_layouts(gg, cluster, cost, training, gg.graph.batch_size, baselines, {},
+                           pipeline_candidates(gg, cluster, cost, training, gg.graph.batch_size, keep=PIPELINE_KEEP))
     assert "pipeline" in layouts.by_kind and "data" in layouts.by_kind
 
     def sim(s):
@@ -84,7 +85,8 @@ def test_tree_is_deterministic_and_widens_by_visits(tmp_path):
     inp = _small_case(tmp_path)
     gg, cluster, cost, training = inp.gg, inp.cluster, inp.cost, inp.training
     baselines = run_baselines(gg, cluster, cost, training)
-    layouts = make_layouts(gg, cluster, cost, training, gg.graph.batch_size, baselines, {})
+    layouts = make_layouts(gg, cluster, cost, training, gg.graph.batch_size, baselines, {},
+                           pipeline_candidates(gg, cluster, cost, training, gg.graph.batch_size, keep=PIPELINE_KEEP))
     root = baselines[best_baseline(baselines)][0]
     runs = []
     for _ in range(2):
