@@ -34,6 +34,16 @@ def _small_case(tmp_path):
     return load_inputs(MLP, str(path), ModelOptions())
 
 
+def _layouts(tmp_path):
+    """(gg, cluster, cost, training, baselines, layouts) of `_small_case`, pipelines included."""
+    inp = _small_case(tmp_path)
+    gg, cluster, cost, training = inp.gg, inp.cluster, inp.cost, inp.training
+    baselines = run_baselines(gg, cluster, cost, training)
+    pipelines = pipeline_candidates(gg, cluster, cost, training, gg.graph.batch_size, keep=PIPELINE_KEEP)
+    layouts = make_layouts(gg, cluster, cost, training, gg.graph.batch_size, baselines, {}, pipelines)
+    return gg, cluster, cost, training, baselines, layouts
+
+
 def _enumerate(actions_for, strategy, levels, path, stages, out):
     """Every path below a node, as path -> strategy (None: the action built nothing), by plain recursion."""
     out[path] = strategy
@@ -53,11 +63,7 @@ def _enumerate(actions_for, strategy, levels, path, stages, out):
 
 
 def test_exhausted_tree_builds_every_path_and_finds_the_brute_force_best(tmp_path):
-    inp = _small_case(tmp_path)
-    gg, cluster, cost, training = inp.gg, inp.cluster, inp.cost, inp.training
-    baselines = run_baselines(gg, cluster, cost, training)
-    layouts = make_layouts(gg, cluster, cost, training, gg.graph.batch_size, baselines, {},
-                           pipeline_candidates(gg, cluster, cost, training, gg.graph.batch_size, keep=PIPELINE_KEEP))
+    gg, cluster, cost, training, baselines, layouts = _layouts(tmp_path)
     assert "pipeline" in layouts.by_kind and "data" in layouts.by_kind
 
     def sim(s):
@@ -82,11 +88,7 @@ def test_exhausted_tree_builds_every_path_and_finds_the_brute_force_best(tmp_pat
 
 
 def test_tree_is_deterministic_and_widens_by_visits(tmp_path):
-    inp = _small_case(tmp_path)
-    gg, cluster, cost, training = inp.gg, inp.cluster, inp.cost, inp.training
-    baselines = run_baselines(gg, cluster, cost, training)
-    layouts = make_layouts(gg, cluster, cost, training, gg.graph.batch_size, baselines, {},
-                           pipeline_candidates(gg, cluster, cost, training, gg.graph.batch_size, keep=PIPELINE_KEEP))
+    gg, cluster, cost, training, baselines, layouts = _layouts(tmp_path)
     root = baselines[best_baseline(baselines)][0]
     runs = []
     for _ in range(2):
