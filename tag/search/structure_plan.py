@@ -8,7 +8,7 @@ the chosen precision by `tag.search.planner.plan`):
    starts are among its actions, cached; the other actions are built and simulated when the tree widens to them);
 2. the memory pass on the fastest strategies found that do not fit (`fit_fastest_oom`);
 3. polish: the per-group tree (`tag.search.mcts`, `playouts // POLISH_SHARE` playouts, the caller's per-group
-   `priors_fn`, the GNN, applies here only) from the best strategy so far, and as many from the best start when
+   `priors_fn`, the GNN, applies here only, and only on strategies without shards: `unsharded_priors`) from the best strategy so far, and as many from the best start when
    that differs (a group's best decision may differ between the two), then refinement (`tag.search.refine`,
    `refine_simulations` simulations) of the best, and the memory pass if it still does not fit.
 
@@ -18,6 +18,8 @@ Every strategy goes through the search's Evaluator, whose best-ever is the resul
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from tag.search.budget import POLISH_SHARE, WallCap
 from tag.search.evaluate import Evaluator
@@ -70,10 +72,12 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
     space = build_space(gg, cluster, cost, batch, best)
     if shard:
         space.shards = shards
-    polish = MCTS(space, ev, best, seed=seed, priors_fn=priors_fn).run(playouts // POLISH_SHARE, cap)
+    polish = MCTS(space, ev, best, seed=seed, priors_fn=unsharded_priors(priors_fn)).run(playouts // POLISH_SHARE,
+                                                                                          cap)
     if best != root:  # the per-group tree from the best start too: its groups' best decisions may differ
         start_space = build_space(gg, cluster, cost, batch, root)
-        MCTS(start_space, ev, root, seed=seed, priors_fn=priors_fn).run(playouts // POLISH_SHARE, cap)
+        MCTS(start_space, ev, root, seed=seed, priors_fn=unsharded_priors(priors_fn)).run(playouts // POLISH_SHARE,
+                                                                                        cap)
     best = ev.best[1] or best
     if refine:
         refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
@@ -82,3 +86,16 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
             fit_memory(gg, cluster, cost, training, best, ev.result)
             best = ev.best[1] or best
     return StructuredOutcome(best, space, tres, polish)
+
+
+def unsharded_priors(priors_fn: PriorsFn | None) -> PriorsFn | None:
+    """`priors_fn` on strategies without a tensor shard; uniform priors where a decision is sharded (the GNN's
+    state features read row maps over the batch, which a shard grid's rows are not)."""
+    if priors_fn is None:
+        return None
+
+    def priors(strategy: Strategy, group: int, candidates):
+        if any(d.shard is not None for d in strategy.decisions) or any(c.shard is not None for c in candidates):
+            return np.full(len(candidates), 1.0 / max(1, len(candidates))), None
+        return priors_fn(strategy, group, candidates)
+    return priors
