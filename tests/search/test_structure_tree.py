@@ -116,3 +116,26 @@ def test_plan_with_the_structure_tree_is_deterministic():
     assert outs[0] == outs[1]
     assert outs[0][2] == 30 and outs[0][4].startswith("structure+mcts+gnn") is False
     assert outs[0][1]["priors"] == "uniform" and "note" in outs[0][1]
+
+
+def test_polish_priors_skip_sharded_strategies():
+    """The GNN's features cannot read a shard grid's rows: the polish hands it only unsharded strategies."""
+    from tag.search.structure_plan import unsharded_priors
+    from tag.strategy import Decision, Strategy
+    from tag.strategy.shard import Shard
+
+    seen = []
+
+    def gnn(strategy, group, candidates):
+        seen.append(strategy)
+        return [0.9, 0.1], None
+
+    plain = Strategy((Decision((2, 2), "ring"),))
+    sharded = Strategy((Decision((4, 4), shard=Shard("column", ((0, 1),), (0.5, 0.5))),))
+    priors = unsharded_priors(gnn)
+    assert priors(plain, 0, [plain.decisions[0], Decision((4, 0))]) == ([0.9, 0.1], None)
+    p, v = priors(sharded, 0, [sharded.decisions[0], Decision((4, 0))])
+    assert list(p) == [0.5, 0.5] and v is None
+    p, _ = priors(plain, 0, [plain.decisions[0], sharded.decisions[0]])
+    assert list(p) == [0.5, 0.5]
+    assert seen == [plain] and unsharded_priors(None) is None
