@@ -51,6 +51,7 @@ class AblationCase:
     simulations: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    precision: str = ""  # the precision the search chose (the same in every part)
 
     def shares(self) -> dict[str, float]:
         """Share of the start -> full gain per step of `CHAIN` (keyed by the part reached) and "refine alone"
@@ -94,26 +95,39 @@ def run_ablation(model_path: str, topology_path: str, *, model: str | None = Non
                  budget_s: float | None = None, gnn_checkpoint: str | None = None,
                  parts=PARTS) -> AblationCase:
     """Plan one case once per part (module docstring) and compute its bound. `gnn_checkpoint`: None = the
-    shipped GNN. The model's own batch, Adam, the roofline cost model (as `tag bench`)."""
+    shipped GNN. The model's own batch, Adam, the roofline cost model (as `tag bench`); the search chooses the
+    precision as `tag plan` does without --precision, and the bound is under the chosen precision's cost model."""
+    from dataclasses import replace
+
     from tag.bench.ideal import compute_bound
     from tag.gnn import default_checkpoint, load_priors_fn
-    from tag.modelio import ModelOptions, load_inputs
+    from tag.modelio import ModelOptions, cost_model_for, load_inputs
     from tag.search.budget import DEFAULT_BUDGET_S
     from tag.search.planner import plan
 
     case = AblationCase(model or os.path.basename(model_path), topology or os.path.basename(topology_path))
     inp = load_inputs(model_path, topology_path, ModelOptions())
     priors = load_priors_fn(gnn_checkpoint or default_checkpoint(), inp.gg, inp.cluster, inp.cost, inp.training)
+    costs: dict = {}
+
+    def cost_for(precision: str):  # one cost model per precision for all parts (they are pure functions of it)
+        if precision not in costs:
+            costs[precision] = cost_model_for(inp.gg, replace(inp.training, precision=precision), topology_path)
+        return costs[precision]
+
+    res = None
     for part in parts:
         tree, gnn, refine, sfb = _SETTINGS[part]
         res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=playouts if tree else 0,
                    refine_simulations=refine_simulations, budget_s=budget_s or DEFAULT_BUDGET_S, seed=seed,
-                   priors_fn=priors if gnn else None, refine=refine, sfb=sfb)
+                   priors_fn=priors if gnn else None, refine=refine, sfb=sfb, cost_for=cost_for)
         r = res.result
         case.ms[part] = r.iteration_ms if not r.oom else math.inf
         case.simulations[part] = res.simulations
         case.seconds[part] = res.seconds
-    case.bound_ms = compute_bound(inp.gg, inp.cluster, inp.cost, inp.batch_size).iteration_ms
+        case.precision = res.training.precision
+    case.bound_ms = compute_bound(inp.gg, inp.cluster, res.cost if res is not None else inp.cost,
+                                  inp.batch_size).iteration_ms
     return case
 
 

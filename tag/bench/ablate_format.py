@@ -54,7 +54,8 @@ def ablation_markdown(cases: list[AblationCase], commands: list[str] | None = No
                          + " |")
             continue
         sh = c.shares()
-        cells = [f"{c.model} on {c.topology}", *[_ms(c.ms.get(p, math.nan)) for p in PARTS], _ms(c.bound_ms),
+        name = f"{c.model} on {c.topology}" + (f" ({c.precision})" if c.precision else "")
+        cells = [name, *[_ms(c.ms.get(p, math.nan)) for p in PARTS], _ms(c.bound_ms),
                  _pct(c.headroom), *[_pct(sh.get(s, math.nan)) for s in share_cols],
                  *[_secs(c.seconds.get(p, math.nan)) for p in ("start+refine", "full")]]
         lines.append("| " + " | ".join(cells) + " |")

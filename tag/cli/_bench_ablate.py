@@ -50,7 +50,8 @@ def ablate(args):
             commands = [f"{p}: " + command_line(p, os.fspath(files.model_path), os.fspath(files.topology_path),
                                                 args.playouts, args.seed, args.simulations) for p in PARTS]
     text = "# tag bench --ablate\n\n" + ablation_markdown(cases, commands)
-    obj = {"cases": [{"model": c.model, "topology": c.topology, "ms": c.ms, "bound_ms": c.bound_ms,
+    obj = {"cases": [{"model": c.model, "topology": c.topology, "precision": c.precision, "ms": c.ms,
+                      "bound_ms": c.bound_ms,
                       "shares": c.shares(), "simulations": c.simulations, "seconds": c.seconds, "error": c.error}
                      for c in cases]}
     failed = [c for c in cases if c.error]
