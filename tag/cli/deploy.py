@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 from tag.cli.util import add_model_flags, add_output_flags, add_verb
 
 
@@ -55,6 +58,61 @@ def add_parser(sub):
             action.help = "optimizer to train with (default: the plan's training.optimizer)"
     add_output_flags(p)
     return p
+
+
+@dataclass(frozen=True)
+class RunPrediction:
+    """The step `tag deploy` predicts for the ranks it runs: step_ms (None when it cannot: `note` says why),
+    cost_model (``profile:NAME`` or ``roofline``), ranks, the concurrency and compute scale of the contention
+    terms (`tag.cost.contention.DeployedStep`), note (why not, or what the prediction lacks)."""
+
+    step_ms: float | None
+    cost_model: str
+    ranks: int
+    concurrency: float | None = None
+    compute_scale: float | None = None
+    note: str | None = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def predict_as_run(job) -> RunPrediction:
+    """Re-simulate `job`'s plan as deploy runs it (`tag.cost.contention.deployed_step_ms`): on its ranks
+    (`tag.deploy.job.ranks_strategy`: devices sharing a rank merged), with the plan's profile's cost model, the
+    collective rates and barrier `tag profile links` measured into the topology, blocking exchanges, bucket sums
+    overlapping the backward as the runtime starts them, and the profile's contention terms. This is what the
+    fidelity benchmark's headline column measures (`benchmarks/fidelity.py`)."""
+    import json
+
+    from tag.cost.contention import deployed_step_ms
+    from tag.deploy.job import ranks_strategy
+    from tag.graph.op_families import is_training_batchnorm
+    from tag.modelio import ModelOptions, load_inputs
+    from tag.profile.links import barrier_ms
+    from tag.sim import simulate
+
+    if job.profile_note:
+        return RunPrediction(None, "-", job.nproc, note=job.profile_note)
+    batch = sum(job.strategy.decisions[0].batch_rows)
+    inp = load_inputs(job.model_path, job.topology_path, ModelOptions(batch_size=batch, profile=job.profile_path),
+                      plan_path=job.plan_path)
+    strategy = ranks_strategy(inp.strategy, inp.cluster.n_devices, job.nproc)
+    with open(job.topology_path) as f:
+        topo = json.load(f)
+    fence = barrier_ms(topo) if isinstance(topo, dict) else None
+    split_bn = any(len(dec.devices) > 1 and any(is_training_batchnorm(inp.graph.ops[i]) for i in g.op_ids)
+                   for dec, g in zip(strategy.decisions, inp.gg.groups))
+    terms = getattr(inp.cost, "contention", None)
+    res = deployed_step_ms(simulate, inp.gg, inp.cluster, inp.cost, strategy, inp.training, terms=terms,
+                           n_ranks=job.nproc, fence_ms=fence or 0.0,
+                           overlap_sync=strategy.pipeline is None and not split_bn)
+    missing = [w for w, v in (("profile (roofline cost model)", job.profile_path), ("contention terms", terms),
+                              ("measured barrier", fence)) if v is None]
+    note = ("without " + ", ".join(missing)) if missing else None
+    if res.oom:
+        note = "; ".join(x for x in (note, "the simulated memory does not fit: time as if it did") if x)
+    return RunPrediction(res.step_ms, inp.cost.name, job.nproc, res.concurrency, res.scale, note)
 
 
 def available_cores() -> int:
@@ -114,6 +172,10 @@ def run(args) -> int:
              "# on each machine (same paths everywhere; MASTER_HOST = the first machine's address):\n"
              + "\n".join(f"[{m}] {c}" for m, c in cmds))
         return 0
+    try:
+        prediction = predict_as_run(job)
+    except (InputError, ValueError) as e:  # the run goes on; the prediction says why it is missing
+        prediction = RunPrediction(None, "-", job.nproc, note=f"cannot simulate the plan on {job.nproc} ranks: {e}")
     bar = progress(total=job.steps, desc="deploy", unit="step")
     bar.update(job.start_step)
     try:
@@ -124,14 +186,16 @@ def run(args) -> int:
         return 1
     bar.close()
     epochs = res.extra.get("epochs", [])
-    out = {"measured_step_ms": res.measured_step_ms, "predicted_step_ms": job.predicted_step_ms,
+    out = {"measured_step_ms": res.measured_step_ms, "predicted_step_ms": prediction.step_ms,
+           "plan_predicted_ms": job.predicted_step_ms, "prediction": prediction.to_json(),
            "losses": res.losses, "step_ms": res.step_ms, "steps": job.steps, "first_step": job.start_step,
            "nproc": job.nproc, "devices": len(job.device_ids), "batch_size": job.batch_size,
            "optimizer": job.training.optimizer, "lr": job.training.lr, "loss": job.loss,
            "data": None if job.data is None else job.data.spec, "epochs": epochs, "backend": res.backend,
            "seed": job.seed, "checkpoint": job.checkpoint, "export": job.export}
     rows = [(job.start_step + i, loss, ms) for i, (loss, ms) in enumerate(zip(res.losses, res.step_ms))]
-    pred = "-" if job.predicted_step_ms is None else f"{job.predicted_step_ms:.2f}"
+    pred = ("-" if prediction.step_ms is None else f"{prediction.step_ms:.2f} ms") + \
+        f" on {prediction.ranks} ranks ({prediction.cost_model}" + (f"; {prediction.note}" if prediction.note else "") + ")"
     data = "synthetic data (one seeded batch)" if job.data is None else \
         f"{job.data.spec} ({job.data.order.n_rows} rows, {job.data.order.steps_per_epoch} steps per epoch)"
     human = (f"deployed {job.plan_path} on {job.nproc} {res.backend} ranks ({len(job.device_ids)} plan devices), "
@@ -142,7 +206,7 @@ def run(args) -> int:
                                 f"{e['accuracy']:.4f}", "-" if e["samples_per_s"] is None else f"{e['samples_per_s']:.0f}")
                                for e in epochs], ["epoch", "steps", "loss", "accuracy", "samples/s"])
     human += (f"\nmeasured step: {res.measured_step_ms:.2f} ms (median after {job.warmup} warm-up steps); "
-              f"predicted: {pred} ms")
+              f"predicted: {pred}")
     if job.checkpoint:
         human += f"\ncheckpoint: {job.checkpoint} at step {job.steps}"
     if job.export:

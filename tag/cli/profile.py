@@ -24,7 +24,14 @@ def add_parser(sub):
     o.add_argument("--device", default="cpu", help="cpu or cuda:N (default cpu)")
     o.add_argument("--device-type", default=None, metavar="NAME",
                    help="device type the figures hold for, as named in the catalog (default cpu; required for a GPU)")
-    o.add_argument("--rows", default="1,2,4,8", metavar="R,R,...", help="row counts to measure (default 1,2,4,8)")
+    o.add_argument("--rows", default=None, metavar="R,R,...",
+                   help="row counts to measure (default: 1, 2, 4, ... up to the batch, and the batch)")
+    o.add_argument("--clock", default=None, choices=["thread", "wall"],
+                   help="time on the thread's CPU clock or the wall clock (default: thread for a one-thread CPU "
+                        "profile, whose contention block then holds the wall-clock stretch; else wall)")
+    o.add_argument("--ranks", type=int, default=2, metavar="N",
+                   help="ranks of the contention probe on a CPU: handoff latency, compute stretch and the model's "
+                        "step with N ranks at once (default 2; 0 = no probe)")
     o.add_argument("--groups", type=int, default=None, metavar="K", help="op groups to time as one run (default: automatic)")
     o.add_argument("--no-groups", action="store_true", help="do not time groups, only ops")
     _common(o)
@@ -96,6 +103,20 @@ def parse_rows(text: str) -> list[int]:
     return rows
 
 
+def default_rows(batch: int) -> list[int]:
+    """Row counts `tag profile ops` measures without --rows: powers of two below the batch, and the batch (a plan
+    runs at most the batch on one device; interpolating there beats extrapolating from a few rows).
+
+    >>> default_rows(64), default_rows(48), default_rows(1)
+    ([1, 2, 4, 8, 16, 32, 64], [1, 2, 4, 8, 16, 32, 48], [1])
+    """
+    out, r = [], 1
+    while r < batch:
+        out.append(r)
+        r *= 2
+    return out + [max(int(batch), 1)]
+
+
 def _device_type(args, is_gpu: bool) -> str:
     if args.device_type:
         return args.device_type
@@ -115,7 +136,10 @@ def run(args) -> int:
         elif args.warmup < 0:
             raise InputError("--warmup", "N", "a non-negative integer", str(args.warmup))
     if args.what == "ops":
-        return _run_ops(args, _device_type(args, args.device.startswith("cuda")), parse_rows(args.rows))
+        if args.ranks is None or args.ranks < 0 or args.ranks == 1:
+            raise InputError("--ranks", "N", "0 (no contention probe) or at least 2 ranks", str(args.ranks))
+        return _run_ops(args, _device_type(args, args.device.startswith("cuda")),
+                        None if args.rows is None else parse_rows(args.rows))
     _positive("--nproc", args.nproc)
     return _run_links(args, _device_type(args, args.device == "cuda"), parse_sizes(args.sizes))
 
@@ -147,9 +171,15 @@ def _run_ops(args, device_type: str, rows: list[int]) -> int:
     device = _check_device(args.device)
     graph = load_model(args.model, data_inputs=list(args.data_input or []),
                        input_shapes=parse_input_shapes(args.input_shape or []), batch_size=args.batch_size, n_devices=1)
+    rows = rows or default_rows(graph.batch_size)
     gg = None if args.no_groups else coarsen(graph, k=args.groups, n_devices=1)
+    cpu = device == "cpu"
+    clock = args.clock or ("thread" if cpu and args.threads == 1 else "wall")
+    if clock == "thread" and not cpu:
+        raise InputError("--clock", "thread", "wall on a GPU (its kernels run off the thread)", "thread")
     settings = OpsSettings(rows=rows, warmup=args.warmup, repeats=args.repeats, threads=args.threads, seed=args.seed,
-                           device=device, device_type=device_type, groups=not args.no_groups, quick_machine=args.quick)
+                           device=device, device_type=device_type, groups=not args.no_groups, quick_machine=args.quick,
+                           clock=clock, contention_ranks=args.ranks if cpu else 0)
     bar = progress(total=work_items(graph, gg, settings), desc="profile ops", unit="op")
     try:
         db = profile_ops(args.model, graph, gg, settings, progress=bar.update)

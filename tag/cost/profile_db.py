@@ -23,6 +23,12 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
                     "update_ms": 0.4, "param_bytes": 1048576}],   # the optimizer step over its parameters
         "update_ms": [..], "other_ms": [..],   # per row count: the step's optimizer step; the rest of the step
         "copy_bytes": [..], "copy_in_ms": [..], "copy_out_ms": [..]   # sync bucket memory work before / after the collective, by bucket bytes
+      },
+      "contention": {                     # optional: ranks at once on this machine (`tag.profile.contention`)
+        "clock": "thread", "ranks": 2, "rows": 32,   # op times' clock; probe ranks; rows each stepped
+        "handoff_ms": 0.2, "alone_stretch": 1.01, "together_stretch": 1.03,   # wall / CPU of compute
+        "together_speed": 1.1,            # the model's step CPU ms with every rank stepping at once / alone
+        "alone_step_ms": 30.1, "together_step_ms": 33.1   # the two step figures behind together_speed
       }
     }
 
@@ -30,6 +36,10 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
 row count (``bwd_ms`` may be omitted: the cost model then uses the roofline's backward for that op).
 A signature is ``op_type|input shapes per row|attribute hash`` (see `op_signature`): the batch axis of
 a batched input is written ``N``, so the same op at any batch has one signature.
+
+``contention`` (optional) holds what the machine does to ranks running at once (`tag.cost.contention`, where the
+formulas are); ``clock`` says whether every time in the file is thread CPU time (``thread``: one-thread CPU ranks)
+or wall time (``wall``).
 
 ``groups[i].ops`` names the group's compute ops (`Op.name`, in graph order). ``dispatch_ms``,
 ``settings``, ``groups`` and ``step`` are optional (files without them stay valid). With ``step`` the cost
@@ -48,6 +58,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from tag.cost.contention import ContentionTerms
 from tag.errors import InputError, short_repr
 from tag.fileio import write_text_atomic
 
@@ -115,6 +126,8 @@ class ProfileDB:
     dispatch_ms: float | None = None  # per-op launch/dispatch overhead estimate
     settings: dict = field(default_factory=dict)  # how the figures were measured (free-form)
     step: StepProfile | None = None  # the deploy runtime's step (`tag.profile.step`), when measured
+    contention: ContentionTerms | None = None  # ranks at once on this machine (`tag.profile.contention`)
+    contention_raw: dict = field(default_factory=dict)  # the block as read (provenance figures kept on save)
 
     @property
     def name(self) -> str:
@@ -211,8 +224,36 @@ def from_json(obj: dict, path: str = "<profile>") -> ProfileDB:
         raise InputError(path, "dispatch_ms", "a non-negative number", short_repr(dispatch))
     settings = obj.get("settings", {})
     step = None if obj.get("step") is None else _step_from_json(path, "step", obj["step"])
+    raw = obj.get("contention")
+    terms = None if raw is None else contention_from_json(path, "contention", raw)
     return ProfileDB(dt, threads, machine if isinstance(machine, dict) else {}, ops, path, groups,
-                     None if dispatch is None else float(dispatch), settings if isinstance(settings, dict) else {}, step)
+                     None if dispatch is None else float(dispatch), settings if isinstance(settings, dict) else {}, step,
+                     terms, dict(raw) if terms is not None else {})
+
+
+CLOCKS = ("thread", "wall")
+
+
+def contention_from_json(path: str, where: str, c) -> ContentionTerms:
+    """The `ContentionTerms` of a profile's ``contention`` block (InputError naming `path` and the key if bad)."""
+    if not isinstance(c, dict):
+        raise InputError(path, where, "an object with ranks, rows, handoff_ms, alone_stretch, together_stretch and "
+                         "together_speed", short_repr(c))
+    clock = c.get("clock", "thread")
+    if clock not in CLOCKS:
+        raise InputError(path, f"{where}.clock", "one of " + ", ".join(CLOCKS), short_repr(clock))
+    for key in ("ranks", "rows"):
+        v = c.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise InputError(path, f"{where}.{key}", "a positive integer", short_repr(v))
+    ratios = {}
+    for key in ("alone_stretch", "together_stretch", "together_speed"):
+        v = c.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise InputError(path, f"{where}.{key}", "a positive number (a ratio; 1 = no effect)", short_repr(v))
+        ratios[key] = float(v)
+    return ContentionTerms(c["ranks"], c["rows"], _number(path, f"{where}.handoff_ms", c.get("handoff_ms")),
+                           clock=clock, **ratios)
 
 
 def _number(path: str, where: str, v) -> float:
@@ -308,6 +349,11 @@ def to_json(db: ProfileDB) -> dict:
             out["groups"].append(e)
     if db.step is not None:
         out["step"] = _step_to_json(db.step)
+    if db.contention is not None:
+        t = db.contention
+        out["contention"] = {**db.contention_raw, "clock": t.clock, "ranks": t.ranks, "rows": t.rows,
+                             "handoff_ms": t.handoff_ms, "alone_stretch": t.alone_stretch,
+                             "together_stretch": t.together_stretch, "together_speed": t.together_speed}
     return out
 
 

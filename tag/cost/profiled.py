@@ -23,13 +23,14 @@ beyond the ops is charged too (`step_terms`, the one place of these formulas):
 (`collective_hop_gbps`; `tag.sim.collectives`). None keeps the links' own rate. `collective_step_us` likewise: the
 measured per-step latency of its collectives (`tag.profile.links.collective_step_us`), a floor on each step's.
 
-`compute_scale` (default 1) multiplies every compute and update time: the sustained slowdown of a
-device shared with other tenants (wall time / thread CPU time of compute between waits), which short
-profiled calls do not see. `benchmarks/fidelity.py` measures it under the load it measures steps at.
+`compute_scale` (default 1) multiplies every compute and update time: the contention of a plan's ranks computing at
+once on a shared machine (`tag.cost.contention.compute_scale` from the profile's ``contention`` block, applied by
+`tag.cost.contention.deployed_step_ms` through `scaled`).
 """
 
 from __future__ import annotations
 
+import copy
 import statistics
 
 import numpy as np
@@ -70,6 +71,18 @@ class ProfileCostModel:
         # Per group: positions (within the group's compute ops) with in-step series, and the series.
         self._step_hits = [[(pos, self._step_ops[i]) for pos, i in enumerate(ids) if i in self._step_ops]
                            for ids in self.roofline.compute_ops]
+
+    @property
+    def contention(self):
+        """The profile's `tag.cost.contention.ContentionTerms` (None when it has no ``contention`` block)."""
+        return self.db.contention
+
+    def scaled(self, factor: float) -> "ProfileCostModel":
+        """This model with every compute, update and sync-copy time multiplied by `factor` (a copy)."""
+        out = copy.copy(self)
+        out.compute_scale = self.compute_scale * float(factor)
+        out._cache = {}
+        return out
 
     def _phase_ms(self, gid: int, device: DeviceType, rows: int, phase: str) -> float:
         hits = self._hits[gid]
@@ -220,6 +233,16 @@ class MultiProfileCostModel:
 
     def _model(self, device: DeviceType):
         return self.by_type.get(device.name, self.fallback)
+
+    @property
+    def contention(self):
+        """The contention terms of the first profile that has them (None when none has)."""
+        return next((m.contention for m in self.by_type.values() if m.contention is not None), None)
+
+    def scaled(self, factor: float) -> "MultiProfileCostModel":
+        """Every profile's model scaled by `factor` (`ProfileCostModel.scaled`); the fallback unchanged."""
+        return MultiProfileCostModel(self.gg, self.training, {t: m.scaled(factor) for t, m in self.by_type.items()},
+                                     self.fallback)
 
     def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
         """Forward time of a group on `device`, ms (that device type's profile)."""

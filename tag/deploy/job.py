@@ -67,7 +67,7 @@ class Job:
     threads: int = 1
     warmup: int = 1
     timeout_s: float = 300.0
-    predicted_step_ms: float | None = None
+    predicted_step_ms: float | None = None  # plan.json's predicted.iteration_ms (the plan's devices, the planner's mode)
     run_dir: str = ""
     extra: dict = field(default_factory=dict)
     data: object = None  # tag.deploy.train.DataSource, None for synthetic data
@@ -76,6 +76,8 @@ class Job:
     checkpoint: str | None = None
     export: str | None = None
     identity: object = None  # tag.deploy.checkpoint.Identity with a checkpoint
+    profile_path: str | None = None  # the plan's profile (`plan_profile`), found and unchanged
+    profile_note: str | None = None  # why the plan's profile cannot be used (None: it can, or the plan has none)
 
     @property
     def batch_size(self) -> int:
@@ -133,13 +135,78 @@ def prepare_job(plan_path: str, model_path: str, options: DeployOptions = Deploy
         predicted = inp.plan.predicted.get("iteration_ms")
     batch_rows = sum(inp.strategy.decisions[0].rows)
     user = user_training(options, inp.graph, model_path, plan_path, training, batch_rows)
+    profile_path, profile_note = plan_profile(plan_path)
     return Job(plan_path=plan_path, model_path=model_path, topology_path=topo, graph=inp.graph, groups=groups,
                strategy=inp.strategy, device_ids=[d.id for d in cluster.devices], device_machines=machines,
                device_kinds=[d.type.kind for d in cluster.devices], training=training, steps=user.steps,
                nproc=nproc, seed=options.seed, threads=options.threads, warmup=options.warmup,
                timeout_s=float(options.timeout_s), predicted_step_ms=predicted, data=user.data, loss=user.loss,
                start_step=user.start_step, checkpoint=options.checkpoint, export=options.export,
-               identity=user.identity)
+               identity=user.identity, profile_path=profile_path, profile_note=profile_note)
+
+
+def plan_profile(plan_path: str) -> tuple[str | None, str | None]:
+    """(path, None) of the profile a plan records (``profile.path``, as written or beside the plan) when its sha256
+    still matches; (None, why not) when it is missing or changed; (None, None) when the plan records none."""
+    from tag.graph.reader import file_sha256
+    from tag.strategy.planfile import load_plan_json
+
+    rec = load_plan_json(plan_path).get("profile")
+    if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
+        return None, None
+    path = rec["path"]
+    for cand in (path, os.path.join(os.path.dirname(os.path.abspath(plan_path)), path)):
+        if os.path.isfile(cand):
+            if file_sha256(cand) != rec.get("sha256"):
+                return None, f"profile {path} changed since the plan was made (sha256 differs): re-run tag plan"
+            return cand, None
+    return None, f"profile {path} recorded in the plan is missing"
+
+
+def ranks_strategy(strategy: Strategy, n_devices: int, nproc: int) -> Strategy:
+    """The strategy deploy runs on `nproc` ranks, on the plan's devices: each rank's devices (`device_ranks`:
+    contiguous blocks of topology order) merged onto the rank's first device (rows added; a ps server, shard
+    positions and stage devices moved there), the others idle. A group left on one device keeps no sync and no
+    ZeRO stage. The plan's own strategy when `nproc` equals its devices.
+
+    >>> from tag.strategy import Decision
+    >>> s = ranks_strategy(Strategy((Decision((8, 8, 8, 8), sync="ring"), Decision((0, 0, 16, 16), sync="ps",
+    ...                    server=3))), 4, 2)
+    >>> [(d.rows, d.sync, d.server) for d in s.decisions]
+    [((16, 0, 16, 0), 'ring', None), ((0, 0, 32, 0), None, None)]
+    """
+    import dataclasses
+
+    from tag.deploy.ranks import device_ranks
+
+    if nproc >= n_devices:
+        return strategy
+    dev_rank = device_ranks(n_devices, nproc)
+    lead = [dev_rank.index(dev_rank[d]) for d in range(n_devices)]
+    decisions = []
+    for dec in strategy.decisions:
+        rows = [0] * n_devices
+        for d, r in enumerate(dec.rows):
+            rows[lead[d]] += r
+        shard = dec.shard
+        if shard is not None:
+            shard = dataclasses.replace(shard, replicas=tuple(tuple(lead[d] for d in rep) for rep in shard.replicas))
+        kept = dataclasses.replace(dec, rows=tuple(rows), shard=shard)
+        if not kept.replicated:
+            kept = dataclasses.replace(kept, sync=None, server=None, zero=0)
+        elif kept.server is not None:
+            kept = dataclasses.replace(kept, server=lead[kept.server])
+        decisions.append(kept)
+    pipeline = strategy.pipeline
+    if pipeline is not None:
+        stages = tuple(dataclasses.replace(st, devices=tuple(sorted({lead[d] for d in st.devices})))
+                       for st in pipeline.stages)
+        pipeline = dataclasses.replace(pipeline, stages=stages)
+    buckets = strategy.buckets
+    if buckets is not None:
+        buckets = tuple(dataclasses.replace(b, server=None if b.server is None else lead[b.server]) for b in buckets
+                        if b.groups and decisions[b.groups[0]].replicated)  # a bucket's groups share one replica set
+    return dataclasses.replace(strategy, decisions=tuple(decisions), pipeline=pipeline, buckets=buckets)
 
 
 @dataclass(frozen=True)

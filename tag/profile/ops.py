@@ -15,8 +15,11 @@ those of the code deploy runs. For each row count r:
 4. with groups, the deploy runtime's step itself (`tag.profile.step`): per group in the step, the optimizer
    update, the rest of the step and the sync-bucket copies (the profile's ``step`` block).
 
+5. with ``contention_ranks`` >= 2 (a CPU step profile), what that many ranks stepping at once do to each other
+   (`tag.profile.contention`: the profile's ``contention`` block), each at the largest row count / ranks.
+
 Each figure is the median of `repeats` calls after `warmup` untimed ones, ms, with the intra-op thread
-count a rank of the device runs with under deploy (one by default).
+count a rank of the device runs with under deploy (one by default), on the clock `clock` names.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from tag.cost.profile_db import GroupProfile, OpProfile, ProfileDB, op_signature
-from tag.profile.timing import machine_block, median_ms
+from tag.profile.timing import machine_block, median_ms, set_clock
 
 
 @dataclass
@@ -44,6 +47,8 @@ class OpsSettings:
     optimizer: str = "adam"  # the optimizer the step profile runs (deploy's default)
     lr: float = 1e-3
     quick_machine: bool = False  # smaller matmul / copy for the machine block (tests)
+    clock: str = "wall"  # "wall" or "thread" (thread CPU time: one-thread CPU ranks; `tag.profile.timing`)
+    contention_ranks: int = 0  # >= 2: measure the contention block with that many ranks (`tag.profile.contention`)
 
 
 def measured_ops(graph) -> dict[str, list[int]]:
@@ -140,6 +145,7 @@ def profile_ops(model_path: str, graph, gg=None, settings: OpsSettings | None = 
     from tag.deploy.onnx_torch import TorchProgram
 
     s = settings or OpsSettings()
+    set_clock(s.clock)
     torch.set_num_threads(s.threads)
     device = torch.device(s.device)
     proto = onnx.load(model_path)
@@ -195,9 +201,20 @@ def profile_ops(model_path: str, graph, gg=None, settings: OpsSettings | None = 
     machine = machine_block(device, s.threads, quick=s.quick_machine)
     settings_block = {"rows": list(rows_list), "warmup": s.warmup, "repeats": s.repeats, "seed": s.seed,
                       "device": str(device), "model": str(model_path), "ops": sum(len(v) for v in sigs.values()),
-                      "signatures": len(sigs), "groups": len(groups)}
+                      "signatures": len(sigs), "groups": len(groups), "clock": s.clock}
+    terms, raw = None, {}
+    if step is not None and s.contention_ranks >= 2:
+        from tag.cost.profile_db import contention_from_json
+        from tag.profile.contention import measure_contention
+
+        raw = measure_contention(model_path, graph, [list(g) for g in group_ids], max(1, rows_list[-1] // s.contention_ranks),
+                                 ranks=s.contention_ranks, seed=s.seed, optimizer=s.optimizer, lr=s.lr, clock=s.clock)
+        terms = contention_from_json(str(model_path), "contention", raw)
+        if progress:
+            progress(1)
     return ProfileDB(device_type=s.device_type, threads=s.threads, machine=machine, ops=ops, groups=groups,
-                     dispatch_ms=machine["dispatch_ms"], settings=settings_block, step=step)
+                     dispatch_ms=machine["dispatch_ms"], settings=settings_block, step=step, contention=terms,
+                     contention_raw=raw)
 
 
 def _warm_up(prog, graph, rows: int, seed: int, device) -> None:
@@ -218,4 +235,5 @@ def work_items(graph, gg, settings: OpsSettings) -> int:
     """Number of progress steps `profile_ops` will report (signatures and groups, per row count)."""
     n_groups = len(gg.groups) if (gg is not None and settings.groups) else 0
     n_step = len(set(settings.rows)) + n_groups if (n_groups and settings.step and settings.device == "cpu") else 0
-    return (len(measured_ops(graph)) + n_groups) * len(set(settings.rows)) + n_step
+    n_contention = 1 if (n_step and settings.contention_ranks >= 2) else 0
+    return (len(measured_ops(graph)) + n_groups) * len(set(settings.rows)) + n_step + n_contention

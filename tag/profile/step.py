@@ -16,19 +16,19 @@ the gradient sync buckets' own memory work. This module measures them in the run
    bytes: ``copy_in`` = zeroing the bucket's flat gradient buffer and adding every fresh gradient into its
    slice (`RankRuntime._bucket_views`), ``copy_out`` = 0 (the collective works in place on the buffer).
 
-Times are ms on the clock `time.perf_counter_ns` (thread CPU time under `benchmarks/emulate/cpu_clock_profile.py`).
+Times are ms on the clock `tag.profile.timing.set_clock` chose (wall, or thread CPU time).
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 
 from tag.cost.profile_db import StepProfile, StepGroup
+from tag.profile.timing import now_ns
 
 
 def _now_ms() -> float:
-    return time.perf_counter_ns() / 1e6  # looked up per call: a patched clock applies
+    return now_ns() / 1e6
 
 
 def _median(xs: list[float]) -> float:

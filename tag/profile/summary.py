@@ -53,6 +53,8 @@ def ops_summary(db: ProfileDB, graph, path: str) -> dict:
         "model": [model_totals(db, graph, r) for r in rows],
         "machine": m,
         "catalog": _catalog(db.device_type, m.get("peak_tflops", 0.0), m.get("memory_bandwidth_gbps", 0.0)),
+        "clock": db.settings.get("clock", "wall"),
+        "contention": dict(db.contention_raw) if db.contention is not None else None,
     }
 
 
@@ -80,6 +82,11 @@ def ops_table(db: ProfileDB, graph, summary: dict) -> str:
                          t["achieved_gflops"]] for t in summary["model"]],
                        ["rows", "fwd_ms", "bwd_ms", "group_fwd_ms", "group_bwd_ms", "fwd_gflops"]))
     lines += ["", _machine_lines(db.device_type, summary["machine"], summary["catalog"])]
+    c = summary.get("contention")
+    if c:
+        lines += ["", f"contention ({c['ranks']} ranks at once, {c['rows']} rows each; op times on the {c['clock']} "
+                  f"clock): handoff {c['handoff_ms']:.3f} ms, compute stretch alone x{c['alone_stretch']:.3f} / "
+                  f"together x{c['together_stretch']:.3f}, step CPU together / alone x{c['together_speed']:.3f}"]
     return "\n".join(lines)
 
 

@@ -1,7 +1,10 @@
 """Timing helpers and machine micro-benchmarks: median of repeats after warm-up; peak matmul and copy rates.
 
 Every measurement runs under the intra-op threads the caller set (`torch.set_num_threads`); on CUDA the
-device is synchronised around each timed call. Times are in ms, rates in units named by the keys.
+device is synchronised around each timed call. Times are in ms, rates in units named by the keys, on the clock
+`set_clock` chose: ``wall`` (`time.perf_counter_ns`, the default) or ``thread`` (`time.thread_time_ns`: the
+calling thread's CPU time, the op's own work on a one-thread CPU rank, without the time the scheduler gave the
+core to another process; `tag profile ops` uses it for one-thread CPU profiles).
 """
 
 from __future__ import annotations
@@ -11,6 +14,26 @@ import platform
 import statistics
 import time
 from typing import Callable
+
+CLOCKS = {"wall": time.perf_counter_ns, "thread": time.thread_time_ns}
+_clock = {"name": "wall"}
+
+
+def set_clock(name: str) -> None:
+    """Time every later measurement on clock `name` (a key of `CLOCKS`)."""
+    if name not in CLOCKS:
+        raise ValueError(f"clock must be one of {sorted(CLOCKS)}, got {name!r}")
+    _clock["name"] = name
+
+
+def clock_name() -> str:
+    """The clock measurements run on now (`set_clock`)."""
+    return _clock["name"]
+
+
+def now_ns() -> int:
+    """The current reading of the chosen clock, ns."""
+    return CLOCKS[_clock["name"]]()
 
 
 def sync(device) -> None:
@@ -32,10 +55,10 @@ def times_ms(fn: Callable[[], object], *, warmup: int, repeats: int, device="cpu
     for k in range(warmup + repeats):
         arg = setup() if setup is not None else None
         sync(device)
-        t0 = time.perf_counter_ns()
+        t0 = now_ns()
         fn(arg) if setup is not None else fn()
         sync(device)
-        t1 = time.perf_counter_ns()
+        t1 = now_ns()
         if k >= warmup:
             times.append((t1 - t0) / 1e6)
     return times

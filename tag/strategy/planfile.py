@@ -71,13 +71,15 @@ def baselines_summary(results: dict) -> dict:
 def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, model_path: str, topology_path: str,
                  *, predicted: dict | None = None, baselines: dict | None = None, search: dict | None = None,
                  model_sha256: str | None = None, topology_sha256: str | None = None, bucket_syncs=None,
-                 cost=None) -> dict:
+                 cost=None, profile: str | None = None) -> dict:
     """The plan.json object for `strategy` over the groups of `gg` on `cluster`.
 
     Rows are listed in topology order, only devices with rows > 0; SFB op names in the group's op
     order; input shapes sorted by name. The batch is the strategy's row sum. `bucket_syncs` are the resolved
     buckets (`tag.sim.context.SimContext.bucket_syncs`); without them the strategy's explicit buckets are used, or
-    its buckets are derived, an ``auto`` bucket's algorithm chosen by `cost` (required then).
+    its buckets are derived, an ``auto`` bucket's algorithm chosen by `cost` (required then). `profile`: the
+    `tag profile ops` file the plan was costed with, recorded by path and sha256 (`tag deploy` rebuilds that cost
+    model).
     """
     graph = gg.graph
     if len(strategy.decisions) != gg.n_groups:
@@ -109,6 +111,7 @@ def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, mode
                   "batch_size": int(batch),
                   "input_shapes": {k: list(v) for k, v in sorted(graph.input_shapes.items())}},
         "topology": {"path": str(topology_path), "sha256": topology_sha256 or file_sha256(topology_path)},
+        **({"profile": {"path": str(profile), "sha256": file_sha256(profile)}} if profile else {}),
         "training": training.to_json(),
         "groups": [{"id": g.id, "ops": [graph.ops[i].name for i in g.op_ids]} for g in gg.groups],
         "decisions": decisions,

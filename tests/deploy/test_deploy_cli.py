@@ -89,7 +89,8 @@ def test_two_plans_print_the_single_process_losses(plans):
         assert out["measured_step_ms"] > 0 and len(out["step_ms"]) == 3
         assert out["nproc"] == nproc and out["devices"] == 4 and out["batch_size"] == B
         outs[name] = out
-    assert outs["dp"]["predicted_step_ms"] == pytest.approx(json.loads(plans["dp"].read_text())["predicted"]["iteration_ms"])
+    assert outs["dp"]["plan_predicted_ms"] == pytest.approx(json.loads(plans["dp"].read_text())["predicted"]["iteration_ms"])
+    assert outs["dp"]["predicted_step_ms"] > 0 and outs["dp"]["prediction"]["ranks"] == 3
     assert outs["dp"]["losses"] == pytest.approx(outs["hybrid"]["losses"], rel=1e-5)
     assert pred is None or pred > 0
 

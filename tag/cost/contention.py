@@ -1,0 +1,126 @@
+"""Contention: what the machine does to a plan's compute and messages when its ranks run at once (issue 27).
+
+`tag profile ops` measures these terms next to the op times (`tag.profile.contention`; the profile's ``contention``
+block, read into `ContentionTerms`), and the prediction of a plan as deploy runs it (`deployed_step_ms`: what
+`tag deploy` prints and the fidelity benchmark's headline column) applies them. The one place of these formulas.
+
+With n = the ranks the plan runs (at least 2) and c = the plan's simulated concurrency (`concurrency`: the mean
+number of ranks computing at once, (sum of busy ms) / iteration ms, clamped to [1, n]), the share of the way from
+"one rank computes, the others wait" to "every rank computes" is ``f = (c - 1) / (n - 1)``, and
+
+* **stretch** (wall ms per thread-CPU ms of compute; only for a profile timed in thread CPU time, which does not
+  hold the time the scheduler gives the core to someone else): ``s(c) = alone + f x (together - alone)`` from
+  the probe's figures, per rank averaged;
+* **speed** (thread-CPU ms of the model's own step with every rank stepping at once over the same step alone:
+  shared caches and memory bandwidth, the host's SMT siblings): ``v(c) = 1 + f x (together_speed - 1)``;
+* every compute and update time is multiplied by ``s(c) x v(c)`` (`compute_scale`);
+* **handoff** (ms a rank that waited for a message pays before it runs again): added to the latency of every
+  pair of devices.
+
+``c`` comes from a first simulation without the terms; the second simulation with them is the prediction.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class ContentionTerms:
+    """The contention figures of a profile (ms and dimensionless ratios; see the module docstring).
+
+    ranks: how many ranks the probe ran at once; rows: the rows each of them stepped for `together_speed`;
+    handoff_ms: resume latency after a wait; alone_stretch / together_stretch: wall / thread-CPU ms of compute
+    with one rank computing / all at once (1.0 when `clock` is ``wall``: the op times already hold it);
+    together_speed: step CPU ms all at once / alone; clock: ``thread`` or ``wall``, how the profile's op times
+    were taken."""
+
+    ranks: int
+    rows: int
+    handoff_ms: float
+    alone_stretch: float
+    together_stretch: float
+    together_speed: float
+    clock: str = "thread"
+
+
+def concurrency(busy_ms, iteration_ms: float, n_ranks: int) -> tuple[float, int]:
+    """(c, n): n = max(n_ranks, 2) and c = sum(busy_ms) / iteration_ms clamped to [1, n] (1 when the iteration
+    takes no time). `busy_ms`: per device compute-stream busy ms (a dict or a sequence).
+
+    >>> concurrency({"a": 30.0, "b": 15.0}, 30.0, 2)
+    (1.5, 2)
+    """
+    busy = list(busy_ms.values()) if isinstance(busy_ms, dict) else list(busy_ms)
+    n = max(int(n_ranks), 2)
+    c = min(max(sum(busy) / iteration_ms, 1.0), float(n)) if iteration_ms > 0 else 1.0
+    return c, n
+
+
+def between(alone: float, together: float, c: float, n: int) -> float:
+    """``alone + (c - 1) / (n - 1) x (together - alone)``: a figure at concurrency c of n ranks.
+
+    >>> between(1.0, 2.0, 1.5, 2)
+    1.5
+    """
+    return alone + (c - 1.0) / (n - 1.0) * (together - alone)
+
+
+def compute_scale(terms: ContentionTerms, c: float, n: int) -> float:
+    """The factor on every compute and update time at concurrency c of n ranks: stretch x speed.
+
+    >>> compute_scale(ContentionTerms(2, 32, 0.2, 1.0, 1.2, 1.5), 2.0, 2)
+    1.7999999999999998
+    """
+    stretch = between(terms.alone_stretch, terms.together_stretch, c, n) if terms.clock == "thread" else 1.0
+    return stretch * between(1.0, terms.together_speed, c, n)
+
+
+def with_handoff(cluster, handoff_ms: float):
+    """A copy of `cluster` whose latency between every two different devices is `handoff_ms` longer."""
+    import numpy as np
+
+    out = copy.copy(cluster)
+    lat = np.array(cluster.latency_us, dtype=float, copy=True)
+    lat[~np.eye(lat.shape[0], dtype=bool)] += 1e3 * handoff_ms
+    out.latency_us = lat
+    return out
+
+
+@dataclass(frozen=True)
+class DeployedStep:
+    """A plan's predicted step as deploy runs it: step_ms (ms, with the fence); concurrency c of n ranks and the
+    compute scale the contention terms gave (1.0 without terms); oom: the simulated memory does not fit (step_ms is
+    then the time ignoring memory: deploy runs it anyway)."""
+
+    step_ms: float
+    concurrency: float
+    n_ranks: int
+    scale: float
+    oom: bool
+
+
+def deployed_step_ms(simulate: Callable, gg, cluster, cost, strategy, training, *, terms: ContentionTerms | None,
+                     n_ranks: int, fence_ms: float = 0.0, overlap_sync: bool = True) -> DeployedStep:
+    """Predicted step of `strategy` as the deploy runtime runs it, ms (`DeployedStep`).
+
+    `simulate` is `tag.sim.simulate` (passed in: the cost layer does not import the simulator); it runs with
+    blocking exchanges (the runtime's exchanges are rendezvous) and `overlap_sync` (the runtime's bucket sums
+    overlap the backward unless a split training-mode BatchNormalization forbids it). With `terms`, a second run
+    on ``cost.scaled(compute_scale(...))`` and the cluster `with_handoff` is the prediction (module docstring);
+    `fence_ms` (the barrier that ends every measured step) is added.
+    """
+    def run(cl, cm):
+        res = simulate(gg, cl, cm, strategy, training, overlap_sync=overlap_sync, blocking_sends=True)
+        ms = res.fit_iteration_ms if res.oom and res.fit_iteration_ms else res.iteration_ms
+        return res, float(ms)
+
+    res, ms = run(cluster, cost)
+    c, n = concurrency(res.busy_ms, ms, n_ranks)
+    scale = 1.0
+    if terms is not None:
+        scale = compute_scale(terms, c, n)
+        res, ms = run(with_handoff(cluster, terms.handoff_ms), cost.scaled(scale))
+    return DeployedStep(ms + fence_ms, c, n, scale, bool(res.oom))

@@ -1,0 +1,167 @@
+"""Measure what ranks running at once on this machine do to each other: the profile's ``contention`` block.
+
+`tag profile ops` (on a CPU) starts `ranks` local processes (gloo, one thread each, as deploy runs its ranks) and
+measures, for `tag.cost.contention` to apply to every plan predicted with the profile:
+
+1. **handoff**: two ranks pass a small token back and forth, each computing 2 ms of thread CPU time before passing
+   it on (as training ranks do between messages); per handoff (round-trip wall - both sides' compute wall) / 2,
+   median of 40. A rank that waited resumes only when the scheduler gives it a core back; a hot ping-pong (what
+   `tag profile links` times) does not see that.
+2. **stretch**: wall / thread-CPU ms of 40 ms of compute with one rank computing while the others wait
+   (``alone_stretch``, median of 3 per rank) and with every rank computing at once (``together_stretch``, median
+   of 5); means over the ranks. Other tenants of the machine and ranks outnumbering cores show here.
+3. **speed**: the model's own deploy step (`tag.profile.step`'s single-rank runtime: every group, `rows` rows,
+   the profile's optimizer) in thread-CPU ms, on rank 0 alone and on every rank at once, alternated 3 times after a
+   warm-up step; ``together_speed`` = median together / median alone (shared caches and memory bandwidth: a
+   memory-bound model's ranks slow each other down in CPU time too).
+
+Times use the profile's clock for nothing here: stretches are wall over thread CPU time by definition, the speed
+is thread CPU time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+
+HANDOFF_WORK_MS = 2.0
+STRETCH_WORK_MS = 40.0
+
+
+def _work(a, ms: float) -> float:
+    """Compute (matmuls) until `ms` of thread CPU time passed; the wall ms it took."""
+    t, w = time.thread_time(), time.perf_counter()
+    while (time.thread_time() - t) * 1e3 < ms:
+        a @ a
+    return (time.perf_counter() - w) * 1e3
+
+
+def _handoff_and_stretch(dist, torch, rank: int, world: int) -> tuple[float, float, float]:
+    """(median handoff ms (rank 0's figure), this rank's together stretch, this rank's alone stretch)."""
+    tok = torch.zeros(256)
+    a = torch.randn(128, 128)
+
+    def trial(ms: float) -> float:
+        dist.barrier()
+        t0 = time.perf_counter()
+        spent = 0.0
+        if rank == 0:
+            spent += _work(a, ms)
+            dist.send(tok, 1)
+            dist.recv(tok, 1)
+        elif rank == 1:
+            dist.recv(tok, 0)
+            spent += _work(a, ms)
+            dist.send(tok, 0)
+        wall = (time.perf_counter() - t0) * 1e3
+        s = torch.tensor([spent], dtype=torch.float64)
+        dist.all_reduce(s)
+        return (wall - float(s)) / 2
+
+    for _ in range(5):
+        trial(0.0)
+    handoff = statistics.median(trial(HANDOFF_WORK_MS) for _ in range(40))
+    together = []
+    for _ in range(5):
+        dist.barrier()
+        together.append(_work(a, STRETCH_WORK_MS) / STRETCH_WORK_MS)
+    alone = []
+    for i in range(world):
+        for _ in range(3):
+            dist.barrier()
+            if rank == i:
+                alone.append(_work(a, STRETCH_WORK_MS) / STRETCH_WORK_MS)
+                for j in range(world):
+                    if j != i:
+                        dist.send(tok, j)
+            else:
+                dist.recv(tok, i)
+    return handoff, statistics.median(together), statistics.median(alone)
+
+
+def _speed(dist, rank: int, world: int, rt) -> tuple[float, float]:
+    """(median step CPU ms on rank 0 alone, median step CPU ms of this rank with every rank stepping)."""
+    import torch
+
+    tok = torch.zeros(1)
+
+    def step_ms() -> float:
+        c0 = time.thread_time()
+        rt.step()
+        return (time.thread_time() - c0) * 1e3
+
+    step_ms()  # warm-up
+    alone, together = [], []
+    for _ in range(3):
+        dist.barrier()
+        if rank == 0:
+            alone.append(step_ms())
+            for j in range(1, world):
+                dist.send(tok, j)
+        else:
+            dist.recv(tok, 0)
+        dist.barrier()
+        together.append(step_ms())
+    return (statistics.median(alone) if alone else 0.0), statistics.median(together)
+
+
+def _rank_main(rank: int, world: int, init_file: str, spec: dict, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        handoff, together_stretch, alone_stretch = _handoff_and_stretch(dist, torch, rank, world)
+        import onnx
+
+        from tag.profile.step import _single_rank_runtime
+
+        rt = _single_rank_runtime(onnx.load(spec["model_path"]), spec["graph"], spec["groups"], spec["rows"],
+                                  spec["seed"], spec["optimizer"], spec["lr"])
+        alone_ms, together_ms = _speed(dist, rank, world, rt)
+        mine = torch.tensor([together_stretch, alone_stretch, alone_ms, together_ms], dtype=torch.float64)
+        every = [torch.zeros(4, dtype=torch.float64) for _ in range(world)]
+        dist.all_gather(every, mine)
+        if rank == 0:
+            rows = [[float(x) for x in t] for t in every]
+            with open(out, "w") as f:
+                json.dump({"handoff_ms": handoff, "by_rank": rows}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def measure_contention(model_path: str, graph, groups: list[list[int]], rows: int, *, ranks: int, seed: int = 0,
+                       optimizer: str = "adam", lr: float = 1e-3, clock: str = "thread") -> dict:
+    """The profile's ``contention`` block (module docstring) from `ranks` >= 2 local processes stepping `graph`'s
+    `groups` at `rows` rows each. Keys: clock, ranks, rows, handoff_ms, alone_stretch, together_stretch,
+    together_speed, alone_step_ms, together_step_ms (ms; ratios dimensionless)."""
+    import torch.multiprocessing as mp
+
+    work = tempfile.mkdtemp(prefix="tag-contention-")
+    init_file, out = os.path.join(work, "init"), os.path.join(work, "result.json")
+    spec = {"model_path": model_path, "graph": graph, "groups": groups, "rows": int(rows), "seed": seed,
+            "optimizer": optimizer, "lr": lr}
+    old = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"  # the children's thread pools, as deploy's ranks
+    try:
+        mp.start_processes(_rank_main, args=(ranks, init_file, spec, out), nprocs=ranks, join=True,
+                           start_method="spawn")
+    finally:
+        if old is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = old
+    with open(out) as f:
+        res = json.load(f)
+    by_rank = res["by_rank"]
+    alone_ms = by_rank[0][2]
+    together_ms = statistics.mean(r[3] for r in by_rank)
+    return {"clock": clock, "ranks": int(ranks), "rows": int(rows), "handoff_ms": float(res["handoff_ms"]),
+            "alone_stretch": statistics.mean(r[1] for r in by_rank),
+            "together_stretch": statistics.mean(r[0] for r in by_rank),
+            "together_speed": together_ms / alone_ms if alone_ms > 0 else 1.0,
+            "alone_step_ms": alone_ms, "together_step_ms": together_ms}

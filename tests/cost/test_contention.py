@@ -1,0 +1,80 @@
+"""tag.cost.contention: the contention formulas by hand, and the two-pass prediction on a fake simulator."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tag.cost.contention import (ContentionTerms, between, compute_scale, concurrency, deployed_step_ms,
+                                 with_handoff)
+
+TERMS = ContentionTerms(ranks=2, rows=32, handoff_ms=0.25, alone_stretch=1.02, together_stretch=1.10,
+                        together_speed=1.30)
+
+
+def test_concurrency_is_busy_over_iteration_clamped():
+    assert concurrency([40.0, 20.0], 40.0, 2) == (1.5, 2)
+    assert concurrency([10.0, 0.0], 40.0, 2) == (1.0, 2)  # never below one rank
+    assert concurrency([40.0, 40.0, 40.0], 30.0, 3) == (3.0, 3)  # never above n
+    assert concurrency([5.0], 5.0, 1) == (1.0, 2)  # n at least 2
+    assert concurrency([0.0, 0.0], 0.0, 2) == (1.0, 2)
+
+
+def test_scale_by_hand():
+    # c = 1.5 of n = 2: halfway. stretch 1.02 + 0.5 x 0.08 = 1.06; speed 1 + 0.5 x 0.3 = 1.15; 1.06 x 1.15 = 1.219
+    assert between(1.02, 1.10, 1.5, 2) == pytest.approx(1.06)
+    assert compute_scale(TERMS, 1.5, 2) == pytest.approx(1.219)
+    assert compute_scale(TERMS, 1.0, 2) == pytest.approx(1.02)  # one rank computing: alone stretch, no speed loss
+    assert compute_scale(TERMS, 2.0, 2) == pytest.approx(1.10 * 1.30)
+    # c = 2 of n = 3: (2 - 1) / (3 - 1) = half way again
+    assert compute_scale(TERMS, 2.0, 3) == pytest.approx(1.219)
+    wall = ContentionTerms(2, 32, 0.25, 1.02, 1.10, 1.30, clock="wall")  # wall-clock op times hold the stretch
+    assert compute_scale(wall, 1.5, 2) == pytest.approx(1.15)
+
+
+def test_handoff_lengthens_every_pair_but_not_the_diagonal():
+    cl = SimpleNamespace(latency_us=np.array([[0.0, 10.0], [12.0, 0.0]]))
+    out = with_handoff(cl, 0.25)
+    assert out.latency_us.tolist() == [[0.0, 260.0], [262.0, 0.0]]
+    assert cl.latency_us.tolist() == [[0.0, 10.0], [12.0, 0.0]]  # the input is left alone
+
+
+class _Cost:
+    def __init__(self, k=1.0):
+        self.k = k
+
+    def scaled(self, f):
+        return _Cost(self.k * f)
+
+
+def _fake_simulate(calls):
+    """A 'simulator' of two ranks: rank 0 computes 30 ms x k, rank 1 15 ms x k, then a message of latency L
+    (the cluster's [0][1] latency, us) ends the step: iteration = 30 k + L / 1000."""
+    def simulate(gg, cluster, cost, strategy, training, *, overlap_sync, blocking_sends):
+        calls.append((cost.k, float(cluster.latency_us[0][1]), overlap_sync, blocking_sends))
+        it = 30.0 * cost.k + cluster.latency_us[0][1] / 1e3
+        return SimpleNamespace(iteration_ms=it, fit_iteration_ms=it, oom=False,
+                               busy_ms={"a": 30.0 * cost.k, "b": 15.0 * cost.k})
+    return simulate
+
+
+def test_two_pass_prediction_by_hand():
+    calls = []
+    cl = SimpleNamespace(latency_us=np.array([[0.0, 100.0], [100.0, 0.0]]))
+    res = deployed_step_ms(_fake_simulate(calls), None, cl, _Cost(), None, None, terms=TERMS, n_ranks=2,
+                           fence_ms=0.5, overlap_sync=False)
+    # pass 1: iteration 30.1 ms, busy 45 ms: c = 45 / 30.1; f = c - 1
+    c = 45.0 / 30.1
+    k = (1.02 + (c - 1) * 0.08) * (1 + (c - 1) * 0.30)
+    assert res.concurrency == pytest.approx(c) and res.n_ranks == 2 and res.scale == pytest.approx(k)
+    # pass 2: compute 30 k, latency 100 us + 250 us; plus the 0.5 ms fence
+    assert res.step_ms == pytest.approx(30.0 * k + 0.35 + 0.5)
+    assert calls == [(1.0, 100.0, False, True), (pytest.approx(k), 350.0, False, True)]
+    assert not res.oom
+
+
+def test_without_terms_one_pass_and_the_fence():
+    calls = []
+    cl = SimpleNamespace(latency_us=np.array([[0.0, 100.0], [100.0, 0.0]]))
+    res = deployed_step_ms(_fake_simulate(calls), None, cl, _Cost(), None, None, terms=None, n_ranks=2, fence_ms=0.25)
+    assert res.step_ms == pytest.approx(30.1 + 0.25) and res.scale == 1.0 and len(calls) == 1
