@@ -32,7 +32,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from emulate.contention import concurrency, concurrent_speed, contention_stretch, probe_mean  # noqa: E402,F401
 from emulate.phase_table import phase_line, phase_report, predict_phases  # noqa: E402
 from emulate.report import Row, emulated_report, kendall_tau_b, mape, report  # noqa: E402,F401  (re-exported for
 #   `emulate.cluster_run` (fid.Row) and the tests)
@@ -54,7 +53,7 @@ def random_plan(base: dict, n_dev: int, rng: random.Random) -> dict:
     """A random valid plan from a dp-even plan `base`: per group a random device subset and row split.
 
     Groups that dp-even keeps whole on one device (not splittable by rows) go whole to a random device;
-    replicated groups with parameters (dp-even gave them a sync) sync by allreduce or ps (random server).
+    replicated groups with parameters (dp-even gave them a sync) sync by ring or ps (random server).
     """
     plan = json.loads(json.dumps(base))
     devices = list(max((dec["rows"] for dec in base["decisions"]), key=len))  # topology order
@@ -69,7 +68,7 @@ def random_plan(base: dict, n_dev: int, rng: random.Random) -> dict:
         dec["rows"] = {devices[i]: s for i, s in zip(chosen, sizes)}
         dec["sfb"] = []
         if k > 1 and has_params:
-            dec["sync"] = rng.choice(["allreduce", "ps"])
+            dec["sync"] = rng.choice(["ring", "ps"])
             dec["server"] = devices[rng.choice(chosen)] if dec["sync"] == "ps" else None
         else:
             dec["sync"], dec["server"] = None, None
@@ -122,11 +121,18 @@ def predict_ms(model: str, topo: str, plan: str, profile, overlap_sync: bool = F
                         blocking_sends=not overlap_sync)
 
     res = run([1.0] * len(profiles))
-    if contention:
+    if contention:  # the emulated cluster's probe (per device type), with the product's formulas
+        from tag.cost.contention import between, concurrency
+
         off_diag = ~np.eye(inp.cluster.n_devices, dtype=bool)
         inp.cluster.latency_us[off_diag] += 1e3 * contention["handoff_ms"]
-        k = concurrent_speed(res, speed, speed_together) / speed
-        res = run([k * x for x in contention_stretch(res, contention, len(profiles))])
+        c, n = concurrency(res.busy_ms, res.iteration_ms, inp.cluster.n_devices)
+        alone, together = contention["alone_stretch"], contention["together_stretch"]
+        if len(alone) != len(profiles):  # one device type for all ranks: the ranks' mean figures
+            alone = [sum(alone) / len(alone)] * len(profiles)
+            together = [sum(together) / len(together)] * len(profiles)
+        k = between(speed, speed_together, c, n) / speed if speed_together is not None else 1.0
+        res = run([k * between(a, t, c, n) for a, t in zip(alone, together)])
     return float(res.iteration_ms) + fence_ms
 
 
@@ -239,6 +245,74 @@ def build_pipeline_plans(model: str, topo: str, profile: str, batch: int, work: 
     return plans
 
 
+def zero_plan(base: dict, stage: int) -> dict:
+    """A copy of a data-parallel plan.json with ZeRO `stage` on every replicated group with parameters."""
+    plan = json.loads(json.dumps(base))
+    for dec in plan["decisions"]:
+        if dec.get("sync") is not None:
+            dec["zero"] = stage
+    plan["predicted"] = {}
+    plan.pop("baselines", None)
+    plan["search"] = {"method": f"zero{stage}-fidelity"}
+    return plan
+
+
+def shard_plan(single: dict, groups: list[int], devices: tuple[str, str]) -> dict:
+    """A copy of a single-device plan.json whose `groups` split their weights by columns, half on each of
+    `devices` (one replica: both devices compute every row)."""
+    plan = json.loads(json.dumps(single))
+    batch = plan["model"]["batch_size"]
+    for g in groups:
+        dec = plan["decisions"][g]
+        dec["rows"] = {d: batch for d in devices}
+        dec["shard"] = {"split": "column", "ratios": {d: 0.5 for d in devices}}
+        dec["sync"], dec["server"], dec["sfb"] = None, None, []
+    plan["predicted"] = {}
+    plan.pop("baselines", None)
+    plan["search"] = {"method": "shard-fidelity", "groups": groups}
+    return plan
+
+
+def build_memory_plans(model: str, work: str, plans: dict, stem: str | None = None) -> dict:
+    """name -> plan path: dp-even at ZeRO 1, 2 and 3 (`zero_plan`), and the single-device plan with the groups
+    that `tag deploy` accepts column-sharded over the first two devices (`shard_plan`: groups with parameters
+    added one at a time while the plan still prepares as a deploy job; the first half and all of them)."""
+    from tag.deploy.job import DeployOptions, prepare_job
+    from tag.errors import InputError
+
+    stem = stem or os.path.splitext(os.path.basename(model))[0]
+    out = {}
+    with open(plans["dp-even"]) as f:
+        dp = json.load(f)
+    for stage in (1, 2, 3):
+        p = os.path.join(work, f"{stem}-zero{stage}.json")
+        with open(p, "w") as f:
+            json.dump(zero_plan(dp, stage), f, indent=1)
+        out[f"zero{stage}"] = p
+    with open(plans["single-device"]) as f:
+        single = json.load(f)
+    devices = tuple(list(max((d["rows"] for d in dp["decisions"]), key=len))[:2])
+    ok: list[int] = []
+    p = os.path.join(work, f"{stem}-shard-try.json")
+    for g, dec in enumerate(single["decisions"]):
+        if not any(dec2.get("sync") for dec2 in dp["decisions"][g:g + 1]):
+            continue  # no parameters to split
+        with open(p, "w") as f:
+            json.dump(shard_plan(single, ok + [g], devices), f)
+        try:
+            prepare_job(p, model, DeployOptions(steps=2))
+            ok.append(g)
+        except InputError:
+            continue
+    for label, groups in (("shard-half", ok[: max(1, len(ok) // 2)]), ("shard-all", ok)):
+        if groups and (label == "shard-all" or len(ok) > 1):
+            q = os.path.join(work, f"{stem}-{label}.json")
+            with open(q, "w") as f:
+                json.dump(shard_plan(single, groups, devices), f, indent=1)
+            out[label] = q
+    return out
+
+
 def handoff_probe(nproc: int, work: str) -> dict:
     """The contention figures under the current load (`emulate/handoff_probe.py` on 2 local ranks)."""
     out = os.path.join(work, "handoff.json")
@@ -274,16 +348,29 @@ def speed_from_reference(profile: str, reference: dict) -> tuple[float, float]:
             ratio(reference.get("together_rows", reference["rows"]), reference["together_cpu_ms"]))
 
 
+def probe_mean(probes: list[dict]) -> dict:
+    """Mean of several `emulate/handoff_probe.py` results: handoff ms, and per rank the alone and together
+    stretches (the emulated cluster's contention figures)."""
+    n = len(probes)
+    ranks = range(len(probes[0]["alone_stretch_by_rank"]))
+    return {"handoff_ms": sum(p["handoff_ms"] for p in probes) / n,
+            "alone_stretch": [sum(p["alone_stretch_by_rank"][i] for p in probes) / n for i in ranks],
+            "together_stretch": [sum(p["sustained_stretch_by_rank"][i] for p in probes) / n for i in ranks]}
+
+
 def loadavg() -> str:
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
 
 
-def profile_ops(model: str, batch: int, rows: str, out: str, wrap=None) -> None:
-    """`tag profile ops` in thread CPU time (`emulate/cpu_clock_profile.py`), optionally under a wrapper."""
-    cmd = [sys.executable, os.path.join(HERE, "emulate", "cpu_clock_profile.py"), model, "--batch-size", str(batch),
-           "--rows", rows, "-o", out, "--json"]
-    subprocess.run(wrap(cmd) if wrap else cmd, check=True, capture_output=True, timeout=1800)
+def profile_ops(model: str, batch: int, rows: str, out: str, wrap=None, ranks: int = 0) -> None:
+    """`tag profile ops` as a user runs it (one thread, thread CPU clock, the contention probe on `ranks` ranks;
+    0: none, as under a wrapper: the emulated cluster probes across its namespaces), optionally under a wrapper."""
+    cmd = [sys.executable, "-m", "tag.cli", "profile", "ops", model, "--batch-size", str(batch), "--rows", rows,
+           "--clock", "thread", "--ranks", str(ranks), "-o", out, "--json"]
+    p = subprocess.run(wrap(cmd) if wrap else cmd, capture_output=True, text=True, timeout=1800)
+    if p.returncode != 0:
+        raise RuntimeError(f"tag profile ops {model} failed: {p.stderr.strip()[-600:]}")
 
 
 def prepare_jobs(entries: list[tuple[str, str, str]], steps: int, work: str) -> list[str]:
@@ -347,6 +434,8 @@ def main() -> None:
     ap.add_argument("--pipeline-models", default="mlp,small_transformer,gpt2_tiny",
                     help="models of --models that also get 2-stage pipelined plans (`build_pipeline_plans`)")
     ap.add_argument("--pipeline-micro", default="2,4", help="micro-batch counts of the pipelined plans")
+    ap.add_argument("--memory-models", default="mlp,small_cnn,small_transformer,fc_wide",
+                    help="models of --models that also get ZeRO 1-3 and tensor-sharded plans (`build_memory_plans`)")
     ap.add_argument("--pipeline-only", action="store_true",
                     help="only the pipelined plans (no baselines, searched or random plans)")
     ap.add_argument("--out", default=os.path.join(HERE, "fidelity.md"))
@@ -377,23 +466,26 @@ def main() -> None:
 
 def local_table(a, work: str, topo: str, t0: float) -> str:
     """The loopback fidelity table (profiles, plans, batch measurement, predictions) as markdown."""
+    from tag.cli.deploy import predict_as_run
+    from tag.deploy.job import load_job
+
     entries, paths = [], []
-    contention_path = os.path.join(work, "contention.json")
+    state_path = os.path.join(work, "contention.json")
     load_before = loadavg()
-    probes = [] if a.no_measure else [handoff_probe(a.nproc, work)]
     speeds: dict[str, float] = {}
-    speeds_all: dict[str, float] = {}  # the same with every rank computing at once
     for name in a.models.split(","):  # each model profiled and measured back to back: the machine's speed drifts
         model = os.path.join(MODELS, f"{name}.onnx")
         prof = os.path.join(work, f"{name}-profile.json")
         if not (a.reuse and os.path.exists(prof)):
-            profile_ops(model, a.batch_size, a.rows, prof)
+            profile_ops(model, a.batch_size, a.rows, prof, ranks=a.nproc)
         plans_path = os.path.join(work, f"{name}-plans.json")
         if a.reuse and os.path.exists(plans_path):
             with open(plans_path) as f:
                 plans = json.load(f)
         else:
             plans = {} if a.pipeline_only else build_plans(model, topo, prof, a.batch_size, work, a.random, a.seed)
+            if not a.pipeline_only and name in a.memory_models.split(","):
+                plans.update(build_memory_plans(model, work, plans))
             if name in a.pipeline_models.split(","):
                 micro = [int(v) for v in a.pipeline_micro.split(",")]
                 plans.update(build_pipeline_plans(model, topo, prof, a.batch_size, work, micro))
@@ -408,20 +500,16 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             got = prepare_jobs([(k, p, m) for k, p, m, _ in mine], a.steps, work)
             measure_batch(got, a.nproc, work, rounds=a.rounds, log_name=f"batch-{name}.log")
             with open(os.path.join(work, "jobs.json.reference.json")) as f:
-                speeds[name], speeds_all[name] = speed_from_reference(prof, json.load(f)[model])
+                speeds[name] = speed_from_reference(prof, json.load(f)[model])[0]
             paths += got
     if not a.no_measure:
-        probes.append(handoff_probe(a.nproc, work))
-        with open(contention_path, "w") as f:
-            json.dump({"probes": probes, "load_before": load_before, "load_after": loadavg(), "speed": speeds,
-                       "speed_together": speeds_all}, f)
-    with open(contention_path) as f:
+        with open(state_path, "w") as f:
+            json.dump({"load_before": load_before, "load_after": loadavg(), "speed": speeds}, f)
+    with open(state_path) as f:
         sh = json.load(f)
     speeds = sh.get("speed", {})
-    speeds_all = sh.get("speed_together", {})
-    contention = probe_mean(sh["probes"])
     load_before, load_after = sh["load_before"], sh["load_after"]
-    rows, phase_lines = [], []
+    rows, phase_lines, probes = [], [], {}
     for (key, plan, model, prof), path in zip(entries, paths):
         try:
             with open(path + ".result.json") as f:
@@ -429,22 +517,28 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
         except OSError:
             print(f"  {key}: no measurement ({path}.error)", file=sys.stderr)
             continue
-        pred = predict_ms(model, topo, plan, prof)
-        pred_ov = predict_ms(model, topo, plan, prof, overlap_sync=True)
         m = key.split("/")[0]
-        pred_c = predict_ms(model, topo, plan, prof, contention=contention, speed=speeds.get(m, 1.0),
-                            speed_together=speeds_all.get(m))
-        rows.append(Row(*key.split("/"), pred, pred_ov, pred_c, res["measured_step_ms"], res["cpu_ms"]))
+        job = load_job(path)
+        product = predict_as_run(job).step_ms  # what `tag deploy` prints
+        planner = predict_ms(model, topo, plan, prof, overlap_sync=True)
+        drift = predict_as_run(job, speed=speeds.get(m, 1.0)).step_ms
+        probes[m] = load_profile_contention(prof)
+        rows.append(Row(*key.split("/"), product, planner, drift, res["measured_step_ms"], res["cpu_ms"]))
         if res.get("phases_by_rank") and not key.split("/")[1].startswith("pipe-"):  # (per group: no pipelines)
             phase_lines.append(phase_line(*key.split("/"), predict_phases(model, topo, plan, prof), res["phases_by_rank"]))
-        print(f"  {key:34s} predicted {pred:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms", file=sys.stderr)
-    text = report(rows, a, load_before, load_after, contention, time.time() - t0) + phase_report(phase_lines)
+        print(f"  {key:34s} predicted {product:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms", file=sys.stderr)
+    text = report(rows, a, load_before, load_after, probes, time.time() - t0) + phase_report(phase_lines)
     if speeds:
-        text += ("\nSpeed probe (`speed_from_reference`, the single-rank reference step's CPU ms in the batch worker "
-                 "/ in the profile, median over the rounds, rank 0 alone / every rank at once at rows / ranks; "
-                 "multiplies compute in the contention column by the plan's concurrency): "
-                 + ", ".join(f"{m} x{v:.2f} / x{speeds_all.get(m, v):.2f}" for m, v in speeds.items()) + "\n")
+        text += ("\nBenchmark-only drift (`speed_from_reference`: the single-rank reference step's thread CPU ms in the "
+                 "batch worker over the same step in the profile, median over the rounds; the `product x drift` column "
+                 "multiplies compute by it): " + ", ".join(f"{m} x{v:.2f}" for m, v in speeds.items()) + "\n")
     return text
+
+
+def load_profile_contention(prof: str) -> dict:
+    """The contention block `tag profile ops` wrote into a profile (its figures for the report)."""
+    with open(prof) as f:
+        return json.load(f).get("contention") or {}
 
 
 if __name__ == "__main__":

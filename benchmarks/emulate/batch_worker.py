@@ -48,7 +48,11 @@ def _run_job(job, rank: int, model_proto) -> tuple[list[float], list[float], lis
 
     program = TorchProgram(model_proto, job.graph, seed=job.seed)
     s = build_schedule(job.graph, job.groups, job.strategy, job.device_machines, job.nproc, job.plan_path)
-    comm = Comm(rank, s.n_ranks, s.rank_machine, Comm.needed_sets(s.buckets, s.sfb, s.rank_machine), "cpu")
+    # the process groups and runtime `tag.deploy.train.train_rank` makes (ZeRO units, shard replicas and peers)
+    sets = [s.ranks_of(g) for g in range(len(s.groups))] + [u.ranks for u in s.zero_units]
+    sets += [sg.peers(j) for sg in s.shards.values() for j in range(sg.k)]
+    comm = Comm(rank, s.n_ranks, s.rank_machine, Comm.needed_sets(s.buckets, s.sfb, s.rank_machine) + sets, "cpu",
+                [rep for sg in s.shards.values() for rep in sg.replicas])
     data, targets = synthetic_batch(job.graph, s.batch_size, job.seed)
     if s.pipeline is not None:  # a pipelined plan runs as `tag.deploy.train` runs it
         from tag.deploy.pipeline_runtime import PipelineRankRuntime as RankRuntime  # noqa: N814

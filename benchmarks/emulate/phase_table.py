@@ -18,7 +18,8 @@ def predict_phases(model: str, topo: str, plan: str, profile: str) -> dict[int, 
     for e in res.trace_events:
         if e.get("ph") == "X" and e["pid"] == 0:
             d = out.setdefault(e["tid"], {"fwd": 0.0, "bwd": 0.0, "update": 0.0})
-            d[e["cat"]] += e["dur"] / 1e3
+            if e["cat"] in d:  # (rendezvous waits and other task kinds are not phases)
+                d[e["cat"]] += e["dur"] / 1e3
     return out
 
 

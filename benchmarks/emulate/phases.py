@@ -16,6 +16,7 @@ and its thread CPU time to a per-phase total. Phases:
 
 from __future__ import annotations
 
+import threading
 import time
 
 PHASES = ("fwd", "fwd_comm", "bwd", "bwd_comm", "sync", "sync_comm", "update", "other")
@@ -28,12 +29,16 @@ class PhaseTimer:
         self.wall_ms = dict.fromkeys(PHASES, 0.0)
         self.cpu_ms = dict.fromkeys(PHASES, 0.0)
         self._stack: list[str] = []
+        self._thread = threading.get_ident()  # the rank's main thread; calls from others (the runtime's sync
+        #   thread, which issues bucket sums) are left out: they overlap the main thread's phases
 
     def wrap(self, fn, phase: str | None):
         """`fn` timed under `phase` (None: a message call, timed as "<enclosing phase>_comm"); a wrapped call
         made while another runs is subtracted from the enclosing one, so every ms is counted once."""
 
         def timed(*args, **kwargs):
+            if threading.get_ident() != self._thread:
+                return fn(*args, **kwargs)
             name = phase or (self._stack[-1] if self._stack else "sync") + "_comm"
             self._stack.append(name)
             w0, c0 = time.perf_counter(), time.thread_time()

@@ -37,7 +37,9 @@ def mape(pred: list[float], meas: list[float]) -> float:
 
 @dataclass
 class Row:
-    """One plan: predicted (deploy-mode sync, DDP-style overlap, with the contention term) and measured ms."""
+    """One plan: three predictions and the measured ms. Loopback (`report`): the product path (what `tag deploy`
+    prints), the planner's mode, the product path x the benchmark-only drift; emulated cluster (`emulated_report`):
+    deploy mode, the planner's overlap, deploy mode with the benchmark's contention probe."""
 
     model: str
     strategy: str
@@ -49,6 +51,7 @@ class Row:
 
 
 def _summary(rows: list[Row], label: str) -> str:
+    """One summary line: plans, then MAPE % and tau-b of each of the three predictions."""
     q = [r.measured_ms for r in rows]
     cells = [label, str(len(rows))]
     for attr in ("pred_ms", "pred_overlap_ms", "pred_contention_ms"):
@@ -57,24 +60,32 @@ def _summary(rows: list[Row], label: str) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def report(rows: list[Row], a, load_before: str, load_after: str, contention: dict, seconds: float) -> str:
-    """The markdown table: per plan rows, then per model and overall MAPE and Kendall tau-b."""
+LOCAL = ("product", "planner", "product x drift")
+EMULATED = ("pred", "pred overlap", "pred contention")
+
+
+def report(rows: list[Row], a, load_before: str, load_after: str, probes: dict, seconds: float) -> str:
+    """The markdown table: per plan rows, then per model and overall MAPE and Kendall tau-b. `probes`: per model
+    the contention block of its profile."""
     lines = ["# Fidelity: predicted vs measured step time", "",
              f"`python benchmarks/fidelity.py --models {a.models} --nproc {a.nproc} --random {a.random} "
              f"--steps {a.steps} --rounds {a.rounds} --batch-size {a.batch_size}`", "",
              f"{a.nproc} local cpu ranks (one thread each) on loopback; topology from `tag profile links`, op times "
-             f"from `tag profile ops`; load average (1/5/15 min) before {load_before}, after {load_after}; "
-             f"contention probe (mean of before and after): handoff {contention['handoff_ms']:.2f} ms, compute "
-             f"stretch alone {[round(x, 2) for x in contention['alone_stretch']]}, all ranks at once "
-             f"{[round(x, 2) for x in contention['together_stretch']]}; {seconds / 60:.1f} min.", "",
-             "Columns: `pred` = simulator on the profiled cost model (with its step block) as the deploy runtime runs a "
-             "step: syncs after the whole backward, blocking exchanges, ring collectives at the all-reduce rate "
-             "`tag profile links` measured; `pred overlap` = the planner's DDP-style overlap; `pred contention` = `pred` "
-             "with the contention term (`contention_stretch`: compute x a stretch between the alone and all-at-once "
-             "figures by the plan's simulated concurrency, x the speed probe below (alone or all ranks at once, by the "
-             "same concurrency), + the handoff latency on every message); `measured` = median wall step of the deploy runtime; "
-             "`cpu` = largest per-rank thread CPU time per step.", ""]
-    return "\n".join(lines + _tables(rows, "**all**", always=True)) + "\n"
+             f"and contention from `tag profile ops` (thread CPU clock, `--ranks {a.nproc}`), each model profiled right "
+             f"before it is measured; load average (1/5/15 min) before {load_before}, after {load_after}; "
+             f"{seconds / 60:.1f} min. Contention blocks (handoff ms, stretch alone / together, step CPU together / "
+             "alone): " + ", ".join(f"{m} {p.get('handoff_ms', 0):.2f} / x{p.get('alone_stretch', 1):.3f} / "
+                                    f"x{p.get('together_stretch', 1):.3f} / x{p.get('together_speed', 1):.3f}"
+                                    for m, p in probes.items()) + ".", "",
+             "Columns: `product` = what `tag deploy` prints beside its measured step (`tag.cli.deploy.predict_as_run`: "
+             "the plan re-simulated for the ranks it runs with its recorded profile's cost model, blocking exchanges, "
+             "bucket sums overlapping the backward, collectives at the rate and the barrier `tag profile links` "
+             "measured, and the profile's contention terms, `tag.cost.contention`); `planner` = the same cost model "
+             "in the planner's mode (asynchronous sends, no contention, no barrier); `product x drift` = `product` "
+             "with compute scaled by the benchmark-only drift below (how much faster or slower the machine ran the "
+             "model's reference step while measuring than when profiling); `measured` = median wall step of the "
+             "deploy runtime; `cpu` = largest per-rank thread CPU time per step.", ""]
+    return "\n".join(lines + _tables(rows, "**all**", always=True, labels=LOCAL)) + "\n"
 
 
 def emulated_report(rows: list[Row], info: dict, load_before: str, load_after: str) -> str:
@@ -86,18 +97,21 @@ def emulated_report(rows: list[Row], info: dict, load_before: str, load_after: s
              f"contention probe across the namespaces: handoff {info['handoff_ms']:.2f} ms, compute stretch per device "
              f"alone {[round(x, 2) for x in info['alone_stretch']]}, all at once "
              f"{[round(x, 2) for x in info['together_stretch']]}. Load before {load_before}, after {load_after}.", ""]
-    return "\n".join(lines + _tables(rows, "**all (emulated)**", always=False)) + "\n"
+    return "\n".join(lines + _tables(rows, "**all (emulated)**", always=False, labels=EMULATED)) + "\n"
 
 
-def _tables(rows: list[Row], all_label: str, always: bool) -> list[str]:
+def _tables(rows: list[Row], all_label: str, always: bool, labels: tuple[str, str, str]) -> list[str]:
     """Markdown lines: the per-plan table, then MAPE and tau per model and over all rows (`all_label`; with no rows
-    only when `always`)."""
-    lines = ["| model | strategy | pred ms | pred overlap ms | pred contention ms | measured ms | cpu ms | err (contention) % |",
+    only when `always`). `labels` name the three predictions; the error column is the first's (loopback: the
+    product path) or the third's (emulated: with the contention probe)."""
+    head = labels[0] if labels == LOCAL else labels[2]
+    lines = [f"| model | strategy | {labels[0]} ms | {labels[1]} ms | {labels[2]} ms | measured ms | cpu ms | err ({head}) % |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        err = (r.pred_ms if labels == LOCAL else r.pred_contention_ms) - r.measured_ms
         lines.append(f"| {r.model} | {r.strategy} | {r.pred_ms:.2f} | {r.pred_overlap_ms:.2f} | {r.pred_contention_ms:.2f} | "
-                     f"{r.measured_ms:.2f} | {r.cpu_ms:.2f} | {100 * (r.pred_contention_ms - r.measured_ms) / r.measured_ms:+.1f} |")
-    lines += ["", "| model | plans | MAPE % pred | tau pred | MAPE % overlap | tau overlap | MAPE % contention | tau contention |",
+                     f"{r.measured_ms:.2f} | {r.cpu_ms:.2f} | {100 * err / r.measured_ms:+.1f} |")
+    lines += ["", "| model | plans | " + " | ".join(f"MAPE % {x} | tau {x}" for x in labels) + " |",
               "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m in dict.fromkeys(r.model for r in rows):
         lines.append(_summary([r for r in rows if r.model == m], m))

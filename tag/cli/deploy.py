@@ -77,12 +77,14 @@ class RunPrediction:
         return dataclasses.asdict(self)
 
 
-def predict_as_run(job) -> RunPrediction:
+def predict_as_run(job, speed: float = 1.0) -> RunPrediction:
     """Re-simulate `job`'s plan as deploy runs it (`tag.cost.contention.deployed_step_ms`): on its ranks
     (`tag.deploy.job.ranks_strategy`: devices sharing a rank merged), with the plan's profile's cost model, the
     collective rates and barrier `tag profile links` measured into the topology, blocking exchanges, bucket sums
     overlapping the backward as the runtime starts them, and the profile's contention terms. This is what the
-    fidelity benchmark's headline column measures (`benchmarks/fidelity.py`)."""
+    fidelity benchmark's headline column measures (`benchmarks/fidelity.py`). `speed` (default 1) multiplies every
+    compute time: the machine's speed when the step runs over when the profile was taken, which only a benchmark
+    that times a reference step next to its plans knows (its benchmark-only diagnostic column)."""
     import json
 
     from tag.cost.contention import deployed_step_ms
@@ -104,7 +106,8 @@ def predict_as_run(job) -> RunPrediction:
     split_bn = any(len(dec.devices) > 1 and any(is_training_batchnorm(inp.graph.ops[i]) for i in g.op_ids)
                    for dec, g in zip(strategy.decisions, inp.gg.groups))
     terms = getattr(inp.cost, "contention", None)
-    res = deployed_step_ms(simulate, inp.gg, inp.cluster, inp.cost, strategy, inp.training, terms=terms,
+    cost = inp.cost if speed == 1.0 else inp.cost.scaled(speed)
+    res = deployed_step_ms(simulate, inp.gg, inp.cluster, cost, strategy, inp.training, terms=terms,
                            n_ranks=job.nproc, fence_ms=fence or 0.0,
                            overlap_sync=strategy.pipeline is None and not split_bn)
     missing = [w for w, v in (("profile (roofline cost model)", job.profile_path), ("contention terms", terms),

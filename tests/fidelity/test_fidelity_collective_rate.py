@@ -81,12 +81,15 @@ class _Res:
 
 
 def test_concurrent_speed_between_alone_and_together_by_concurrency():
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
-    from emulate.contention import concurrent_speed
+    from tag.cost.contention import between, concurrency
+
+    def speed(res, alone, together):
+        c, n = concurrency(res.busy_ms, res.iteration_ms, len(res.busy_ms))
+        return alone if together is None else between(alone, together, c, n)
 
     # two devices busy 60 + 40 ms of a 100 ms iteration: one computes at a time (c = 1) -> alone figure
-    assert concurrent_speed(_Res({0: 60.0, 1: 40.0}, 100.0), 1.1, 1.5) == pytest.approx(1.1)
+    assert speed(_Res({0: 60.0, 1: 40.0}, 100.0), 1.1, 1.5) == pytest.approx(1.1)
     # both busy the whole 100 ms (c = 2) -> together figure; 150 ms of 100 (c = 1.5) -> halfway
-    assert concurrent_speed(_Res({0: 100.0, 1: 100.0}, 100.0), 1.1, 1.5) == pytest.approx(1.5)
-    assert concurrent_speed(_Res({0: 100.0, 1: 50.0}, 100.0), 1.1, 1.5) == pytest.approx(1.3)
-    assert concurrent_speed(_Res({0: 100.0, 1: 50.0}, 100.0), 1.1, None) == pytest.approx(1.1)
+    assert speed(_Res({0: 100.0, 1: 100.0}, 100.0), 1.1, 1.5) == pytest.approx(1.5)
+    assert speed(_Res({0: 100.0, 1: 50.0}, 100.0), 1.1, 1.5) == pytest.approx(1.3)
+    assert speed(_Res({0: 100.0, 1: 50.0}, 100.0), 1.1, None) == pytest.approx(1.1)
