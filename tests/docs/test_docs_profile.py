@@ -62,6 +62,8 @@ _WHERE = {
     ("groups", "rows"): (("groups", 0, "rows"), "groups[0].rows"),
     ("groups", "fwd_ms"): (("groups", 0, "fwd_ms"), "groups[0].fwd_ms"),
     ("groups", "bwd_ms"): (("groups", 0, "bwd_ms"), "groups[0].bwd_ms"),
+    **{("contention", k): (("contention", k), f"contention.{k}")
+       for k in ("ranks", "rows", "handoff_ms", "alone_stretch", "together_stretch", "together_speed")},
     ("step", "optimizer"): (("step", "optimizer"), "step.optimizer"),
     ("step", "rows"): (("step", "rows"), "step.rows"),
     ("step", "groups[i].ops"): (("step", "groups", 0, "ops"), "step.groups[0].ops"),
