@@ -40,6 +40,7 @@ COMMON_LEVELS = ("shard", "memory", "bucket")
 KIND_LEVELS = {"data": ("layout",), "pipeline": ("stages", "micro"), "placement": ("layout",)}
 MAX_PLACEMENT_STARTS = 8  # stage placements (`pipeline_starts`) offered as placement layouts
 PIPELINE_KEEP = 64  # pipelines the DP turns into strategies for the tree (the best by its estimate)
+TREE_PASS_SIMULATIONS = 12  # the memory pass as a tree action spends at most this many simulations (the starts' 48)
 
 
 @dataclass(frozen=True)
@@ -183,14 +184,15 @@ def shard_actions(gg, cluster, cost, training, base: Strategy, shards: dict, res
 
 
 def memory_actions(gg, cluster, cost, training, base: Strategy, result_fn) -> list[Action]:
-    """The memory level's actions on `base`: the memory pass first when `base` does not fit, then ZeRO stage z
+    """The memory level's actions on `base`: the memory pass (at most TREE_PASS_SIMULATIONS simulations: one action
+    should cost about one playout's work) first when `base` does not fit, then ZeRO stage z
     (1 .. the plan kind's `max_zero`) on every replicated group with parameters, and recomputation on every group."""
     def every(edit) -> Strategy | None:
         ds = tuple(edit(g, d) for g, d in enumerate(base.decisions))
         return None if ds == base.decisions else base.with_decisions(ds)
 
     def fitted() -> Strategy | None:
-        fit = fit_memory(gg, cluster, cost, training, base, result_fn)
+        fit = fit_memory(gg, cluster, cost, training, base, result_fn, max_simulations=TREE_PASS_SIMULATIONS)
         return fit.strategy if fit.fits else None
 
     out = [Action("memory-pass", fitted)] if result_fn(base).oom else []
