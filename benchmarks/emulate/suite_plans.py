@@ -23,7 +23,8 @@ def random_plan(base: dict, n_dev: int, rng: random.Random) -> dict:
     """A random valid plan from a dp-even plan `base`: per group a random device subset and row split.
 
     Groups that dp-even keeps whole on one device (not splittable by rows) go whole to a random device;
-    replicated groups with parameters (dp-even gave them a sync) sync by ring or ps (random server).
+    replicated groups with parameters (dp-even gave them a sync) sync by allreduce or ps (random server); a
+    version-1 plan, so its gradient buckets are derived from these row maps.
     """
     plan = json.loads(json.dumps(base))
     devices = list(max((dec["rows"] for dec in base["decisions"]), key=len))  # topology order
@@ -38,10 +39,13 @@ def random_plan(base: dict, n_dev: int, rng: random.Random) -> dict:
         dec["rows"] = {devices[i]: s for i, s in zip(chosen, sizes)}
         dec["sfb"] = []
         if k > 1 and has_params:
-            dec["sync"] = rng.choice(["ring", "ps"])
+            dec["sync"] = rng.choice(["allreduce", "ps"])
             dec["server"] = devices[rng.choice(chosen)] if dec["sync"] == "ps" else None
         else:
             dec["sync"], dec["server"] = None, None
+    plan["version"] = 1  # its buckets derived from the new row maps (version 2 lists them; the base's no longer fit)
+    plan.pop("buckets", None)
+    plan.pop("bucket_mb", None)
     plan["predicted"] = {}
     plan.pop("baselines", None)
     plan["search"] = {"method": "random", "seed": rng.random()}
