@@ -19,6 +19,8 @@ one device.
 
 from __future__ import annotations
 
+import math
+
 from tag.search.baselines_baechi import m_etf, m_topo
 from tag.strategy import AUTO, DEFAULT_BUCKET_MB, Decision, Strategy
 from tag.graph.groups import group_has_params
@@ -228,3 +230,17 @@ def run_baselines(gg, cluster, cost, training, names=None, progress=None) -> dic
         if progress is not None:
             progress(name)
     return out
+
+
+def best_baseline(baselines: dict[str, tuple[Strategy, object]]) -> str | None:
+    """Name of the fastest baseline that fits in memory (None if every baseline runs out of memory)."""
+    fits = [(res.iteration_ms, name) for name, (_, res) in baselines.items()
+            if not res.oom and math.isfinite(res.iteration_ms)]
+    return min(fits)[1] if fits else None
+
+
+def least_oom_baseline(baselines: dict[str, tuple[Strategy, object]], usable_gb: dict[str, float]) -> str:
+    """When every baseline runs out of memory: the one whose worst device overflows least."""
+    def overflow(res) -> float:
+        return max((gb / usable_gb[d] for d, gb in res.peak_memory_gb.items() if usable_gb.get(d)), default=math.inf)
+    return min(baselines, key=lambda n: (overflow(baselines[n][1]), n))

@@ -29,11 +29,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tag.graph.groups import group_has_params
 from tag.strategy import Decision, Strategy
 from tag.strategy.memory_decisions import compute_bytes, max_zero
+
+if TYPE_CHECKING:
+    from tag.search.budget import WallCap
+    from tag.search.evaluate import Evaluator
 
 FP32_BYTES = 4
 DEFAULT_PASS_SIMULATIONS = 48  # simulations one pass may spend (fitting, trimming and polishing)
@@ -263,3 +267,21 @@ def memory_variants(gg, cluster, cost, training, named: dict, result_fn, *,
         if fit.fits:
             out[name + MEMORY_SUFFIX] = (fit.strategy, fit.result)
     return out
+
+
+OOM_RETRIES = 3  # the fastest out-of-memory strategies the tree found that the memory pass tries to fit
+
+
+def fit_fastest_oom(gg, cluster, cost, training, ev: Evaluator, *, retries: int = OOM_RETRIES,
+                    cap: WallCap | None = None) -> None:
+    """The memory pass on the `retries` strategies of the evaluator's cache that do not fit but would beat its best
+    fitting one if they did (by `fit_iteration_ms`, fastest first; ties in simulation order); what fits enters the
+    evaluator's best-ever through its cache."""
+    best = ev.best[1]
+    best_ms = ev.result(best).iteration_ms if best is not None else math.inf
+    ooms = sorted((r.fit_iteration_ms, i, s) for i, (s, r) in enumerate(list(ev.cache.items()))
+                  if r.oom and math.isfinite(r.fit_iteration_ms) and r.fit_iteration_ms < best_ms)
+    for _, _, s in ooms[:retries]:
+        if cap is not None and cap.reached():
+            break
+        fit_memory(gg, cluster, cost, training, s, ev.result)

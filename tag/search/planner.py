@@ -21,6 +21,8 @@ from typing import Callable
 from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFINE_SIMULATIONS, OTHER_REFINE_SHARE,
                                WallCap, default_counts)
 from tag.search.evaluate import Evaluator
+from tag.search.baselines import best_baseline, least_oom_baseline  # noqa: F401 (re-exported)
+from tag.search.memory_pass import OOM_RETRIES, fit_fastest_oom  # noqa: F401 (re-exported)
 from tag.search.mcts import MCTS, PriorsFn, VisitRecord
 from tag.search.memory_pass import MEMORY_SUFFIX, decisions_summary, fit_memory
 from tag.search.precision import choose_precision, make_seeds
@@ -107,20 +109,6 @@ class PlanResult:
     precision: dict = field(default_factory=dict)  # plan.json search.precision (`tag.search.precision`)
     memory: dict = field(default_factory=dict)  # plan.json search.memory (`memory_report`)
     structure: dict = field(default_factory=dict)  # plan.json search.structure (`tag.search.structure_plan`)
-
-
-def best_baseline(baselines: dict[str, tuple[Strategy, object]]) -> str | None:
-    """Name of the fastest baseline that fits in memory (None if every baseline runs out of memory)."""
-    fits = [(res.iteration_ms, name) for name, (_, res) in baselines.items()
-            if not res.oom and math.isfinite(res.iteration_ms)]
-    return min(fits)[1] if fits else None
-
-
-def least_oom_baseline(baselines: dict[str, tuple[Strategy, object]], usable_gb: dict[str, float]) -> str:
-    """When every baseline runs out of memory: the one whose worst device overflows least."""
-    def overflow(res) -> float:
-        return max((gb / usable_gb[d] for d, gb in res.peak_memory_gb.items() if usable_gb.get(d)), default=math.inf)
-    return min(baselines, key=lambda n: (overflow(baselines[n][1]), n))
 
 
 def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = None,
@@ -280,24 +268,6 @@ def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, v
             fit_memory(gg, cluster, cost, training, best, ev.result)
             best = ev.best[1] or best
     return best, space, res, start_name
-
-
-OOM_RETRIES = 3  # the fastest out-of-memory strategies the tree found that the memory pass tries to fit
-
-
-def fit_fastest_oom(gg, cluster, cost, training, ev: Evaluator, *, retries: int = OOM_RETRIES,
-                    cap: WallCap | None = None) -> None:
-    """The memory pass on the `retries` strategies of the evaluator's cache that do not fit but would beat its best
-    fitting one if they did (by `fit_iteration_ms`, fastest first; ties in simulation order); what fits enters the
-    evaluator's best-ever through its cache."""
-    best = ev.best[1]
-    best_ms = ev.result(best).iteration_ms if best is not None else math.inf
-    ooms = sorted((r.fit_iteration_ms, i, s) for i, (s, r) in enumerate(list(ev.cache.items()))
-                  if r.oom and math.isfinite(r.fit_iteration_ms) and r.fit_iteration_ms < best_ms)
-    for _, _, s in ooms[:retries]:
-        if cap is not None and cap.reached():
-            break
-        fit_memory(gg, cluster, cost, training, s, ev.result)
 
 
 def memory_report(strategy: Strategy, variants: dict) -> dict:

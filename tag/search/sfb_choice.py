@@ -23,7 +23,7 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
     # deploy sends sufficient factors only without micro-batches and without shards, so pipelined or sharded
     # strategies are not SFB starts
     starts = [best] if _sfb_start(best) else []
-    from tag.search.planner import best_baseline
+    from tag.search.baselines import best_baseline
 
     name = best_baseline(baselines)
     if name is not None and baselines[name][0].pipeline is None:

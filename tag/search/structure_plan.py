@@ -59,7 +59,7 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
     """Steps 1-3 of the module docstring from `root` (the best start). `baselines`, `variants`: name ->
     (strategy, SimResult), as `tag.search.precision.Seeds` has them; `pipelines`: the DP's PipelineCandidates
     (none: pipelines are not searched)."""
-    from tag.search.planner import fit_fastest_oom
+    from tag.search.memory_pass import fit_fastest_oom
 
     batch = gg.graph.batch_size
     layouts = make_layouts(gg, cluster, cost, training, batch, baselines, variants, pipelines)
