@@ -69,7 +69,8 @@ def report(rows: list[Row], a, load_before: str, load_after: str, probes: dict, 
     the contention block of its profile."""
     lines = ["# Fidelity: predicted vs measured step time", "",
              f"`python benchmarks/fidelity.py --models {a.models} --nproc {a.nproc} --random {a.random} "
-             f"--steps {a.steps} --rounds {a.rounds} --batch-size {a.batch_size}`", "",
+             f"--steps {a.steps} --rounds {a.rounds} --batch-size {a.batch_size} --pipeline-models '{a.pipeline_models}' "
+             f"--pipeline-micro {a.pipeline_micro} --memory-models '{a.memory_models}'`", "",
              f"{a.nproc} local cpu ranks (one thread each) on loopback; topology from `tag profile links`, op times "
              f"and contention from `tag profile ops` (thread CPU clock, `--ranks {a.nproc}`), each model profiled right "
              f"before it is measured; load average (1/5/15 min) before {load_before}, after {load_after}; "
