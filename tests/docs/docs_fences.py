@@ -51,3 +51,26 @@ def required_by_section(page: str) -> list[tuple[str, str]]:
         if cells and any(c == "**required**" or c.startswith("**required**,") for c in cells[1:]):
             out += [(section, k.strip().strip("`")) for k in cells[0].split(",")]
     return out
+
+
+def table_rows(page: str, header: str) -> list[list[str]]:
+    """The cells of the markdown table of docs/`page` whose header row starts with `| header |`."""
+    with open(os.path.join(DOCS, page)) as f:
+        lines = f.read().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
+    return rows
+
+
+def example_plan(page: str) -> dict:
+    """A copy of the page's first JSON example without the keys readers ignore (predicted, baselines, search)."""
+    import copy
+
+    plan = copy.deepcopy(json_fences(page)[0][1])
+    for key in ("predicted", "baselines", "search"):
+        plan.pop(key, None)
+    return plan

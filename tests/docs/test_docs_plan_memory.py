@@ -1,33 +1,18 @@
 """docs/plan.md § memory and precision: every memory and precision error the page shows is the message `tag simulate`
 prints, word for word, and the documented keys read back into the strategy."""
 
-import copy
 import json
 import os
 
 from tag.cli import main
 from tag.strategy.planfile import parse_plan
-from docs_fences import DOCS, ROOT, json_fences
+from docs_fences import table_rows, example_plan, ROOT, json_fences
 
 PAGE = "plan.md"
 
 
-def _example() -> dict:
-    plan = copy.deepcopy(json_fences(PAGE)[0][1])
-    for key in ("predicted", "baselines", "search"):
-        del plan[key]
-    return plan
 
 
-def _table_rows(header: str) -> list[list[str]]:
-    lines = open(os.path.join(DOCS, PAGE)).read().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
-    return rows
 
 
 def _one_device(p):
@@ -53,13 +38,13 @@ MISTAKES = {
 
 
 def test_every_documented_memory_error_is_the_printed_message(tmp_path, monkeypatch, capsys):
-    rows = _table_rows("memory mistake")
+    rows = table_rows(PAGE, "memory mistake")
     assert {r[0] for r in rows} == set(MISTAKES)
     example = json_fences(PAGE)[0][1]
     model, topo = (os.path.join(ROOT, example[k]["path"]) for k in ("model", "topology"))
     monkeypatch.chdir(tmp_path)
     for mistake, message in rows:
-        plan = _example()
+        plan = example_plan(PAGE)
         MISTAKES[mistake](plan)
         (tmp_path / "p.json").write_text(json.dumps(plan))
         code = main(["simulate", model, topo, "--plan", "p.json", "--json"])
@@ -69,7 +54,7 @@ def test_every_documented_memory_error_is_the_printed_message(tmp_path, monkeypa
 
 
 def test_memory_keys_read_into_the_decisions():
-    plan = _example()
+    plan = example_plan(PAGE)
     plan["decisions"][0].update(zero=3, recompute=True)
     plan["training"]["precision"] = "bf16"
     strategy, meta = parse_plan(plan, "p.json")

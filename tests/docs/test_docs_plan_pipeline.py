@@ -12,7 +12,7 @@ import pytest
 from tag.cli import main
 from tag.strategy.pipeline import SCHEDULES, Pipeline, Stage, stage_order
 from tag.strategy.planfile import parse_plan
-from docs_fences import DOCS, ROOT, fences, json_fences
+from docs_fences import table_rows, DOCS, ROOT, fences, json_fences
 
 PAGE = "plan.md"
 
@@ -57,16 +57,6 @@ def test_pipelined_example_reads_and_simulates(tmp_path, monkeypatch, capsys):
     assert code == 0, err
 
 
-def _table_rows(header: str) -> list[list[str]]:
-    """The cells of the markdown table whose header row starts with `| header |`."""
-    lines = _text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
-    return rows
 
 
 def test_every_pipeline_key_and_schedule_is_documented():
@@ -79,7 +69,7 @@ def test_every_pipeline_key_and_schedule_is_documented():
 
 
 def test_worked_orders_are_the_schedules_orders():
-    rows = _table_rows("schedule")
+    rows = table_rows(PAGE, "schedule")
     assert [r[0] for r in rows] == ["gpipe", "1f1b", "kfkb, k = 2"]
     for name, *orders in rows:
         schedule, k = (name.split(",")[0], int(name.split("=")[1])) if "k =" in name else (name, 1)
@@ -126,7 +116,7 @@ ELSEWHERE = {"training-mode BatchNormalization with micro-batches"}
 
 
 def test_every_documented_pipeline_error_is_the_printed_message(tmp_path, monkeypatch, capsys):
-    rows = _table_rows("pipeline mistake")
+    rows = table_rows(PAGE, "pipeline mistake")
     assert {r[0] for r in rows} == set(MISTAKES) | ELSEWHERE
     for mistake, message in rows:
         if mistake in ELSEWHERE:
@@ -159,5 +149,5 @@ def test_batchnorm_message_is_the_printed_message(tmp_path, monkeypatch, capsys)
     with open("p.json", "w") as f:
         json.dump(plan, f)
     assert main(["simulate", "bn.onnx", "topo.json", "--plan", "p.json"]) == 2
-    message = dict(_table_rows("pipeline mistake"))["training-mode BatchNormalization with micro-batches"]
+    message = dict(table_rows(PAGE, "pipeline mistake"))["training-mode BatchNormalization with micro-batches"]
     assert capsys.readouterr().err.strip() == message.strip("`")

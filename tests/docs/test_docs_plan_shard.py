@@ -1,7 +1,6 @@
 """docs/plan.md § shards: every shard error the page shows is the message `tag simulate` prints, word for word, and
 the documented examples read into the Shard they describe (positions, replicas, shares) and write back equal."""
 
-import copy
 import json
 import os
 
@@ -9,28 +8,14 @@ from tag.cli import main
 from tag.strategy.planfile import parse_plan
 from tag.strategy.planfile_shard import shard_to_json
 from tag.strategy.shard import Shard
-from docs_fences import DOCS, ROOT, fences, json_fences
+from docs_fences import table_rows, example_plan, ROOT, fences, json_fences
 
 PAGE = "plan.md"
 ALL = ("local/0", "local/1", "local/2", "local/3")
 
 
-def _example() -> dict:
-    plan = copy.deepcopy(json_fences(PAGE)[0][1])
-    for key in ("predicted", "baselines", "search"):
-        del plan[key]
-    return plan
 
 
-def _table_rows(header: str) -> list[list[str]]:
-    lines = open(os.path.join(DOCS, PAGE)).read().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {header} |"))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([c.strip() for c in line.strip().strip("|").split("|")])
-    return rows
 
 
 def _shard(rows: dict, **shard):
@@ -76,13 +61,13 @@ MISTAKES = {
 
 
 def test_every_documented_shard_error_is_the_printed_message(tmp_path, monkeypatch, capsys):
-    rows = _table_rows("shard mistake")
+    rows = table_rows(PAGE, "shard mistake")
     assert {r[0] for r in rows} == set(MISTAKES)
     example = json_fences(PAGE)[0][1]
     model, topo = (os.path.join(ROOT, example[k]["path"]) for k in ("model", "topology"))
     monkeypatch.chdir(tmp_path)
     for mistake, message in rows:
-        plan = _example()
+        plan = example_plan(PAGE)
         MISTAKES[mistake](plan)
         (tmp_path / "p.json").write_text(json.dumps(plan))
         code = main(["simulate", model, topo, "--plan", "p.json", "--json"])
@@ -107,7 +92,7 @@ def _documented_shards() -> list[dict]:
 
 def test_documented_shards_read_as_described_and_write_back():
     first, second = _documented_shards()
-    plan = _example()
+    plan = example_plan(PAGE)
     plan["decisions"][0].update(rows={"local/0": 128, "local/1": 128}, shard=first)
     strategy, _ = parse_plan(plan, "p.json")
     assert strategy.decisions[0].shard == Shard("column", ((0, 1),), (0.75, 0.25))
