@@ -74,3 +74,25 @@ def example_plan(page: str) -> dict:
     for key in ("predicted", "baselines", "search"):
         plan.pop(key, None)
     return plan
+
+
+def check_documented_mistakes(page: str, header: str, mistakes: dict, tmp_path, monkeypatch, capsys) -> None:
+    """Every row of the page's `header` table ("mistake | message") names a key of `mistakes` (a change to the page's
+    example plan) and each change makes `tag simulate` exit 2 printing exactly the row's message, one line."""
+    import json
+
+    from tag.cli import main
+
+    rows = table_rows(page, header)
+    assert {r[0] for r in rows} == set(mistakes)
+    example = json_fences(page)[0][1]
+    model, topo = (os.path.join(ROOT, example[k]["path"]) for k in ("model", "topology"))
+    monkeypatch.chdir(tmp_path)
+    for mistake, message in rows:
+        plan = example_plan(page)
+        mistakes[mistake](plan)
+        (tmp_path / "p.json").write_text(json.dumps(plan))
+        code = main(["simulate", model, topo, "--plan", "p.json", "--json"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, (mistake, err)
+        assert err.strip() == message.strip("`"), mistake

@@ -1,12 +1,8 @@
 """docs/plan.md § memory and precision: every memory and precision error the page shows is the message `tag simulate`
 prints, word for word, and the documented keys read back into the strategy."""
 
-import json
-import os
-
-from tag.cli import main
 from tag.strategy.planfile import parse_plan
-from docs_fences import table_rows, example_plan, ROOT, json_fences
+from docs_fences import check_documented_mistakes, example_plan
 
 PAGE = "plan.md"
 
@@ -38,19 +34,7 @@ MISTAKES = {
 
 
 def test_every_documented_memory_error_is_the_printed_message(tmp_path, monkeypatch, capsys):
-    rows = table_rows(PAGE, "memory mistake")
-    assert {r[0] for r in rows} == set(MISTAKES)
-    example = json_fences(PAGE)[0][1]
-    model, topo = (os.path.join(ROOT, example[k]["path"]) for k in ("model", "topology"))
-    monkeypatch.chdir(tmp_path)
-    for mistake, message in rows:
-        plan = example_plan(PAGE)
-        MISTAKES[mistake](plan)
-        (tmp_path / "p.json").write_text(json.dumps(plan))
-        code = main(["simulate", model, topo, "--plan", "p.json", "--json"])
-        err = capsys.readouterr().err
-        assert code == 2 and err.count("\n") == 1, (mistake, err)
-        assert err.strip() == message.strip("`"), mistake
+    check_documented_mistakes(PAGE, "memory mistake", MISTAKES, tmp_path, monkeypatch, capsys)
 
 
 def test_memory_keys_read_into_the_decisions():

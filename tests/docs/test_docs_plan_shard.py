@@ -2,13 +2,11 @@
 the documented examples read into the Shard they describe (positions, replicas, shares) and write back equal."""
 
 import json
-import os
 
-from tag.cli import main
 from tag.strategy.planfile import parse_plan
 from tag.strategy.planfile_shard import shard_to_json
 from tag.strategy.shard import Shard
-from docs_fences import table_rows, example_plan, ROOT, fences, json_fences
+from docs_fences import check_documented_mistakes, example_plan, fences
 
 PAGE = "plan.md"
 ALL = ("local/0", "local/1", "local/2", "local/3")
@@ -61,19 +59,7 @@ MISTAKES = {
 
 
 def test_every_documented_shard_error_is_the_printed_message(tmp_path, monkeypatch, capsys):
-    rows = table_rows(PAGE, "shard mistake")
-    assert {r[0] for r in rows} == set(MISTAKES)
-    example = json_fences(PAGE)[0][1]
-    model, topo = (os.path.join(ROOT, example[k]["path"]) for k in ("model", "topology"))
-    monkeypatch.chdir(tmp_path)
-    for mistake, message in rows:
-        plan = example_plan(PAGE)
-        MISTAKES[mistake](plan)
-        (tmp_path / "p.json").write_text(json.dumps(plan))
-        code = main(["simulate", model, topo, "--plan", "p.json", "--json"])
-        err = capsys.readouterr().err
-        assert code == 2 and err.count("\n") == 1, (mistake, err)
-        assert err.strip() == message.strip("`"), mistake
+    check_documented_mistakes(PAGE, "shard mistake", MISTAKES, tmp_path, monkeypatch, capsys)
 
 
 def _documented_shards() -> list[dict]:
