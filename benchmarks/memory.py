@@ -136,6 +136,9 @@ def _worker(rank: int, world: int, port: int, jobs: list[tuple[str, str]], steps
             json.dump(rec, f)
         dist.barrier()
     dist.destroy_process_group()
+    from tag.deploy.rank_exit import exit_rank
+
+    exit_rank()  # success: skip the C++ teardown that can abort
 
 
 def _precision_kw(job) -> dict:

@@ -161,7 +161,6 @@ def job_from_flags(argv: list[str]) -> str:
 
 if __name__ == "__main__":
     arg = sys.argv[1:]
-    rc = main(arg[0] if arg and not arg[0].startswith("--") else job_from_flags(arg))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(rc)
+    from tag.deploy.rank_exit import exit_rank
+
+    exit_rank(main(arg[0] if arg and not arg[0].startswith("--") else job_from_flags(arg)))

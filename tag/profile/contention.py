@@ -112,6 +112,8 @@ def _rank_main(rank: int, world: int, init_file: str, spec: dict, out: str) -> N
     import torch
     import torch.distributed as dist
 
+    from tag.deploy.rank_exit import exit_rank
+
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
@@ -132,6 +134,7 @@ def _rank_main(rank: int, world: int, init_file: str, spec: dict, out: str) -> N
                 json.dump({"handoff_ms": handoff, "by_rank": rows}, f)
     finally:
         dist.destroy_process_group()
+    exit_rank()
 
 
 def measure_contention(model_path: str, graph, groups: list[list[int]], rows: int, *, ranks: int, seed: int = 0,

@@ -52,4 +52,6 @@ def main(config_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    from tag.deploy.rank_exit import exit_rank
+
+    exit_rank(main(sys.argv[1]))

@@ -11,6 +11,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from tag.deploy.rank_exit import exit_rank
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -45,6 +47,7 @@ def _worker(rank, world, port, scenarios, make, outdir):
                        os.path.join(outdir, f"{sc['name']}_{rank}.pt"))
     finally:
         dist.destroy_process_group()
+    exit_rank()  # success: skip the C++ teardown that can abort (tag.deploy.rank_exit)
 
 
 def _checkpoint_state(sc, graph, program, sched, rank, world, outdir) -> dict:

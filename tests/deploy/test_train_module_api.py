@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 from tag.cli import main
+from tag.deploy.rank_exit import exit_rank
 
 B, N, STEPS, LR, SEED = 16, 70, 12, 0.01, 5  # 70 rows: 4 steps per epoch, 6 rows dropped per epoch
 TOPO = {"version": 1, "name": "two_machines", "machines": [
@@ -125,6 +126,7 @@ def _rank(rank, world, port, plan, model_path, out):
                    os.path.join(out, f"r{rank}.pt"))
     finally:
         dist.destroy_process_group()
+    exit_rank()  # success: skip the C++ teardown that can abort (tag.deploy.rank_exit)
 
 
 @pytest.fixture(scope="module")
