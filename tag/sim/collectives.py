@@ -22,6 +22,14 @@ machines of a sync are those of its devices, in topology order, each with its de
   (1 otherwise). On one machine both trees are the chain. Uniform, k machines of m GPUs, k a power of two >= 4:
   a NIC carries 4 hops, ``2S / (0.92 B_nic) + 2((m-1)(alpha_intra + t_intra) + log2(k) (alpha_inter + 14 us))``,
   t_intra = 24.6 us (NVLink) or 22.3 us (PCIe).
+  **On CPU ranks** (gloo has no tree; deploy runs `tag.deploy.p2p_collectives.tree_sum`) the tree is what that
+  runtime does: one binary tree over the devices in order (index i has children 2i+1 and 2i+2), the whole S
+  sent up one level at a time (a phase per level, deepest first: every child -> parent message of S at once),
+  then the root's total down one level at a time; each message a point-to-point flow of S at its route's rate
+  and latency, capped at the measured collective rate (`ring_gbps` below: gloo's per-hop copy and reduce work
+  bounds these messages as it bounds a ring hop). Alone on 2 ranks: ``2 (S / rate + alpha)``, twice a ring's
+  bytes: measured on 2 local gloo ranks, `tree_sum` of 64 MiB 82 ms against gloo's ring all-reduce 43.5 ms, of
+  0.25 MiB 0.37 against 1.33 ms (the ring pays gloo's per-step latency, the tree only the route's).
 * ``hierarchical`` (NCCL/Horovod form, sharded as deploy shards it, `tag.deploy.comm`): with k the fewest
   replicas any of the sync's machines holds, S is cut into k shards of S/k, and in every machine its j-th device
   (j < k) owns shard j; devices past the k-th own none. (1) In each machine, a ring reduce-scatter coflow:
@@ -63,9 +71,11 @@ the ring's (8.4); that difference is not credited to the tree.
 **Measured collective rate** (`ring_gbps`, optional): a collective library's ring can be slower per hop than
 its links carry point to point (both directions of a hop share the ranks' cores, plus the reduction: gloo on
 loopback moves 13.6 Gbit/s per ring hop against 42.3 point to point). When the cost model offers one
-(`collective_hop_gbps`), a ring or tree coflow whose uncontended rate ``min_l cap_l / w_l`` exceeds it carries
-``volume x that rate / ring_gbps`` bytes instead: alone it then takes exactly ``volume / ring_gbps``, and it
-still shares its links max-min fairly with other flows. None (every cost model without the method) leaves
+(`collective_hop_gbps`), a ring or tree coflow whose uncontended rate ``min_l cap_l / w_l`` exceeds
+``ring_gbps / h`` carries ``volume x h x that rate / ring_gbps`` bytes instead, h being the most times one hop
+(a pair of devices, one direction) appears in the coflow (1 for a ring; 2 for the double tree, whose two trees
+both use each chain hop): alone it then takes exactly ``h x volume / ring_gbps`` (each hop moves at the measured
+rate), and it still shares its links max-min fairly with other flows. None (every cost model without the method) leaves
 the coflows as above.
 
 **Measured step latency** (`step_us`, optional): one step of a collective call on real ranks can take longer than
@@ -78,6 +88,7 @@ route's.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
 
@@ -113,12 +124,13 @@ def _coflow(cluster: Cluster, hops: list[tuple[int, int]], volume: float, latenc
     return FlowSpec(links, tuple(w[l] for l in links), float(volume), latency_ms, hops[0][0], hops[-1][1])
 
 
-def _capped(cluster: Cluster, spec: FlowSpec, ring_gbps: float | None) -> FlowSpec:
-    """`spec` slowed to the measured per-hop rate `ring_gbps` when its uncontended rate is above it (docstring)."""
+def _capped(cluster: Cluster, spec: FlowSpec, ring_gbps: float | None, hop_repeats: int = 1) -> FlowSpec:
+    """`spec` slowed to the measured per-hop rate `ring_gbps` when its uncontended rate is above it; `hop_repeats`:
+    the most times one hop appears in the coflow (module docstring)."""
     if ring_gbps is None or ring_gbps <= 0 or not spec.links:
         return spec
     free_rate = min(cluster.links[l].bytes_per_ms / w for l, w in zip(spec.links, spec.weights))
-    cap = comm.bytes_per_ms(ring_gbps)
+    cap = comm.bytes_per_ms(ring_gbps) / hop_repeats
     if free_rate <= cap:
         return spec
     return FlowSpec(spec.links, spec.weights, spec.volume_bytes * free_rate / cap, spec.latency_ms, spec.src, spec.dst)
@@ -299,9 +311,11 @@ def tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
     over the machines' heads, S/2 up and down each (one coflow; module docstring)."""
     if len(devices) < 2:
         return []
+    on = uses_nccl(cluster, devices)
+    if not on:
+        return gloo_tree_phases(cluster, devices, nbytes, ring_gbps)
     members = machine_members(cluster, devices)
     heads = [m[0] for m in members]
-    on = uses_nccl(cluster, devices)
     chain_hops = [h for m in members for a, b in zip(m, m[1:]) for h in ((b, a), (a, b))]
     chain_up = [sum(_tree_step_us(cluster, b, a, on, step_us) for a, b in zip(m, m[1:])) for m in members]
     chain_down = [sum(_tree_step_us(cluster, a, b, on, step_us) for a, b in zip(m, m[1:])) for m in members]
@@ -320,8 +334,26 @@ def tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
                 node = parents[node]
             up, down = max(up, u), max(down, d)
         latency_us = max(latency_us, up + down)
-    volume = nbytes / 2.0 / (nccl.TREE_BUSBW_FACTOR if on else 1.0)
-    return [[_capped(cluster, _coflow(cluster, hops, volume, latency_us / 1e3), ring_gbps)]]
+    volume = nbytes / 2.0 / nccl.TREE_BUSBW_FACTOR
+    repeats = max(Counter(hops).values())
+    return [[_capped(cluster, _coflow(cluster, hops, volume, latency_us / 1e3), ring_gbps, repeats)]]
+
+
+def gloo_tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
+                     ring_gbps: float | None = None) -> list[list[FlowSpec]]:
+    """The tree as deploy runs it on CPU ranks (`tag.deploy.p2p_collectives.tree_sum`; module docstring): one
+    binary tree over `devices` sorted (index i has children 2i+1, 2i+2), S up one level per phase (deepest first),
+    then down one level per phase; each message a point-to-point flow of `nbytes` capped at `ring_gbps`."""
+    order = sorted(devices)
+    depth = [0] * len(order)
+    for i in range(1, len(order)):
+        depth[i] = depth[(i - 1) // 2] + 1
+    levels = range(max(depth), 0, -1)
+    up = [[_capped(cluster, p2p_spec(cluster, order[i], order[(i - 1) // 2], nbytes), ring_gbps)
+           for i in range(1, len(order)) if depth[i] == d] for d in levels]
+    down = [[_capped(cluster, p2p_spec(cluster, order[(i - 1) // 2], order[i], nbytes), ring_gbps)
+             for i in range(1, len(order)) if depth[i] == d] for d in reversed(levels)]
+    return up + down
 
 
 def _with_latency(spec: FlowSpec, extra_ms: float) -> FlowSpec:

@@ -84,8 +84,8 @@ def test_sixty_four_devices_on_eight_machines(gpus):
 
 def test_on_cpus_no_nccl_latencies(cpus):
     devs = range(64)
-    tree = 2 * NIC_MS + 2 * (7 * A_IN + 3 * A_NET)  # gloo: no tree step extra, links at full rate
-    assert _t("tree", cpus, devs) == pytest.approx(tree, rel=1e-12)
+    # gloo runs deploy's p2p tree (tests/sim/test_gloo_tree.py): d8 sends S up to d0 through the NICs, then back
+    assert _t("tree", cpus, (0, 8)) == pytest.approx(2 * (NIC_MS + A_NET), rel=1e-12)
     hier = 2 * (0.875 * PORT_MS + 7 * A_IN) + 1.75 * NIC_MS + 14 * A_NET
     assert _t("hierarchical", cpus, devs) == pytest.approx(hier, rel=1e-12)
     assert _t("ring", cpus, devs) == _t("ring", make_cluster([8] * 8, 1000.0, 100.0), devs)
@@ -117,9 +117,13 @@ def test_hierarchical_on_uneven_machines():
 
 def test_tree_is_capped_at_the_measured_collective_rate():
     cl = make_cluster([2], intra_gbps=1000.0, dtype=CPU)
-    # chain of 2, both trees: each port direction carries 2 hops of S/2 (rate 1.25e8 / 2 B/ms, above the 1 Gbit/s =
-    # 1.25e5 B/ms cap), so the coflow takes S/2 / 1.25e5 ms; 1 step up, 1 down
-    assert algorithm_ms("tree", cl, (0, 1), S, ring_gbps=1.0) == pytest.approx(S / 2 / 1.25e5 + 2 * A_IN, rel=1e-12)
+    # gloo's tree (deploy's p2p tree_sum): S from d1 to d0, then S back, each at the 1 Gbit/s = 1.25e5 B/ms cap
+    assert algorithm_ms("tree", cl, (0, 1), S, ring_gbps=1.0) == pytest.approx(2 * (S / 1.25e5 + A_IN), rel=1e-12)
+    # NCCL's double tree on 2 GPUs: each hop appears twice (both trees use the chain), each moving S/2 / 0.92 at
+    # the measured per-hop rate: 2 x S/2 / 0.92 / 1.25e5; 1 step up, 1 down of 2 + 24.6 us
+    gl = make_cluster([2], intra_gbps=1000.0)
+    assert algorithm_ms("tree", gl, (0, 1), S, ring_gbps=1.0) == pytest.approx(S / 0.92 / 1.25e5 + 2 * (A_IN + TREE_IN),
+                                                                               rel=1e-12)
 
 
 def test_tree_steps_inside_a_pcie_machine():
@@ -132,14 +136,16 @@ def test_tree_steps_inside_a_pcie_machine():
 def test_a_measured_step_latency_floors_every_collective_step(cpus):
     """`step_us` (the collective library's per-step latency, fitted by `tag profile links`): a step takes
     max(route latency, step_us). 8 CPUs in one machine, step 240 us above the 2 us route: the ring's 14 steps
-    and the tree's chain of 7 up and 7 down take 240 us each; hierarchical over 2 machines x 4: its reduce-scatter
+    take 240 us each (the CPU tree's point-to-point messages keep the route's); hierarchical over 2 machines x 4: its reduce-scatter
     and all-gather 3 steps each of 240 us, its cross ring of 4 rings 2 steps of max(10, 240) us. A step latency
     below the route's (1 us) changes nothing; point-to-point ps keeps the route's."""
     step = 0.240
     one = tuple(range(8))
     ring = 2 * 7 / 8 * PORT_MS + 14 * step
     assert algorithm_ms("ring", cpus, one, S, step_us=240.0) == pytest.approx(ring, rel=1e-12)
-    tree = 2 * PORT_MS + 14 * step  # inner chain ports carry 4 hops of S/2 each way
+    # the CPU tree is deploy's point-to-point messages (route latency, no step floor): levels 7 -> 3; 3, 4 -> 1 and
+    # 5, 6 -> 2 (two messages into each parent's port); 1, 2 -> 0; then back down
+    tree = 2 * (PORT_MS + 2 * PORT_MS + 2 * PORT_MS) + 6 * A_IN
     assert algorithm_ms("tree", cpus, one, S, step_us=240.0) == pytest.approx(tree, rel=1e-12)
     two = (0, 1, 2, 3, 8, 9, 10, 11)
     hier = 2 * (0.75 * PORT_MS + 3 * step) + 2 * (1 / 2) * (S / 4) * 4 / 1.25e7 + 2 * step
