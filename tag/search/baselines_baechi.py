@@ -139,14 +139,32 @@ def m_topo(gg, cluster, cost, training, batch: int) -> Strategy:
     used = [0.0] * n
     device, cur = [-1] * gg.n_groups, 0
     for g in range(gg.n_groups):
-        while cur < n and ((used[cur] > 0 and used[cur] + need[g] > caps[cur])
-                           or overflow_bytes(ctx, device, g, cur, batch, usable) > 0):
+        over = _overflow_memo(ctx, cluster, device, g, batch, usable)
+        while cur < n and ((used[cur] > 0 and used[cur] + need[g] > caps[cur]) or over(cur) > 0):
             cur += 1
-        dev = cur if cur < n else min(
-            range(n), key=lambda d: (overflow_bytes(ctx, device, g, d, batch, usable), d))
+        dev = cur if cur < n else min(range(n), key=lambda d: (over(d), d))
         used[dev] += need[g]
         device[g] = dev
     return _placement_strategy(gg, cluster, device, batch)
+
+
+def _overflow_memo(ctx, cluster, device: list[int], g: int, batch: int, usable: list[float]):
+    """over(d) = `overflow_bytes(ctx, device, g, d, batch, usable)` for the placement `device` as it is now, computed
+    once per device type for the devices that hold no group yet: on an empty device d, group g's peak and its
+    predecessors' devices' peaks depend on d's type only (d holds g alone and receives every edge of g; g is remote
+    to every predecessor's device wherever d is), so on 1,024 devices of 2 types a placer checks 2 empty devices, not
+    1,000. Exact: the same figures as calling `overflow_bytes` on every device."""
+    occupied = {x for x in device if x >= 0}
+    by_type: dict = {}
+
+    def over(d: int) -> float:
+        if d in occupied:
+            return overflow_bytes(ctx, device, g, d, batch, usable)
+        t = cluster.devices[d].type
+        if t not in by_type:
+            by_type[t] = overflow_bytes(ctx, device, g, d, batch, usable)
+        return by_type[t]
+    return over
 
 
 def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], list[float], list[float]]:
@@ -161,7 +179,8 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
     with the smallest overflow (bytes over usable memory on any device it touches) is taken.
 
     Empty devices of one type in one machine are interchangeable (same speed, memory and routes), so only the
-    first of them (the one the tie-break would pick) is tried: the schedule is the same as trying them all.
+    first of them (the one the tie-break would pick) is tried: the schedule is the same as trying them all. An empty
+    device's memory room is checked once per device type and step (`_overflow_memo`).
     """
     n, k = cluster.n_devices, gg.n_groups
     ctx = sim_context(gg, cluster, cost, training)
@@ -195,6 +214,7 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
                 empty_seen.add(cls)
             devices.append(d)
         for g in ready:
+            over = _overflow_memo(ctx, cluster, device, g, batch, usable)
             for d in devices:
                 s = free[d]
                 for e in preds[g]:
@@ -202,7 +222,7 @@ def etf_schedule(gg, cluster, cost, training, batch: int) -> tuple[list[int], li
                 key = (s, s + dur(g, d), g, d)
                 if best is not None and best[0] == 0.0 and key > best[1]:
                     continue  # cannot beat a fitting candidate
-                cand = (overflow_bytes(ctx, device, g, d, batch, usable), key)
+                cand = (over(d), key)
                 if best is None or cand < best:
                     best = cand
         s, f, g, d = best[1]
