@@ -143,7 +143,7 @@ class PipelineRankRuntime(RankRuntime):
             got = self._take("B", j, g)
             waited += time.perf_counter() - w
             for tr, buf in got:
-                self._add_grad(g, tr.tensor, None if tr.whole else tr.start, buf)
+                self._add_grad(g, tr.tensor, None if tr.whole else tr.start, buf, owned=True)
             self._backward_compute(g)
             self._send_input_grads(j, g)
         return waited

@@ -318,16 +318,23 @@ class RankRuntime(GradSync):
         if sends or recvs:
             self.comm.exchange(sends, recvs)
         for tr, buf in got:
-            self._add_grad(tr.producer_group, tr.tensor, None if tr.whole else tr.start, buf)
+            self._add_grad(tr.producer_group, tr.tensor, None if tr.whole else tr.start, buf, owned=True)
 
     def _leaf_grad(self, g: int, t: str) -> torch.Tensor:
         x = self.leaves[(g, t)]
         return x.grad if x.grad is not None else torch.zeros_like(x)
 
-    def _add_grad(self, p: int, t: str, start: int | None, dx: torch.Tensor) -> None:
-        """Add `dx` (rows from global row `start`, or the whole tensor) into the output gradient of (p, t)."""
+    def _add_grad(self, p: int, t: str, start: int | None, dx: torch.Tensor, owned: bool = False) -> None:
+        """Add `dx` (rows from global row `start`, or the whole tensor) into the output gradient of (p, t).
+
+        `owned`: dx is a buffer nothing else reads or writes (a received message); when it is the first gradient of
+        (p, t) and covers all of it, it becomes the gradient buffer itself instead of being added into zeros."""
         y = self.outs[(p, t)]
         buf = self.grad_buf.get((p, t))
+        if buf is None and owned and dx.dtype == y.dtype and dx.shape == y.shape and (
+                start is None or start == self._rows(p)[0]):
+            self.grad_buf[(p, t)] = dx
+            return
         if buf is None:
             buf = self.grad_buf[(p, t)] = torch.zeros_like(y, dtype=y.dtype)
         if start is None:
