@@ -16,7 +16,8 @@ parent; the root's total goes back down the same tree. log2(n) steps each way, e
 bits. (NCCL's double binary tree splits the buffer over two such trees so every rank sends and receives at full
 rate; one tree sums the same values.)
 
-`machine_scatter_sum` and `machine_gather` are the inside-a-machine halves of the ``hierarchical`` algorithm: a
+`machine_scatter_sum` and `machine_gather` are the inside-a-machine halves of the ``hierarchical`` algorithm (and,
+over a ZeRO unit's ranks, ZeRO's reduce-scatter and all-gather on CPU ranks, `tag.deploy.zero`): a
 reduce-scatter of k contiguous shards (k = the fewest ranks any machine has in the set) to the machine's first k
 ranks, and the all-gather of those shards back to every rank of the machine; between them the runtime all-reduces
 shard j across machines (`tag.deploy.comm`). torch's gloo backend has no reduce-scatter; these are direct
@@ -100,26 +101,34 @@ def shard_bounds(numel: int, k: int) -> list[tuple[int, int]]:
     return out
 
 
-def machine_scatter_sum(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int) -> None:
+def machine_scatter_sum(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int,
+                        out: torch.Tensor | None = None) -> None:
     """Reduce-scatter inside one machine: local[j] (j < k) ends with shard j (`shard_bounds`) summed over `local`
-    (in local order); the other shards of `flat` are left as they were."""
+    (in local order); the other shards of `flat` are left as they were. With `out` (ZeRO's reduce-scatter into a
+    master shard's gradient, `tag.deploy.zero`), the owner's sum goes there instead and `flat` is left as it was:
+    the first other rank's part is received straight into `out` and the rest added to it in local order (no
+    buffer for 2 ranks; the same bits as the sum in local order, the first addition being commutative)."""
     if len(local) < 2:
         return
     bounds = shard_bounds(flat.numel(), k)
     li = local.index(me)
     sends = [(flat[a:b], local[j]) for j, (a, b) in enumerate(bounds) if j != li and b > a]
-    got = []
-    if li < k and bounds[li][1] > bounds[li][0]:
-        a, b = bounds[li]
-        got = [(r, torch.empty_like(flat[a:b])) for r in local if r != me]
-    _post_all(sends, [(buf, r) for r, buf in got], TAG + 3)
-    if got:
-        a, b = bounds[li]
-        total = None
+    a, b = bounds[li] if li < k else (0, 0)
+    others = [r for r in local if r != me] if b > a else []
+    got = {r: (out if out is not None and n == 0 else torch.empty_like(flat[a:b])) for n, r in enumerate(others)}
+    _post_all(sends, [(buf, r) for r, buf in got.items()], TAG + 3)
+    if not got:
+        return
+    if out is not None:
         for r in local:
-            part = flat[a:b] if r == me else dict(got)[r]
-            total = part.clone() if total is None else total.add_(part)
-        flat[a:b].copy_(total)
+            if r != others[0]:
+                out.add_(flat[a:b] if r == me else got[r])
+        return
+    total = None
+    for r in local:
+        part = flat[a:b] if r == me else got[r]
+        total = part.clone() if total is None else total.add_(part)
+    flat[a:b].copy_(total)
 
 
 def machine_gather(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int) -> None:
