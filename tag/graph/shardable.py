@@ -118,8 +118,9 @@ def _is_param(graph, name) -> bool:
 
 
 def _weight_source(graph, name):
-    """(parameter name, perm or None) when tensor `name` is a parameter (an initializer) or a Transpose of one
-    (a weight generator), else None."""
+    """(parameter name, perm or None) when tensor `name` is a parameter or a Transpose of one (a weight generator),
+    else None. A parameter is an initializer, or the output of a weight generator such as the light ONNX zoo's
+    ConstantOfShape (deploy trains it under that output's name)."""
     t = graph.tensors.get(name)
     if t is None:
         return None
@@ -130,7 +131,6 @@ def _weight_source(graph, name):
             shape = _shape(graph, op.inputs[0])
             perm = op.attrs.get("perm") or list(reversed(range(len(shape or ()))))
             return op.inputs[0], tuple(perm)
-        return None
     return (name, None) if t.role == "param" else None
 
 

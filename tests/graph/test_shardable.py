@@ -81,3 +81,32 @@ def test_mlp_block_and_the_layernorm_rule(transformer):
 def test_no_weight_op_is_not_shardable(mlp):
     with pytest.raises(NotShardable, match="no weight op"):
         analyse_group(mlp, [1], "column")
+
+
+def test_weights_made_by_constant_of_shape_shard_like_initializers(tmp_path):
+    """The light ONNX zoo stores no weights: each is a ConstantOfShape output (a weight generator, role param).
+    Conv(x[N,3,8,8], W[16,3,3,3] + b[16]) split by columns: output channels, axis 0 of W, 16 units; by rows: input
+    channels, axis 1 of W, 3 units (worked out from Conv's [out, in, kh, kw] weight layout)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def generated(name, dims):
+        shape = numpy_helper.from_array(np.array(dims, dtype=np.int64), f"{name}_shape")
+        return shape, helper.make_node("ConstantOfShape", [f"{name}_shape"], [name],
+                                       value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.01]))
+
+    ws, wn = generated("W", [16, 3, 3, 3])
+    bs, bn = generated("b", [16])
+    conv = helper.make_node("Conv", ["x", "W", "b"], ["y"], pads=[1, 1, 1, 1])
+    g = helper.make_graph([wn, bn, conv], "light", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16, 8, 8])], initializer=[ws, bs])
+    path = tmp_path / "light_conv.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    graph = load_model(str(path))
+    conv_id = [i for i, op in enumerate(graph.ops) if op.op_type == "Conv"]
+    col = analyse_group(graph, conv_id, "column")
+    assert col.units == [16]
+    assert col.params == [ParamSlice("W", 0, 0, 16), ParamSlice("b", 0, 0, 16)]
+    row = analyse_group(graph, conv_id, "row")
+    assert row.units == [3] and row.params == [ParamSlice("W", 1, 0, 3)] and row.bias_once == ["b"]
