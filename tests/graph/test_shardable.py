@@ -110,3 +110,32 @@ def test_weights_made_by_constant_of_shape_shard_like_initializers(tmp_path):
     assert col.params == [ParamSlice("W", 0, 0, 16), ParamSlice("b", 0, 0, 16)]
     row = analyse_group(graph, conv_id, "row")
     assert row.units == [3] and row.params == [ParamSlice("W", 1, 0, 3)] and row.bias_once == ["b"]
+
+
+def test_every_light_zoo_conv_splits_by_output_channels():
+    """Every ungrouped Conv of the light ONNX zoo, alone, column-split: one unit per output channel, the weight
+    sliced on axis 0 (second method: the channel count is dim 0 of the shape its ConstantOfShape is given)."""
+    import glob
+    import os
+
+    import onnx
+    from onnx import numpy_helper
+
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light")
+    paths = sorted(glob.glob(os.path.join(light, "light_*.onnx")))
+    assert len(paths) >= 9
+    checked = 0
+    for path in paths:
+        m = onnx.load(path)
+        inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+        made = {n.output[0]: [int(d) for d in inits[n.input[0]]] for n in m.graph.node if n.op_type == "ConstantOfShape"}
+        graph = load_model(path)
+        for i, op in enumerate(graph.ops):
+            if op.op_type != "Conv" or int(op.attrs.get("group", 1)) != 1:
+                continue
+            lay = analyse_group(graph, [i], "column")
+            w = op.inputs[1]
+            assert lay.units == [made[w][0]], (path, op.name)
+            assert lay.params[0] == ParamSlice(w, 0, 0, made[w][0])
+            checked += 1
+    assert checked > 100
