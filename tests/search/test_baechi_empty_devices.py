@@ -60,29 +60,32 @@ def brute_etf(gg, cl, cost, training, batch):
 
 
 @pytest.fixture
-def counted(monkeypatch):
+def walks(monkeypatch):
+    """(group, device) of every memory walk `placement_peak_bytes` makes with a group placed tentatively."""
     calls = []
-    real = baechi.overflow_bytes
+    real = baechi.placement_peak_bytes
 
-    def count(ctx, device, g, d, batch, usable):
-        calls.append((g, d))
-        return real(ctx, device, g, d, batch, usable)
-    monkeypatch.setattr(baechi, "overflow_bytes", count)
+    def count(ctx, device, d, batch, extra=None):
+        calls.append((extra, d))
+        return real(ctx, device, d, batch, extra=extra)
+    monkeypatch.setattr(baechi, "placement_peak_bytes", count)
     return calls
 
 
-def test_m_topo_same_placement_as_checking_every_device(counted):
+def test_m_topo_same_placement_as_checking_every_device(walks):
     gg, cl = make_gg(6, CHAIN, saved_fixed=SAVED), cluster()
     cost = FakeCost([1] * 6, {"small": 1.0, "big": 2.0})
     want = brute_m_topo(gg, cl, cost, TrainingConfig(), 1)
-    counted.clear()
+    walks.clear()
     got = [d.devices[0] for d in m_topo(gg, cl, cost, TrainingConfig(), 1).decisions]
-    assert got == want
-    # group 5 overflows everywhere: the brute force checks all 10 devices past the last one; the memo checks each
-    # device that holds a group and one empty device per type (at most 5 occupied + 2 types)
-    occupied = set(want[:5])
-    assert sum(1 for g, _ in counted if g == 5) <= len(occupied) + 2 + 1
-    assert len([1 for g, d in counted if g == 5 and d not in occupied]) == 2  # one empty small, one empty big
+    assert got == want == [0, 5, 6, 7, 8, 9]
+    # group 5 overflows everywhere, so it is checked on all 10 devices (the brute force walks each device and
+    # group 4's device 8, 19 walks, plus the while loop's). By hand: the 5 occupied devices 0, 5, 6, 7, 8 once each,
+    # one empty small (1) and one empty big (9) device, and device 8 once more as g's predecessor's device with g
+    # elsewhere: 8 walks
+    on5 = [d for (extra, d) in walks if extra is not None and extra[0] == 5]
+    assert len(on5) == 5 + 2 + 1
+    assert sorted(set(on5)) == [0, 1, 5, 6, 7, 8, 9]
 
 
 def test_etf_same_schedule_as_checking_every_device():
