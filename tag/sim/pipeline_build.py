@@ -12,6 +12,13 @@ Transfers. Per edge and micro-batch j, the slices of `SimContext.edge_transfers`
 for every j), on the real routes: activations F(src, j) -> F(dst, j), gradients B(dst, j) -> B(src, j). They are
 asynchronous (a pipeline runtime's isend / irecv): ``blocking_sends`` does not apply to pipelines.
 
+Send work. Between two CPU devices of one machine (ranks on loopback) a message is written by the sending rank's
+own thread (gloo's isend writes into the socket as it is posted), so the sender's stream is busy for the message's
+time on its route: after each pass of group g, a task of the pass's kind and group on every sending device, lasting
+sum over its messages of (route latency + bytes / route bandwidth) (`send_ms`, the link figures `tag profile links`
+measures). The transfer itself still starts when the pass ends. GPUs and messages between machines have no such
+task (a NIC or a copy engine moves the bytes).
+
 Gradient sync. Gradients accumulate over the micro-batches; each bucket (and shared-parameter or SFB sync) is
 built as without pipelining (`tag.sim.build`, whole-batch bytes) and waits for the backward of its groups for the
 last micro-batch, m - 1, on all their devices: the stage's last backward, since every schedule runs the backwards
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tag.cost.comm import p2p_ms
 from tag.sim.build_parts import (BuildOptions, Draft, add_edge_transfers, check_strategy, device_programs, edge_flows,
                                  sync_units, update_tasks, wire_batch_stats, wire_syncs, with_recompute)
 from tag.sim.context import SimContext, micro_decision
@@ -123,11 +131,41 @@ def pass_sequence(pipeline) -> list[tuple[int, str, int]]:
     return out
 
 
-def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int], pending: list):
+def send_ms(ctx: SimContext, src: int, dst: int, nbytes: float) -> float:
+    """The sending rank's busy time for one message of `nbytes` from device src to dst, ms: its route's latency
+    plus bytes over the route's narrowest link (`tag.cost.comm.p2p_ms`, from the links themselves, so a latency
+    added to the cluster's pair matrix for wake-ups is not counted) when both are CPU devices of one machine
+    (module docstring, "Send work"); else 0."""
+    cl = ctx.cluster
+    a, b = cl.devices[src], cl.devices[dst]
+    if src == dst or a.machine != b.machine or a.type.kind != "cpu" or b.type.kind != "cpu":
+        return 0.0
+    links = [cl.links[k] for k in cl.routes[src][dst]]
+    if not links:
+        return 0.0
+    return p2p_ms(nbytes, min(k.bandwidth_gbps for k in links), sum(k.latency_us for k in links))
+
+
+def send_work(ctx: SimContext, per_edge) -> tuple[list[dict[int, float]], list[dict[int, float]]]:
+    """Per group g, the send work ms per device of (its forward pass: activations to its consumers, its backward
+    pass: gradients back to its producers), from the per-edge micro-batch flows `per_edge` (`edge_flows`)."""
+    n = ctx.gg.n_groups
+    fwd: list[dict[int, float]] = [{} for _ in range(n)]
+    bwd: list[dict[int, float]] = [{} for _ in range(n)]
+    for e, (f_pairs, b_pairs, _, _) in zip(ctx.gg.edges, per_edge):
+        for out, g, pairs in ((fwd, e.src, f_pairs), (bwd, e.dst, b_pairs)):
+            for s, d, spec in pairs:
+                ms = send_ms(ctx, s, d, spec.volume_bytes)
+                if ms > 0.0:
+                    out[g][s] = out[g].get(s, 0.0) + ms
+    return fwd, bwd
+
+
+def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int], pending: list, sends):
     """Forward and backward tasks of every pass in `pass_sequence` order, with a sharded group's tails after its
-    passes (`tag.sim.shard_build`; its collectives appended to `pending`); ({g: [{device: task}] per micro-batch}
-    for forward heads, forward tails, backward heads and backward tails, SFB dW ms per device, whole-batch
-    per-group costs)."""
+    passes (`tag.sim.shard_build`; its collectives appended to `pending`) and its send work after them (`sends`:
+    `send_work`); ({g: [{device: task}] per micro-batch} for forward heads, forward tails, backward heads and
+    backward tails, SFB dW ms per device, whole-batch per-group costs)."""
     pl, decs = strategy.pipeline, strategy.decisions
     m = pl.micro_batches
     n_grp = len(decs)
@@ -160,18 +198,21 @@ def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int], pe
                 bwd_id[g][j] = dict(zip(devs, draft.add_tasks(devs, TaskKind.BACKWARD, g, bwd_ms[g])))
                 bwd_out[g][j] = add_tails(ctx, mdecs, g, TaskKind.BACKWARD, bwd_id[g][j], draft, pending,
                                           f" mb{j}")
+            work = sends[0 if kind == "F" else 1][g]
+            if work:
+                draft.add_tasks(list(work), TaskKind.FORWARD if kind == "F" else TaskKind.BACKWARD, g,
+                                list(work.values()))
             micro += [j] * (len(draft.tasks) - len(micro))
     return fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, full
 
 
-def _transfers(ctx: SimContext, strategy, passes, draft: Draft):
+def _transfers(ctx: SimContext, strategy, passes, draft: Draft, per_edge):
     """Per micro-batch, edge and device pair: the activation slice F(src, j) -> F(dst, j) and the gradient
     B(dst, j) -> B(src, j), at micro rows (`add_edge_transfers`; `passes`: forward heads, forward tails, backward
-    heads, backward tails, per group and micro-batch); ([Transfer], memory recv list of one micro-batch)."""
+    heads, backward tails, per group and micro-batch; `per_edge`: each edge's micro-batch flows, `edge_flows`);
+    ([Transfer], memory recv list of one micro-batch)."""
     fwd_id, fwd_out, bwd_id, bwd_out = passes
-    decs, m = strategy.decisions, strategy.pipeline.micro_batches
-    mdecs = [micro_decision(dc, m) for dc in decs]
-    per_edge = [edge_flows(ctx, ei, mdecs[e.src], mdecs[e.dst], mdecs) for ei, e in enumerate(ctx.gg.edges)]
+    m = strategy.pipeline.micro_batches
     out: list[Transfer] = []
     recv: list[tuple] = []
     for j in range(m):
@@ -191,9 +232,12 @@ def build_pipeline_task_graph(ctx: SimContext, strategy, options: BuildOptions =
     draft = Draft(ComputeTasks(), [], [], [])
     micro: list[int] = []
     pending: list = []
-    fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, full = _compute_tasks(ctx, strategy, draft, micro, pending)
+    mdecs = [micro_decision(dc, m) for dc in decs]
+    per_edge = [edge_flows(ctx, ei, mdecs[e.src], mdecs[e.dst], mdecs) for ei, e in enumerate(ctx.gg.edges)]
+    sends = send_work(ctx, per_edge)
+    fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, full = _compute_tasks(ctx, strategy, draft, micro, pending, sends)
     devs_of = [pg[0] for pg in full]
-    transfers, recv = _transfers(ctx, strategy, (fwd_id, fwd_out, bwd_id, bwd_out), draft)
+    transfers, recv = _transfers(ctx, strategy, (fwd_id, fwd_out, bwd_id, bwd_out), draft, per_edge)
     units, extra_static = sync_units(ctx, strategy, devs_of)
     upd_id = update_tasks(ctx, units, full, sfb_upd_ms, draft, decs)
     last_bwd = [bwd_id[g][m - 1] for g in range(len(decs))]  # the stage's last backward of each group
