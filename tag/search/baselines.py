@@ -19,6 +19,7 @@ one device.
 
 from __future__ import annotations
 
+import bisect
 import math
 
 from tag.search.baselines_baechi import m_etf, m_topo
@@ -125,20 +126,20 @@ def proportional_rows(gg, cluster, cost, batch: int) -> tuple[tuple[int, ...], i
     host = max(range(n), key=lambda d: (rows[d], -d))
     host_ms = compute_ms(gg, cost, types[host], batch, splittable=False)
 
-    def times(rs: list[int]) -> list[float]:
-        return [t_split(d, rs[d]) + (host_ms if d == host else 0.0) for d in range(n)]
+    def time_of(d: int, r: int) -> float:
+        return t_split(d, r) + (host_ms if d == host else 0.0)
 
-    def key(rs: list[int]) -> list[float]:
-        return sorted(times(rs), reverse=True)
-
+    # key(rows) = the per-device times sorted in descending order, held negated in ascending order (`neg`), so a
+    # move's key is the current one with two entries replaced (bisect) instead of n times recomputed and sorted
     while True:  # each accepted move strictly lowers key(rows) lexicographically, so this ends
-        cur = key(rows)
-        t = times(rows)
+        t = [time_of(d, rows[d]) for d in range(n)]
+        neg = sorted(-x for x in t)
+        top = -neg[0]
         best = None
         # devices of one type with equal rows (neither or both the host) give equal trial keys and the first
         # pair found wins ties, so only the first device of each such class is tried as source and destination
         seen_a = set()
-        for a in [d for d in range(n) if t[d] >= cur[0] - 1e-9 and rows[d] > 0]:
+        for a in [d for d in range(n) if t[d] >= top - 1e-9 and rows[d] > 0]:
             if (types[a], rows[a], a == host) in seen_a:
                 continue
             seen_a.add((types[a], rows[a], a == host))
@@ -147,24 +148,41 @@ def proportional_rows(gg, cluster, cost, batch: int) -> tuple[tuple[int, ...], i
                 if b == a or (types[b], rows[b], b == host) in seen_b:
                     continue
                 seen_b.add((types[b], rows[b], b == host))
-                trial = rows.copy()
-                trial[a] -= 1
-                trial[b] += 1
-                k = key(trial)
-                if _lex_less(k, cur) and (best is None or _lex_less(k, best[0])):
-                    best = (k, trial)
+                k = _replaced(neg, (-t[a], -t[b]), (-time_of(a, rows[a] - 1), -time_of(b, rows[b] + 1)))
+                if _lex_less_negated(k, neg) and (best is None or _lex_less_negated(k, best[0])):
+                    best = (k, a, b)
         if best is None:
             break
-        rows = best[1]
+        rows[best[1]] -= 1
+        rows[best[2]] += 1
     return tuple(rows), host
 
 
-def _lex_less(a: list[float], b: list[float], tol: float = 1e-9) -> bool:
-    """a < b lexicographically, entries within `tol` counted equal."""
+def _replaced(ordered: list[float], old: tuple[float, ...], new: tuple[float, ...]) -> list[float]:
+    """A copy of the ascending list `ordered` with the values `old` (each present) replaced by `new`, still ascending.
+
+    >>> _replaced([1.0, 2.0, 3.0], (2.0,), (5.0,))
+    [1.0, 3.0, 5.0]
+    """
+    out = ordered.copy()
+    for x in old:
+        del out[bisect.bisect_left(out, x)]
+    for x in new:
+        bisect.insort(out, x)
+    return out
+
+
+def _lex_less_negated(a: list[float], b: list[float], tol: float = 1e-9) -> bool:
+    """[-x for x in a] < [-x for x in b] lexicographically, entries within `tol` counted equal (a descending key
+    held negated in ascending order).
+
+    >>> _lex_less_negated([-3.0, -1.0], [-3.0, -2.0])
+    True
+    """
     for x, y in zip(a, b):
-        if x < y - tol:
+        if -x < -y - tol:
             return True
-        if x > y + tol:
+        if -x > -y + tol:
             return False
     return False
 

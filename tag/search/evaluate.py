@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Hashable
 
 from tag.strategy import Strategy
 
@@ -22,9 +22,13 @@ OOM_VALUE = -1.0
 @dataclass
 class Evaluator:
     """Calls `simulate_fn(strategy) -> SimResult` once per distinct strategy (a transposition cache);
-    `simulations` counts those calls.
+    `simulations` counts the distinct strategies scored (the unit of the search's budgets).
 
     reference_ms: the iteration time that scores 0 (best non-OOM baseline); usable_gb: per device id.
+    key_fn: a canonical form, `key_fn(a) == key_fn(b)` only when a and b simulate alike (e.g. `simulation_key`:
+    two bucket caps that derive the same buckets); a strategy whose key was scored before takes that result without
+    calling `simulate_fn` (`alias_hits` counts them) and still counts in `simulations`, so budgets spend exactly as
+    without the key and the search takes the same path.
     """
 
     simulate_fn: Callable[[Strategy], object]
@@ -33,20 +37,30 @@ class Evaluator:
     cache: dict[Strategy, object] = field(default_factory=dict)
     simulations: int = 0
     best: tuple[float, Strategy | None] = (-math.inf, None)  # (value, strategy) of the best ever simulated
+    key_fn: Callable[[Strategy], Hashable] | None = None
+    aliases: dict = field(default_factory=dict)  # key_fn(strategy) -> SimResult
+    alias_hits: int = 0
 
     def result(self, strategy: Strategy):
         res = self.cache.get(strategy)
         if res is None:
-            res = self.simulate_fn(strategy)
+            key = self.key_fn(strategy) if self.key_fn is not None else None
+            res = self.aliases.get(key) if key is not None else None
+            if res is None:
+                res = self.simulate_fn(strategy)
+            else:
+                self.alias_hits += 1
             self.simulations += 1
-            self.add(strategy, res)
+            self.add(strategy, res, key)
         return res
 
-    def add(self, strategy: Strategy, res) -> None:
+    def add(self, strategy: Strategy, res, key: Hashable | None = None) -> None:
         """Cache and rank a result simulated elsewhere (the baselines); not counted in `simulations`."""
         if strategy in self.cache:
             return
         self.cache[strategy] = res
+        if self.key_fn is not None:
+            self.aliases.setdefault(self.key_fn(strategy) if key is None else key, res)
         # ties keep the first found, so the outcome does not depend on dict order
         if self._value(res) > self.best[0]:
             self.best = (self._value(res), strategy)
@@ -64,3 +78,17 @@ class Evaluator:
             return OOM_VALUE - worst
         ratio = self.reference_ms / res.iteration_ms
         return math.log(ratio) if ratio >= 1 else ratio - 1.0
+
+
+def simulation_key(gg, ctx, strategy: Strategy) -> tuple:
+    """What a simulation of `strategy` reads of it: its decisions, its pipeline and its gradient buckets (explicit,
+    or derived from the decisions and the bucket cap, `tag.sim.buckets.derive_buckets`, with the by-cost algorithms
+    of `ctx`, a `tag.sim.context.SimContext`). The simulator reads the cap only through the buckets, so two caps
+    that fuse the same groups (e.g. 64 and 128 MiB when no two neighbouring groups' gradients exceed 64 MiB) have
+    the same key and the same result."""
+    from tag.sim.buckets import derive_buckets
+
+    buckets = strategy.buckets
+    if buckets is None:
+        buckets = derive_buckets(gg, strategy.decisions, strategy.bucket_mb, ctx.choose_algorithm)
+    return strategy.decisions, strategy.pipeline, buckets

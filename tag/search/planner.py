@@ -20,7 +20,7 @@ from typing import Callable
 
 from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFINE_SIMULATIONS, OTHER_REFINE_SHARE,
                                WallCap, default_counts)
-from tag.search.evaluate import Evaluator
+from tag.search.evaluate import Evaluator, simulation_key
 from tag.search.baselines import best_baseline, least_oom_baseline  # noqa: F401 (re-exported)
 from tag.search.memory_pass import OOM_RETRIES, fit_fastest_oom  # noqa: F401 (re-exported)
 from tag.search.mcts import MCTS, PriorsFn, VisitRecord
@@ -171,7 +171,10 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
         counted[0] += 1
         return simulate(gg, cluster, cost, strategy, training)
 
-    ev = Evaluator(simulate_fn, reference_ms, usable_gb)
+    from tag.sim.context import sim_context
+
+    ctx = sim_context(gg, cluster, cost, training)
+    ev = Evaluator(simulate_fn, reference_ms, usable_gb, key_fn=lambda s: simulation_key(gg, ctx, s))
     for s, r in seeds.cache.items():  # seed the cache and the best-ever with the baselines and memory variants
         ev.add(s, r)
     pipeline = pipeline and cluster.n_devices <= PIPELINE_MAX_DEVICES

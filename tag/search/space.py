@@ -261,14 +261,22 @@ def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: i
         per_row = np.array([time_ms(d, probe) / probe for d in range(n)])
         has_params = group_has_params(gg, gid)
         lines: dict = {}  # device type -> the group's PeakLines there
+        rows_memo: dict = {}  # device, and (device type, budget) -> the cap: one solve per distinct budget
 
-        def cap_rows(d: int, gid=gid, lines=lines) -> int:
-            if dtypes[d] not in lines:
-                lines[dtypes[d]] = rows_peak_lines(ctx, [gid], d, precision)
-            budget = dtypes[d].usable_memory_bytes
+        def cap_rows(d: int, gid=gid, lines=lines, rows_memo=rows_memo) -> int:
+            if d in rows_memo:
+                return rows_memo[d]
+            t = dtypes[d]
+            if t not in lines:
+                lines[t] = rows_peak_lines(ctx, [gid], d, precision)
+            budget = t.usable_memory_bytes
             if others is not None:  # what the rest of the base strategy keeps on d
                 budget = budget * 0.97 - (others[d] - own[gid][d])
-            return lines[dtypes[d]].max_rows(budget, batch)
+            key = (t, float(budget))
+            if key not in rows_memo:
+                rows_memo[key] = lines[t].max_rows(budget, batch)
+            rows_memo[d] = rows_memo[key]
+            return rows_memo[d]
 
         caps = {d: cap_rows(d) for d in range(n)}
         cands: list[Decision] = [base.decisions[gid]]
