@@ -16,34 +16,35 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import resources
 
 import torch
 
 from tag.errors import InputError
 from tag.fileio import atomic_write, write_text_atomic
 from tag.gnn.data import FEATURE_VERSION
+from tag.gnn.lazy import SHIPPED_STRUCTURE_NAME, shipped_checkpoint  # noqa: F401 (re-exported)
 from tag.gnn.model import TagGNN
 
 FORMAT = "tag-gnn"
+STRUCTURE_FORMAT = "tag-structure-gnn"  # the structure network (`tag.gnn.structure_model`), same layout
 SHIPPED_NAME = "tag-gnn-v3.pt"
 
 
 def default_checkpoint() -> str | None:
     """Path of the shipped pretrained weights (package data of `tag.gnn`), or None if absent."""
-    try:
-        p = resources.files("tag.gnn").joinpath("pretrained", SHIPPED_NAME)
-        if p.is_file():
-            return str(p)
-    except (ModuleNotFoundError, FileNotFoundError):
-        pass
-    return None
+    return shipped_checkpoint(SHIPPED_NAME)
 
 
-def save_checkpoint(path: str, net: TagGNN, *, optimizer=None, progress: dict | None = None,
-                    card: dict | None = None) -> None:
-    """Write a checkpoint atomically (temp file + rename) and its ``.card.json``."""
-    obj = {"format": FORMAT, "feature_version": FEATURE_VERSION, "config": dict(net.config),
+def default_structure_checkpoint() -> str | None:
+    """Path of the shipped structure network's weights, or None if absent."""
+    return shipped_checkpoint(SHIPPED_STRUCTURE_NAME)
+
+
+def save_checkpoint(path: str, net, *, optimizer=None, progress: dict | None = None,
+                    card: dict | None = None, fmt: str = FORMAT) -> None:
+    """Write a checkpoint of `net` (a TagGNN, or with `fmt` = STRUCTURE_FORMAT a StructureNet) atomically (temp
+    file + rename) and its ``.card.json``."""
+    obj = {"format": fmt, "feature_version": FEATURE_VERSION, "config": dict(net.config),
            "model": net.state_dict(), "optimizer": optimizer.state_dict() if optimizer is not None else None,
            "progress": dict(progress or {}), "card": dict(card or {})}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -53,8 +54,8 @@ def save_checkpoint(path: str, net: TagGNN, *, optimizer=None, progress: dict | 
     write_text_atomic(path + ".card.json", card_json + "\n")
 
 
-def read_checkpoint(path: str) -> dict:
-    """The raw checkpoint dict, checked for format and feature version (InputError otherwise)."""
+def read_checkpoint(path: str, fmt: str = FORMAT) -> dict:
+    """The raw checkpoint dict, checked for format `fmt` and feature version (InputError otherwise)."""
     path = str(path)
     if not os.path.isfile(path):
         raise InputError(path, "file", "an existing GNN checkpoint", "no such file")
@@ -63,8 +64,8 @@ def read_checkpoint(path: str) -> dict:
     except Exception as e:  # not a torch file, or not loadable with weights_only
         raise InputError(path, "file", "a tag GNN checkpoint (torch.save of plain values)",
                          f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}") from None
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise InputError(path, "format", f"'{FORMAT}'", repr(obj.get("format") if isinstance(obj, dict) else type(obj).__name__))
+    if not isinstance(obj, dict) or obj.get("format") != fmt:
+        raise InputError(path, "format", f"'{fmt}'", repr(obj.get("format") if isinstance(obj, dict) else type(obj).__name__))
     fv = obj.get("feature_version")
     if fv != FEATURE_VERSION:
         raise InputError(path, "feature_version", f"feature version {FEATURE_VERSION} (this tag's features; "
@@ -72,12 +73,17 @@ def read_checkpoint(path: str) -> dict:
     return obj
 
 
-def load_checkpoint(path: str) -> tuple[TagGNN, dict]:
-    """(network in eval mode, raw checkpoint dict) from a checkpoint file."""
-    obj = read_checkpoint(path)
+def load_checkpoint(path: str, fmt: str = FORMAT) -> tuple:
+    """(network in eval mode, raw checkpoint dict) from a checkpoint file: a TagGNN, or a StructureNet when
+    `fmt` is STRUCTURE_FORMAT."""
+    obj = read_checkpoint(path, fmt)
     cfg = obj.get("config") or {}
     try:
-        net = TagGNN(**cfg)
+        if fmt == STRUCTURE_FORMAT:
+            from tag.gnn.structure_model import StructureNet
+            net = StructureNet(**cfg)
+        else:
+            net = TagGNN(**cfg)
         net.load_state_dict(obj["model"])
     except (TypeError, KeyError, RuntimeError, ValueError) as e:
         raise InputError(str(path), "model", "weights matching the network's configuration",

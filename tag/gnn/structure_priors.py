@@ -1,0 +1,73 @@
+"""The callable the structure tree takes: ``structure_priors_fn(strategy, level, action_names) -> (priors, value)``.
+
+`tag.search` never imports `tag.gnn`: the caller (`tag plan`, `tag bench --ablate`, self-play) builds the closure
+here and passes it to `tag.search.planner.plan(..., structure_priors_fn=...)`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from tag.gnn.data import InstanceFeatures
+from tag.gnn.structure_features import ActionFeaturizer
+from tag.gnn.structure_model import ACT, StructureNet, action_log_probs
+from tag.strategy import Strategy
+
+UNIFORM_MIX = 0.2  # share of the uniform distribution in the priors `tag plan` uses (as the per-group priors)
+
+
+class PointBuilder:
+    """Decision points of one instance as HeteroData: the strategy's state graph (`InstanceFeatures.state`, with
+    the critical-path estimate) plus ``act`` nodes, one per action (`ActionFeaturizer`)."""
+
+    def __init__(self, gg, cluster, cost, training, batch: int | None = None):
+        self.features = InstanceFeatures(gg, cluster, cost, batch, training.optimizer, training=training)
+        self.actions = ActionFeaturizer(cluster, [g.param_bytes for g in gg.groups])
+
+    def point(self, strategy: Strategy, level: str, names: Sequence[str]):
+        data = self.features.state(strategy)
+        data[ACT].x = torch.from_numpy(self.actions.featurize(level, names))
+        return data
+
+
+def make_structure_priors_fn(net: StructureNet, points: PointBuilder, *, uniform_mix: float = UNIFORM_MIX,
+                             noise: float = 0.0, rng: np.random.Generator | None = None):
+    """priors_fn for `StructureTree`: softmax of the network's action logits, mixed with `uniform_mix` of the
+    uniform distribution (a wrong network reorders the tree's widening but hides no action), then, with noise > 0,
+    with Dirichlet(0.3) noise of that weight (exploration while training; `rng` required). Returns (priors
+    summing to 1, the value head's predicted ln(time_scale_ms / iteration_ms) below the node). A strategy the
+    state features cannot read gets uniform priors and no value."""
+    if noise > 0 and rng is None:
+        raise ValueError("noise needs an rng (every random choice takes a seed)")
+
+    def priors_fn(strategy: Strategy, level: str, names: Sequence[str]):
+        k = len(names)
+        if k <= 1:
+            return np.full(k, 1.0 / max(k, 1)), None
+        try:
+            data = points.point(strategy, level, names)
+        except (ValueError, IndexError, KeyError, ZeroDivisionError):
+            return np.full(k, 1.0 / k), None
+        with torch.no_grad():
+            logits, value = net(data)
+            p = action_log_probs(data, logits).exp().double().numpy()
+        p = (1 - uniform_mix) * p / p.sum() + uniform_mix / k
+        if noise > 0:
+            p = (1 - noise) * p + noise * rng.dirichlet(np.full(k, 0.3))
+        return p, float(value[0])
+
+    return priors_fn
+
+
+def load_structure_priors_fn(ckpt_path: str, gg, cluster, cost, training, batch: int | None = None,
+                             uniform_mix: float = UNIFORM_MIX):
+    """The structure priors_fn of a checkpoint for one instance (InputError for a bad or mismatched checkpoint).
+    Sets torch to one intra-op thread (small graphs: extra threads only contend)."""
+    from tag.gnn.checkpoint import STRUCTURE_FORMAT, load_checkpoint
+
+    net, _ = load_checkpoint(ckpt_path, STRUCTURE_FORMAT)
+    torch.set_num_threads(1)
+    return make_structure_priors_fn(net, PointBuilder(gg, cluster, cost, training, batch), uniform_mix=uniform_mix)
