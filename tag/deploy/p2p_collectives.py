@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 TAG = 7_000_000  # message tag of the sums (the runtime's exchanges use small tags; each pair's messages stay ordered)
+ZERO_GATHER_TAG = TAG + 5  # ZeRO's weight gathers on CPU ranks (main thread; the sums above run on the sync thread)
 
 
 def _wait(works) -> None:
@@ -131,8 +132,9 @@ def machine_scatter_sum(flat: torch.Tensor, local: tuple[int, ...], k: int, me: 
     flat[a:b].copy_(total)
 
 
-def machine_gather(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int) -> None:
-    """All-gather inside one machine: local[j] (j < k) sends its shard j to every other rank of the machine."""
+def machine_gather(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int, tag: int = TAG + 4) -> None:
+    """All-gather inside one machine: local[j] (j < k) sends its shard j to every other rank of the machine (`tag`:
+    the messages' tag; ZeRO's gathers, issued from the main thread, use their own, `ZERO_GATHER_TAG`)."""
     if len(local) < 2:
         return
     bounds = shard_bounds(flat.numel(), k)
@@ -141,4 +143,4 @@ def machine_gather(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int) 
     if li < k and bounds[li][1] > bounds[li][0]:
         a, b = bounds[li]
         sends = [(flat[a:b], r) for r in local if r != me]
-    _post_all(sends, [(flat[a:b], local[j]) for j, (a, b) in enumerate(bounds) if j != li and b > a], TAG + 4)
+    _post_all(sends, [(flat[a:b], local[j]) for j, (a, b) in enumerate(bounds) if j != li and b > a], tag)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from tag.deploy.p2p_collectives import machine_gather, machine_scatter_sum
+from tag.deploy.p2p_collectives import ZERO_GATHER_TAG, machine_gather, machine_scatter_sum
 from tag.deploy.zero_plan import ZeroUnit, shard_elements
 
 
@@ -81,18 +81,15 @@ class _UnitState:
 
     def all_gather_into(self, out: torch.Tensor, comm) -> None:
         """All-gather the master shards into `out` (the unit's padded flat layout). On CPU ranks by direct messages
-        (`p2p_collectives.machine_gather`, into `out`'s slices: no staging copy; gloo's all_gather_single took
-        63.6 ms for 64 MiB on 2 local ranks, the messages 31.8), else the library's all-gather."""
+        on the calling thread (`p2p_collectives.machine_gather`, into `out`'s slices: no staging copy, no hand-over
+        to the sync thread; gloo's all_gather_single took 63.6 ms for 64 MiB on 2 local ranks, the messages 31.8):
+        their own tag keeps them apart from the sums the sync thread may be running, and every rank issues them in
+        program order. Else the library's all-gather, ordered behind the started sums (`Comm.run_ordered`)."""
         if out.device.type == "cpu":
-            ranks, n = self.unit.ranks, len(self.unit.ranks)
-
-            def run():
-                mine = out[self.lo: self.hi]
-                if mine.data_ptr() != self.master.data_ptr():  # stage 3 and checkpoints: the shard is apart
-                    mine.copy_(self.master.detach())
-                machine_gather(out, ranks, n, ranks[self.index])
-
-            comm.run_ordered(run).wait()
+            mine = out[self.lo: self.hi]
+            if mine.data_ptr() != self.master.data_ptr():  # stage 3 and checkpoints: the shard is apart
+                mine.copy_(self.master.detach())
+            machine_gather(out, self.unit.ranks, len(self.unit.ranks), self.unit.ranks[self.index], ZERO_GATHER_TAG)
             return
         shard = self.master.detach().clone()
         group = comm.group(self.unit.ranks)
