@@ -8,8 +8,9 @@ command line (`PART_FLAGS`); columns differ only in which parts run:
     start+refine     --playouts 0 --no-sfb               ... then local refinement of the best and of every other start
     tree (uniform)   --no-gnn --no-refine --no-sfb       the structure tree (`tag.search.structure_tree`) from the best
                                                          start, then the per-group tree as polish, uniform priors
-    tree (GNN)       --no-refine --no-sfb                the same with the GNN's priors on the per-group polish (the
-                                                         structure tree's priors are uniform until a network fills them)
+    tree (GNN)       --no-refine --no-sfb                the same with the networks' priors: the structure network's
+                                                         (`tag.gnn.structure_model`) on the structure tree, the
+                                                         per-group GNN's on the per-group polish
     tree+refine      --no-sfb                            ... then refinement of the best
     full             (no flag)                           ... then SFB selection
 
@@ -93,14 +94,17 @@ def command_line(part: str, model_path: str, topology_path: str, playouts: int |
 def run_ablation(model_path: str, topology_path: str, *, model: str | None = None, topology: str | None = None,
                  playouts: int | None = None, refine_simulations: int | None = None, seed: int = 0,
                  budget_s: float | None = None, gnn_checkpoint: str | None = None,
-                 parts=PARTS) -> AblationCase:
-    """Plan one case once per part (module docstring) and compute its bound. `gnn_checkpoint`: None = the
-    shipped GNN. The model's own batch, Adam, the roofline cost model (as `tag bench`); the search chooses the
+                 structure_checkpoint: str | None = None, parts=PARTS) -> AblationCase:
+    """Plan one case once per part (module docstring) and compute its bound. `gnn_checkpoint`,
+    `structure_checkpoint`: None = the shipped per-group GNN and structure network (no shipped structure network:
+    uniform structure priors). The model's own batch, Adam, the roofline cost model (as `tag bench`); the search chooses the
     precision as `tag plan` does without --precision, and the bound is under the chosen precision's cost model."""
     from dataclasses import replace
 
     from tag.bench.ideal import compute_bound
     from tag.gnn import default_checkpoint, load_priors_fn
+    from tag.gnn.checkpoint import default_structure_checkpoint
+    from tag.gnn.structure_priors import load_structure_priors_fn
     from tag.modelio import ModelOptions, cost_model_for, load_inputs
     from tag.search.budget import DEFAULT_BUDGET_S
     from tag.search.planner import plan
@@ -108,6 +112,9 @@ def run_ablation(model_path: str, topology_path: str, *, model: str | None = Non
     case = AblationCase(model or os.path.basename(model_path), topology or os.path.basename(topology_path))
     inp = load_inputs(model_path, topology_path, ModelOptions())
     priors = load_priors_fn(gnn_checkpoint or default_checkpoint(), inp.gg, inp.cluster, inp.cost, inp.training)
+    structure_ckpt = structure_checkpoint or default_structure_checkpoint()
+    structure_priors = (load_structure_priors_fn(structure_ckpt, inp.gg, inp.cluster, inp.cost, inp.training)
+                        if structure_ckpt else None)
     costs: dict = {}
 
     def cost_for(precision: str):  # one cost model per precision for all parts (they are pure functions of it)
@@ -120,7 +127,8 @@ def run_ablation(model_path: str, topology_path: str, *, model: str | None = Non
         tree, gnn, refine, sfb = _SETTINGS[part]
         res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=playouts if tree else 0,
                    refine_simulations=refine_simulations, budget_s=budget_s or DEFAULT_BUDGET_S, seed=seed,
-                   priors_fn=priors if gnn else None, refine=refine, sfb=sfb, cost_for=cost_for)
+                   priors_fn=priors if gnn else None, refine=refine, sfb=sfb, cost_for=cost_for,
+                   structure_priors_fn=structure_priors if gnn else None)
         r = res.result
         case.ms[part] = r.iteration_ms if not r.oom else math.inf
         case.simulations[part] = res.simulations

@@ -1,8 +1,8 @@
 """`tag bench --ablate`: the search's ablation table (`tag.bench.ablate`) over the suite's cases and random clusters.
 
 Cases: every --models x --topologies pair (default: the quick suite's), then each model on `--random N` random
-clusters (seeds 1..N, below the seeds `tag train` draws, so the shipped GNN never trained on them; written to a
-temporary directory, each named random-SEED). Every column of a case is a `tag plan` command line, listed under the
+clusters (seeds 1..N, below the seeds `tag train` draws for either network, 10,000 and up for the per-group GNN
+and 1,000,000 and up for the structure network, so neither trained on them; written to a temporary directory, each named random-SEED). Every column of a case is a `tag plan` command line, listed under the
 table with the files it used.
 """
 

@@ -97,9 +97,10 @@ def run(args) -> int:
     check_outputs(args, {"output": "-o/--output", "trace": "--trace", "report": "--report"},
                   [args.model, args.topology, args.profile, args.gnn])
     inp = load_verb_inputs(args)
-    priors_fn, gnn_name, warnings = None, None, []
+    priors_fn, gnn_name, warnings, structure_priors_fn = None, None, [], None
     if args.baseline is None and not args.no_gnn:
         priors_fn, gnn_name = _load_gnn(args, inp)
+        structure_priors_fn = _structure_gnn(inp)
     use_sfb = args.baseline is None and not args.no_sfb
     if use_sfb:
         missing = _sfb_solver_missing()
@@ -147,7 +148,8 @@ def run(args) -> int:
                        refine_simulations=refine_simulations, budget_s=args.budget or DEFAULT_BUDGET_S,
                        seed=args.seed, priors_fn=priors_fn, refine=not args.no_refine,
                        sfb=use_sfb, on_progress=tick, pipeline=not args.no_pipeline,
-                       cost_for=precision_costs(args, inp), shard=not args.no_shard)
+                       cost_for=precision_costs(args, inp), shard=not args.no_shard,
+                       structure_priors_fn=structure_priors_fn)
         finally:
             bar.close()
     inp = replace(inp, training=res.training, cost=res.cost)  # the precision searched under
@@ -235,6 +237,15 @@ def _load_gnn(args, inp):
         raise InputError(where, "GNN", "tag/gnn/pretrained in the installed package (or --gnn CKPT, or --no-gnn "
                          "to plan without the GNN)", "no checkpoint")
     return load_priors_fn(ckpt, inp.gg, inp.cluster, inp.cost, inp.training), str(ckpt)
+
+
+def _structure_gnn(inp):
+    """The structure tree's priors: the shipped structure network, loaded on the tree's first call (None when the
+    package ships none: uniform priors, and plan.json search.structure.priors says so)."""
+    from tag.gnn.lazy import SHIPPED_STRUCTURE_NAME, lazy_structure_priors_fn, shipped_checkpoint
+
+    ckpt = shipped_checkpoint(SHIPPED_STRUCTURE_NAME)
+    return None if ckpt is None else lazy_structure_priors_fn(ckpt, inp.gg, inp.cluster, inp.cost, inp.training)
 
 
 def _sfb_solver_missing() -> str | None:
