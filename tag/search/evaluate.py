@@ -40,6 +40,29 @@ class Evaluator:
     key_fn: Callable[[Strategy], Hashable] | None = None
     aliases: dict = field(default_factory=dict)  # key_fn(strategy) -> SimResult
     alias_hits: int = 0
+    floor_fn: Callable[[Strategy], float] | None = None  # a lower bound on a strategy's iteration ms (`can_exceed`)
+    floored: int = 0  # strategies `can_exceed` ruled out without simulating
+    floors: dict = field(default_factory=dict)  # strategy -> its floor ms, for those ruled out (counted already)
+
+    def can_exceed(self, strategy: Strategy, value: float) -> bool:
+        """False when `strategy` provably scores at most `value`: the value of its `floor_fn` time (a lower bound on
+        its iteration time) is at most `value` (a plan that fits scores less the slower it is; one that does not fit
+        scores less than any that fits). It is then not simulated, but counts in `simulations` as if it had been
+        (`floored`), so budgets spend as before and a strict-improvement search (`tag.search.refine`) takes the same
+        path; scored later (asked again above its floor, or through `result`), it is simulated uncounted, as a cache
+        hit. True otherwise, and for a strategy scored before."""
+        if self.floor_fn is None or strategy in self.cache:
+            return True
+        floor = self.floors.get(strategy)
+        if floor is None:
+            floor = self.floor_fn(strategy)
+            if floor > 0 and self._ms_value(floor) <= value:
+                self.floors[strategy] = floor
+                self.simulations += 1
+                self.floored += 1
+                return False
+            return True
+        return self._ms_value(floor) > value
 
     def result(self, strategy: Strategy):
         res = self.cache.get(strategy)
@@ -50,7 +73,8 @@ class Evaluator:
                 res = self.simulate_fn(strategy)
             else:
                 self.alias_hits += 1
-            self.simulations += 1
+            if strategy not in self.floors:  # a floored strategy was counted when it was ruled out
+                self.simulations += 1
             self.add(strategy, res, key)
         return res
 
@@ -76,7 +100,11 @@ class Evaluator:
                 if cap > 0 and gb > cap:
                     worst = max(worst, min(1.0, (gb - cap) / cap))
             return OOM_VALUE - worst
-        ratio = self.reference_ms / res.iteration_ms
+        return self._ms_value(res.iteration_ms)
+
+    def _ms_value(self, iteration_ms: float) -> float:
+        """The value of a plan that fits and takes `iteration_ms` (module docstring)."""
+        ratio = self.reference_ms / iteration_ms
         return math.log(ratio) if ratio >= 1 else ratio - 1.0
 
 
@@ -92,3 +120,20 @@ def simulation_key(gg, ctx, strategy: Strategy) -> tuple:
     if buckets is None:
         buckets = derive_buckets(gg, strategy.decisions, strategy.bucket_mb, ctx.choose_algorithm)
     return strategy.decisions, strategy.pipeline, buckets
+
+
+def compute_floor_ms(gg, cluster, cost, strategy) -> float:
+    """A lower bound on the simulated iteration time of `strategy` and of every strategy the memory pass makes of
+    it (same row maps; ZeRO stages and recomputation only): max over devices d of sum over groups g of
+    fwd_ms(g, d's type, rows[g][d]) + bwd_ms(same), the forward and backward tasks d's one compute stream runs
+    in sequence (recomputation adds a forward, ZeRO changes no forward or backward; the optimizer step is left out,
+    as ZeRO shortens it), and of every strategy with those row maps (the cap, the sync methods, SFB aside). For
+    unpipelined strategies without shards; 0 for the others (no floor)."""
+    if strategy.pipeline is not None or any(d.shard is not None or d.sfb for d in strategy.decisions):
+        return 0.0
+    types = [d.type for d in cluster.devices]
+    busy = [0.0] * cluster.n_devices
+    for g, dec in enumerate(strategy.decisions):
+        for d in dec.devices:
+            busy[d] += cost.group_fwd_ms(g, types[d], dec.rows[d]) + cost.group_bwd_ms(g, types[d], dec.rows[d])
+    return max(busy, default=0.0)

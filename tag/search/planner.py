@@ -20,7 +20,7 @@ from typing import Callable
 
 from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFINE_SIMULATIONS, OTHER_REFINE_SHARE,
                                WallCap, default_counts)
-from tag.search.evaluate import Evaluator, simulation_key
+from tag.search.evaluate import Evaluator, compute_floor_ms, simulation_key
 from tag.search.baselines import best_baseline, least_oom_baseline  # noqa: F401 (re-exported)
 from tag.search.memory_pass import OOM_RETRIES, fit_fastest_oom  # noqa: F401 (re-exported)
 from tag.search.mcts import MCTS, PriorsFn, VisitRecord
@@ -174,7 +174,10 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     from tag.sim.context import sim_context
 
     ctx = sim_context(gg, cluster, cost, training)
-    ev = Evaluator(simulate_fn, reference_ms, usable_gb, key_fn=lambda s: simulation_key(gg, ctx, s))
+    # compute floors rule out refinement moves that cannot pay (`Evaluator.can_exceed`); not with SFB, whose extra
+    # start is the fastest plan of the evaluator's cache, which would then miss the moves ruled out
+    ev = Evaluator(simulate_fn, reference_ms, usable_gb, key_fn=lambda s: simulation_key(gg, ctx, s),
+                   floor_fn=None if sfb else (lambda s: compute_floor_ms(gg, cluster, cost, s)))
     for s, r in seeds.cache.items():  # seed the cache and the best-ever with the baselines and memory variants
         ev.add(s, r)
     pipeline = pipeline and cluster.n_devices <= PIPELINE_MAX_DEVICES

@@ -11,7 +11,9 @@ variants of those that do not fit (`tag.search.memory_pass.memory_variants`), ea
 cost model — or, when none fits, its least overflow. Candidates go in `PREFERENCE` order (full precision first; bf16
 before fp16, which needs loss scaling), and a later one replaces the current choice only when its score is more than
 `MIN_GAIN` (1%) faster, or it fits where the current choice does not: mixed precision changes the numerics, so it must
-pay. Work: (baselines + memory passes) per candidate, counted in the plan's simulations.
+pay. Work: (baselines + memory passes) per candidate, counted in the plan's simulations; a candidate not chosen
+runs the pass only on the baselines whose variant could change its score (`can_score`: below the fastest fitting
+baseline's compute floor), so the choice and every score are those of running every pass.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
+from tag.search.evaluate import compute_floor_ms
 from tag.search.memory_pass import DEFAULT_PASS_SIMULATIONS, memory_variants
 from tag.strategy import TrainingConfig
 from tag.strategy.memory_decisions import peak_class, unsupported_reason
@@ -55,6 +58,8 @@ class Seeds:
     variants: dict
     simulations: int = 0
     cache: dict = field(default_factory=dict)  # strategy -> SimResult of every simulation made
+    complete: bool = True  # the memory pass ran on every baseline that does not fit (`make_seeds`)
+    simulate_fn: Callable | None = None
 
     def score(self, usable_gb: dict) -> tuple[int, float]:
         """(0, fastest fitting start ms) or (1, least worst-device peak / usable memory) when none fits."""
@@ -67,26 +72,57 @@ class Seeds:
 
 
 def make_seeds(gg, cluster, cost, training, *, pass_simulations: int = DEFAULT_PASS_SIMULATIONS,
-               simulate_fn: Callable | None = None) -> Seeds:
+               simulate_fn: Callable | None = None, scoring_only: bool = False) -> Seeds:
     """Run the baselines under (cost, training), then the memory pass on each that does not fit.
-    `simulate_fn(strategy)`: the simulator call to use (default `tag.sim.simulate` on these inputs)."""
+    `simulate_fn(strategy)`: the simulator call to use (default `tag.sim.simulate` on these inputs).
+    scoring_only: run the pass only on the baselines whose variant could change `Seeds.score` (`can_score`); the
+    seeds are then `complete` only when that was every baseline that does not fit (`complete_seeds` runs the rest)."""
     from tag.search.baselines import run_baselines
     from tag.sim import simulate
 
     baselines = run_baselines(gg, cluster, cost, training)
-    cache = {s: r for s, r in baselines.values()}
-    spent = [0]
-    sim = simulate_fn or (lambda s: simulate(gg, cluster, cost, s, training))
+    seeds = Seeds(training, cost, baselines, {}, 0, {s: r for s, r in baselines.values()})
+    seeds.simulate_fn = simulate_fn or (lambda s: simulate(gg, cluster, cost, s, training))
+    named = can_score(gg, cluster, cost, baselines) if scoring_only else baselines
+    seeds.complete = all(not r.oom or name in named for name, (_, r) in baselines.items())
+    seeds.variants = _variants(gg, cluster, seeds, named, pass_simulations)
+    return seeds
 
+
+def complete_seeds(gg, cluster, seeds: Seeds, *, pass_simulations: int = DEFAULT_PASS_SIMULATIONS) -> Seeds:
+    """`seeds` with the memory pass run on every baseline that does not fit (those run before answer from its
+    cache): what `make_seeds` without scoring_only gives, simulation for simulation."""
+    if not seeds.complete:
+        seeds.variants = _variants(gg, cluster, seeds, seeds.baselines, pass_simulations)
+        seeds.complete = True
+    return seeds
+
+
+def _variants(gg, cluster, seeds: Seeds, named: dict, pass_simulations: int) -> dict:
+    """`memory_variants` of `named` through the seeds' cache (new simulations counted in `seeds.simulations`)."""
     def result(s):
-        r = cache.get(s)
+        r = seeds.cache.get(s)
         if r is None:
-            spent[0] += 1
-            r = cache[s] = sim(s)
+            seeds.simulations += 1
+            r = seeds.cache[s] = seeds.simulate_fn(s)
         return r
 
-    variants = memory_variants(gg, cluster, cost, training, baselines, result, max_simulations=pass_simulations)
-    return Seeds(training, cost, baselines, variants, spent[0], cache)
+    return memory_variants(gg, cluster, seeds.cost, seeds.training, named, result, max_simulations=pass_simulations)
+
+
+def can_score(gg, cluster, cost, baselines: dict) -> dict:
+    """The baselines (name -> (strategy, SimResult)) that do not fit and whose memory-pass variant could change
+    `Seeds.score`: all of them when none fits, else those whose `compute_floor_ms` is below the fastest fitting
+    baseline's time (a variant can only be slower than its floor; the score is the fastest fitting start)."""
+    fits = [r.iteration_ms for _, r in baselines.values() if not r.oom and math.isfinite(r.iteration_ms)]
+    if not fits:
+        return {name: sr for name, sr in baselines.items() if sr[1].oom}
+    best = min(fits)
+    def floored(s) -> bool:  # the floor holds for unpipelined strategies without shards
+        return s.pipeline is None and all(d.shard is None for d in s.decisions)
+
+    return {name: (s, r) for name, (s, r) in baselines.items()
+            if r.oom and not (floored(s) and compute_floor_ms(gg, cluster, cost, s) >= best)}
 
 
 @dataclass
@@ -106,14 +142,16 @@ def choose_precision(gg, cluster, training, cost_for: Callable[[str], object], *
     chosen, tried, sims = None, {}, 0
     for p in auto_precisions(cluster):
         tr = replace(training, precision=p)
-        seeds = make_seeds(gg, cluster, cost_for(p), tr, pass_simulations=pass_simulations)
-        sims += len(seeds.cache)
+        seeds = make_seeds(gg, cluster, cost_for(p), tr, pass_simulations=pass_simulations, scoring_only=True)
         score = seeds.score(usable_gb)
         tried[p] = {"fits": score[0] == 0, "best_start_ms": round(score[1], 4) if score[0] == 0 else None}
         if chosen is None or _better(score, chosen[1]):
+            if chosen is not None:
+                sims += len(chosen[0].cache)
             chosen = (seeds, score)
-    seeds = chosen[0]
-    sims -= len(seeds.cache)
+        else:
+            sims += len(seeds.cache)
+    seeds = complete_seeds(gg, cluster, chosen[0], pass_simulations=pass_simulations)
     p = seeds.training.precision
     why = ("the only candidate" if len(tried) == 1 else
            f"its best start is the fastest that fits (a precision later in {', '.join(PREFERENCE)} must be over "

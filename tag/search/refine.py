@@ -13,7 +13,9 @@ without a pipeline) at once. Row moves keep a group's ZeRO stage and recomputati
 drop its shard (`tag.search.shard_search.shard_like_neighbour`); row shifts leave sharded groups alone (their rows
 follow their grid).
 It sweeps until a sweep gains less than 0.1% (`MIN_SWEEP_GAIN`) or the simulation budget is spent (or, as a
-safety net only, the wall-clock cap is reached). Deterministic: fixed order, strict improvement, counted work.
+safety net only, the wall-clock cap is reached). Deterministic: fixed order, strict improvement, counted work. A move
+whose compute alone is slower than the current plan (`tag.search.evaluate.Evaluator.can_exceed`, when the evaluator
+has compute floors) is not simulated: it could not be kept, and it counts as a simulation, so the path is the same.
 
 A pipelined start keeps its pipeline: rows move in multiples of its micro-batch count m (each replica keeping at
 least m), and a decision that would put a group's rows outside its stage or off a multiple of m
@@ -128,6 +130,8 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
                      + stage_memory_neighbours(current, space.has_params)):
             if out_of_budget():
                 return current
+            if not ev.can_exceed(cand, cur_v):  # its compute alone is slower than the current plan
+                continue
             v = ev.value(cand)
             if v > cur_v + 1e-12:
                 current, cur_v, improved = cand, v, True
@@ -149,6 +153,8 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
                 if out_of_budget():
                     return current
                 cand = current.replace(gid, dec)
+                if not ev.can_exceed(cand, cur_v):
+                    continue
                 v = ev.value(cand)
                 if v > cur_v + 1e-12:
                     current, cur_v, improved = cand, v, True
