@@ -40,6 +40,18 @@ def _batch_vec(store, n: int) -> torch.Tensor:
     return b if b is not None else torch.zeros(n, dtype=torch.long)
 
 
+def pool_state(data, h) -> torch.Tensor:
+    """[mean_g h_g, max_g h_g, mean_d h_d, max_d h_d, u] per graph of the batch, [B, 4 * hidden + GLOBAL_DIM]."""
+    bg = _batch_vec(data["group"], h["group"].shape[0])
+    bd = _batch_vec(data["device"], h["device"].shape[0])
+    nb = int(bg.max()) + 1 if bg.numel() else 1
+    return torch.cat([scatter(h["group"], bg, 0, dim_size=nb, reduce="mean"),
+                      scatter(h["group"], bg, 0, dim_size=nb, reduce="max"),
+                      scatter(h["device"], bd, 0, dim_size=nb, reduce="mean"),
+                      scatter(h["device"], bd, 0, dim_size=nb, reduce="max"),
+                      data.u.reshape(nb, GLOBAL_DIM)], dim=1)
+
+
 class TagGNN(nn.Module):
     """Joint embedding of op groups and devices; `forward(data)` -> (candidate logits [C], values [B])."""
 
@@ -95,14 +107,8 @@ class TagGNN(nn.Module):
     def value_head(self, data, h) -> torch.Tensor:
         """Predicted ln(time_scale_ms / iteration_ms) per graph in the batch, [B] (with "value_prior": the
         states' `v_prior` plus the MLP's correction)."""
-        bg = _batch_vec(data["group"], h["group"].shape[0])
-        bd = _batch_vec(data["device"], h["device"].shape[0])
-        nb = int(bg.max()) + 1 if bg.numel() else 1
-        pooled = torch.cat([scatter(h["group"], bg, 0, dim_size=nb, reduce="mean"),
-                            scatter(h["group"], bg, 0, dim_size=nb, reduce="max"),
-                            scatter(h["device"], bd, 0, dim_size=nb, reduce="mean"),
-                            scatter(h["device"], bd, 0, dim_size=nb, reduce="max"),
-                            data.u.reshape(nb, GLOBAL_DIM)], dim=1)
+        pooled = pool_state(data, h)
+        nb = pooled.shape[0]
         out = self.value(pooled).squeeze(-1)
         if self.config.get("value_prior"):
             out = out + data.v_prior.reshape(nb)

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch_geometric.utils import scatter, softmax
+from torch_geometric.utils import softmax
 
 from tag.gnn.data import GLOBAL_DIM
-from tag.gnn.model import TagGNN, _batch_vec
+from tag.gnn.model import TagGNN, _batch_vec, pool_state
 from tag.gnn.structure_features import ACTION_DIM
 
 ACT = "act"  # node type of the actions in a decision point's HeteroData: x [A, ACTION_DIM], target [A]
@@ -49,15 +49,7 @@ class StructureNet(nn.Module):
 
     def state_embedding(self, data) -> torch.Tensor:
         """s per decision point of the batch, [B, hidden]."""
-        h = self.gnn.embed(data)
-        bg = _batch_vec(data["group"], h["group"].shape[0])
-        bd = _batch_vec(data["device"], h["device"].shape[0])
-        nb = int(bg.max()) + 1 if bg.numel() else 1
-        pooled = torch.cat([scatter(h["group"], bg, 0, dim_size=nb, reduce="mean"),
-                            scatter(h["group"], bg, 0, dim_size=nb, reduce="max"),
-                            scatter(h["device"], bd, 0, dim_size=nb, reduce="mean"),
-                            scatter(h["device"], bd, 0, dim_size=nb, reduce="max"),
-                            data.u.reshape(nb, GLOBAL_DIM)], dim=1)
+        pooled = pool_state(data, self.gnn.embed(data))
         return self.state(pooled)
 
     def forward(self, data):

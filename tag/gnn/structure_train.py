@@ -17,7 +17,6 @@ the shipped per-group network's (`checkpoint.SHIPPED_NAME`) unless `init` gives 
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 import time
@@ -31,6 +30,7 @@ from tag.errors import InputError
 from tag.gnn.checkpoint import STRUCTURE_FORMAT, default_checkpoint, load_checkpoint, read_checkpoint, save_checkpoint
 from tag.gnn.structure_model import ACT, StructureNet, action_log_probs
 from tag.gnn.structure_priors import make_structure_priors_fn
+from tag.gnn.train import _mean, gradient_steps
 
 
 @dataclass
@@ -51,9 +51,6 @@ class StructureTrainConfig:
     batch: int = 32
     lr: float = 1e-3
     buffer: int = 4000
-    hidden: int = 64
-    layers: int = 3
-    heads: int = 4
     command: str = ""
 
 
@@ -76,9 +73,10 @@ def top1_agreement(net: StructureNet, points: list) -> float:
     return hits / max(len(points), 1)
 
 
-def new_network(cfg: StructureTrainConfig) -> StructureNet:
-    """A StructureNet whose encoder holds the shipped per-group network's weights when shapes agree."""
-    net = StructureNet(hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads)
+def new_network() -> StructureNet:
+    """A StructureNet (default shape: the shipped per-group network's) whose encoder holds the shipped per-group
+    network's weights."""
+    net = StructureNet()
     shipped = default_checkpoint()
     if shipped:
         obj = read_checkpoint(shipped)
@@ -97,7 +95,7 @@ def train_structure(cfg: StructureTrainConfig, progress=None) -> dict:
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
     start = time.monotonic()
-    net = load_checkpoint(cfg.init, STRUCTURE_FORMAT)[0] if cfg.init else new_network(cfg)
+    net = load_checkpoint(cfg.init, STRUCTURE_FORMAT)[0] if cfg.init else new_network()
     opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
     training = TrainingConfig()
     buf: list = []
@@ -150,18 +148,13 @@ def train_structure(cfg: StructureTrainConfig, progress=None) -> dict:
                 buf.extend(points)
                 del buf[:-cfg.buffer]
                 net.train()
-                lps, lvs = [], []
-                for _ in range(cfg.steps_per_episode):
+
+                def minibatch_losses():
                     pick = rng.choice(len(buf), min(cfg.batch, len(buf)), replace=False)
-                    lp, lv = losses(net, [buf[int(i)] for i in pick])
-                    opt.zero_grad()
-                    (lp + lv).backward()
-                    torch.nn.utils.clip_grad_norm_(net.parameters(), 5.0)
-                    opt.step()
-                    lps.append(float(lp.detach()))
-                    lvs.append(float(lv.detach()))
-                    steps += 1
-                rec["loss_policy"], rec["loss_value"] = _mean(lps), _mean(lvs)
+                    return losses(net, [buf[int(i)] for i in pick])
+                rec["loss_policy"], rec["loss_value"] = gradient_steps(net, opt, cfg.steps_per_episode,
+                                                                       minibatch_losses)
+                steps += cfg.steps_per_episode
             history.append(rec)
             ep += 1
             if progress is not None:
@@ -178,7 +171,3 @@ def train_structure(cfg: StructureTrainConfig, progress=None) -> dict:
     return {"checkpoint": cfg.out, "head": "structure", "episodes": ep, "steps": steps,
             "minutes": round((time.monotonic() - start) / 60, 2), **metrics}
 
-
-def _mean(xs) -> float | None:
-    xs = [x for x in xs if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    return float(np.mean(xs)) if xs else None

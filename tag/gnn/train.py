@@ -229,19 +229,13 @@ def train(cfg: TrainConfig, progress=None) -> dict:
             del buf_policy[:-cfg.buffer]
             del buf_value[:-cfg.buffer]
             net.train()
-            lps, lvs = [], []
-            for _ in range(cfg.steps_per_episode):
+
+            def minibatch_losses():
                 bp = [buf_policy[i] for i in rng.choice(len(buf_policy), min(cfg.batch_policy, len(buf_policy)), replace=False)] if buf_policy else []
                 bv = [buf_value[i] for i in rng.choice(len(buf_value), min(cfg.batch_value, len(buf_value)), replace=False)] if buf_value else []
-                lp, lv = losses(net, bp, bv)
-                opt.zero_grad()
-                (lp + lv).backward()
-                torch.nn.utils.clip_grad_norm_(net.parameters(), 5.0)
-                opt.step()
-                lps.append(float(lp.detach()))
-                lvs.append(float(lv.detach()))
-                progress_state["steps"] = int(progress_state["steps"]) + 1
-            rec["loss_policy"], rec["loss_value"] = _mean(lps), _mean(lvs)
+                return losses(net, bp, bv)
+            rec["loss_policy"], rec["loss_value"] = gradient_steps(net, opt, cfg.steps_per_episode, minibatch_losses)
+            progress_state["steps"] = int(progress_state["steps"]) + cfg.steps_per_episode
         history.append(rec)
         progress_state["episodes"] = ep + 1
         if progress is not None:
@@ -253,6 +247,21 @@ def train(cfg: TrainConfig, progress=None) -> dict:
     return {"checkpoint": cfg.out, "episodes": int(progress_state["episodes"]), "steps": int(progress_state["steps"]),
             "minutes": round((time.monotonic() - start) / 60, 2),
             **{k: _mean([h.get(k) for h in recent]) for k in ("tau", "policy_ce", "loss_policy", "loss_value", "speedup")}}
+
+
+def gradient_steps(net, opt, steps: int, minibatch_losses) -> tuple[float | None, float | None]:
+    """`steps` Adam steps on (policy loss + value loss) of `minibatch_losses()` (a fresh minibatch each call),
+    gradients clipped to norm 5; returns the mean policy and value losses."""
+    lps, lvs = [], []
+    for _ in range(steps):
+        lp, lv = minibatch_losses()
+        opt.zero_grad()
+        (lp + lv).backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 5.0)
+        opt.step()
+        lps.append(float(lp.detach()))
+        lvs.append(float(lv.detach()))
+    return _mean(lps), _mean(lvs)
 
 
 def _mean(xs) -> float | None:
