@@ -163,7 +163,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     else:
         reference_ms = _compute_only_ms(gg, cluster, cost, batch)
     start_name = base_name if base_name is not None else least_oom_baseline(baselines, usable_gb)
-    counted = [seed_sims + seeds.simulations]  # simulations after the baselines (SFB scoring bypasses the cache)
+    counted = [seed_sims + seeds.simulations]  # simulations after the baselines
 
     def simulate_fn(strategy: Strategy):
         if strategy.pipeline is not None and not pipeline_consistent(strategy):
@@ -217,7 +217,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     sfb_report: dict = {}
     no_sfb_result = ev.result(best)
     if sfb:
-        best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, cap=cap)
+        best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, ev.result, cap=cap)
         if sfb_report.get("ops"):
             method += "+sfb"
     return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,

@@ -17,7 +17,9 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
     """Run SFB selection on the searched plan, the best baseline and the next `extra_starts` fastest
     strategies the search simulated, and keep the fastest result; the searched plan without SFB wins ties,
     so SFB never makes the plan slower. After the searched plan, further starts are skipped only when the
-    safety `cap` is reached. Returns (strategy, SFB report of the kept one)."""
+    safety `cap` is reached. `simulate_fn`: the scoring call, `tag.search.planner.plan` passes its evaluator's
+    cached `ev.result` (a start, and the SFB plan chosen on it, are simulated once). Returns (strategy, SFB report of
+    the kept one)."""
     from tag.compression import no_sfb_report, select_sfb
 
     # deploy sends sufficient factors only without micro-batches and without shards, so pipelined or sharded
