@@ -4,7 +4,9 @@ An instance is a random model (`tag.gnn.random_models`) on a random cluster (`ta
 4 machines x 4 devices), both drawn from seeds in [SEED_BASE, SEED_BASE + 10^6): never the datasets/ models, the
 light zoo graphs, nor the seeds `tag bench --ablate --random N` and benchmarks/structure_gnn.py use (1 .. 999).
 The tree starts as `tag.search.planner.plan` starts it (the baselines and the memory pass's variants, the DP's
-pipelines, `pick_start`), under fp32 and the roofline cost model (or a profile's).
+pipelines, `pick_start`), except for plan()'s tensor-shard candidates (simulated there as further starts; the tree
+builds its own shard actions), under the caller's cost model and training settings (training: fp32, roofline costs
+or a profile's).
 
 A sample is a decision point of the tree visited at least MIN_VISITS times: its state and actions
 (`structure_priors.PointBuilder`), the policy target = the visit distribution over its actions, and the value
