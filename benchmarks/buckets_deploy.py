@@ -8,15 +8,18 @@ Usage: python benchmarks/buckets_deploy.py [--model resnet_tiny] [--batch-size 3
    (as deploy runs them: one thread per rank, rows = batch / 2); with --profile-together two copies of `tag profile
    ops` run at once and the first's figures are used (both cores busy, as when both ranks compute);
 2. for each cap, the dp-even plan (every group on both ranks, even rows) with ``bucket_mb`` = cap is written through
-   `tag.strategy.planfile.plan_to_json` with its resolved buckets (`SimContext.bucket_syncs`: cap 0 = one bucket per
-   group with parameters, 25 = DDP's default cap);
+   `tag.strategy.planfile.plan_to_json` with its resolved buckets (`SimContext.bucket_syncs`: cap 0 = one bucket
+   per group with parameters, 25 = DDP's default cap) and the profile it was costed with;
 3. per plan, `tag simulate MODEL TOPO --plan P --profile PROF --json` (the planner's simulator: bucket syncs overlap
    the remaining backward, asynchronous sends) and the same simulation with deploy's blocking exchanges, once with
    syncs after the whole backward (`simulate(..., overlap_sync=False, blocking_sends=True)`) and once overlapped
    (`overlap_sync=True, blocking_sends=True`: what the runtime starts since it overlaps bucket syncs) are the
    predictions;
-4. `tag deploy P MODEL --steps N --warmup W --json` gives ``measured_step_ms`` (median step after the warm-up),
-   `--rounds` times, the plans alternating so both see the same load; the table gives the median over rounds.
+4. `tag deploy P MODEL --steps N --warmup W --json` gives ``measured_step_ms`` (median step after the warm-up) and
+   ``predicted_step_ms`` (the product's own prediction of that step, `tag.cli.deploy.predict_as_run`: the plan's
+   recorded profile with its contention terms, the measured barrier, bucket sums overlapping the backward as the
+   runtime starts them), `--rounds` times, the plans alternating so both see the same load; the table gives the
+   median over rounds of each.
 
 Prints a markdown table; every figure comes from the commands above, which the table's header repeats.
 """
@@ -61,7 +64,8 @@ def write_plan(model: str, topo: str, profile: str, batch: int, cap_mb: float, o
     res = simulate(inp.gg, inp.cluster, inp.cost, strategy, inp.training)
     buckets = sim_context(inp.gg, inp.cluster, inp.cost, inp.training).bucket_syncs(strategy)
     obj = plan_to_json(strategy, inp.gg, inp.cluster, inp.training, model, topo,
-                       predicted=predicted_from_result(res, inp.cost.name), bucket_syncs=buckets)
+                       predicted=predicted_from_result(res, inp.cost.name), bucket_syncs=buckets,
+                       profile=profile)
     write(out, obj)
     return obj["buckets"]
 
@@ -114,25 +118,28 @@ def main() -> None:
         rows[cap] = {"buckets": len(buckets), "algorithms": sorted({b["algorithm"] for b in buckets}),
                      "sim_ms": sim["iteration_ms"], "sim_deploy_ms": as_deploy_ms(model, topo, prof, plan),
                      "sim_overlap_ms": as_deploy_ms(model, topo, prof, plan, overlap_sync=True),
-                     "measured": []}
+                     "measured": [], "product": []}
     for _ in range(a.rounds):
         for cap in caps:
             out = _tag("deploy", plans[cap], model, "--steps", str(a.steps), "--warmup", str(a.warmup))
             rows[cap]["measured"].append(out["measured_step_ms"])
+            rows[cap]["product"].append(out.get("predicted_step_ms"))
     print(f"`python benchmarks/buckets_deploy.py --model {a.model} --batch-size {a.batch_size} --steps {a.steps} "
           f"--warmup {a.warmup} --rounds {a.rounds} --caps {a.caps} --sync {a.sync}"
           f"{' --profile-together' if a.profile_together else ''}` ({time.time() - t0:.0f} s; load average after "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
     print("| bucket cap MiB | buckets | algorithms | tag simulate ms | blocking, syncs after backward ms | blocking, "
-          "syncs overlapped ms | measured ms (median of rounds) | rounds | err vs tag simulate % | err vs after-backward "
-          "% | err vs overlapped % |")
-    print("|---:|---:|---|---:|---:|---:|---:|---|---:|---:|---:|")
+          "syncs overlapped ms | tag deploy predicted ms | measured ms (median of rounds) | rounds | err vs tag simulate "
+          "% | err vs after-backward % | err vs overlapped % | err vs tag deploy predicted % |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
     for cap in caps:
         r = rows[cap]
         m = statistics.median(r["measured"])
-        errs = " | ".join(f"{100 * (r[k] - m) / m:+.1f}" for k in ("sim_ms", "sim_deploy_ms", "sim_overlap_ms"))
+        r["product_ms"] = statistics.median(r["product"]) if None not in r["product"] else float("nan")
+        errs = " | ".join(f"{100 * (r[k] - m) / m:+.1f}" for k in ("sim_ms", "sim_deploy_ms", "sim_overlap_ms",
+                                                                  "product_ms"))
         print(f"| {cap:g} | {r['buckets']} | {', '.join(r['algorithms'])} | {r['sim_ms']:.2f} | "
-              f"{r['sim_deploy_ms']:.2f} | {r['sim_overlap_ms']:.2f} | {m:.2f} | "
+              f"{r['sim_deploy_ms']:.2f} | {r['sim_overlap_ms']:.2f} | {r['product_ms']:.2f} | {m:.2f} | "
               f"{', '.join(f'{x:.1f}' for x in r['measured'])} | {errs} |")
 
 
