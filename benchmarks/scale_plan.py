@@ -16,13 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plan_time import run_tag as _tag  # noqa: E402  (`tag ARGS` as a process: wall s, CPU s, the completed process)
 MODELS = ("inception_v3", "resnet101", "vgg19")
 
 
@@ -31,18 +30,6 @@ def p100_cluster(path: str, machines: int = 128) -> None:
           for i in range(machines)]
     with open(path, "w") as f:
         json.dump({"version": 1, "name": f"p100x{4 * machines}", "machines": ms}, f)
-
-
-def _tag(args: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Run `tag ARGS`; (wall s, CPU s of the child, the completed process)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "tag.cli", *args], capture_output=True, text=True, cwd=ROOT)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode not in (0, 3):
-        raise SystemExit(f"tag {' '.join(args)} failed: {proc.stderr.strip()}")
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc
 
 
 def scaling_rows(topo: str) -> list[list]:
