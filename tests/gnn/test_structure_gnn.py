@@ -239,3 +239,20 @@ def test_plan_with_structure_priors_is_deterministic_and_reports_them(instance, 
         res = plan(gg, cluster, cost, training, playouts=30, refine=False, sfb=False, seed=5, structure_priors_fn=fn)
         outs.append((res.strategy, res.structure["path"], res.structure["priors"], res.simulations))
     assert outs[0] == outs[1] and outs[0][2] == "structure network"
+
+
+def test_lazy_structure_priors_read_the_checkpoint_only_when_the_tree_calls_them(instance, small_net, tmp_path):
+    from tag.errors import InputError
+    from tag.gnn.checkpoint import STRUCTURE_FORMAT, save_checkpoint
+    from tag.gnn.lazy import lazy_structure_priors_fn
+    from tag.search.baselines import run_baselines
+
+    _, gg, cluster, cost, training = instance
+    missing = lazy_structure_priors_fn(str(tmp_path / "none.pt"), gg, cluster, cost, training)  # no error yet
+    s = run_baselines(gg, cluster, cost, training)["dp-even"][0]
+    with pytest.raises(InputError):
+        missing(s, "kind", ["data", "placement"])
+    path = str(tmp_path / "net.pt")
+    save_checkpoint(path, small_net, fmt=STRUCTURE_FORMAT)
+    p, v = lazy_structure_priors_fn(path, gg, cluster, cost, training)(s, "kind", ["data", "placement"])
+    assert p.shape == (2,) and p.sum() == pytest.approx(1.0) and v is not None
