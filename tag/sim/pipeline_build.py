@@ -13,11 +13,12 @@ for every j), on the real routes: activations F(src, j) -> F(dst, j), gradients 
 asynchronous (a pipeline runtime's isend / irecv): ``blocking_sends`` does not apply to pipelines.
 
 Send work. Between two CPU devices of one machine (ranks on loopback) a message is written by the sending rank's
-own thread (gloo's isend writes into the socket as it is posted), so the sender's stream is busy for the message's
-time on its route: after each pass of group g, a task of the pass's kind and group on every sending device, lasting
-sum over its messages of (route latency + bytes / route bandwidth) (`send_ms`, the link figures `tag profile links`
-measures). The transfer itself still starts when the pass ends. GPUs and messages between machines have no such
-task (a NIC or a copy engine moves the bytes).
+own thread (gloo's isend copies it into the socket as it is posted), so the sender's stream is busy while its bytes
+go out: after each pass of group g, a task of the pass's kind and group on every sending device, lasting sum over
+its messages of bytes / route bandwidth (`send_ms`, the bandwidth `tag profile links` measures). The route's
+latency is not in it (a hot ping-pong's one-way time is mostly the kernel and the receiver, not the sender's
+thread). The transfer itself still starts when the pass ends. GPUs and messages between machines have no such task
+(a NIC or a copy engine moves the bytes).
 
 Gradient sync. Gradients accumulate over the micro-batches; each bucket (and shared-parameter or SFB sync) is
 built as without pipelining (`tag.sim.build`, whole-batch bytes) and waits for the backward of its groups for the
@@ -132,9 +133,8 @@ def pass_sequence(pipeline) -> list[tuple[int, str, int]]:
 
 
 def send_ms(ctx: SimContext, src: int, dst: int, nbytes: float) -> float:
-    """The sending rank's busy time for one message of `nbytes` from device src to dst, ms: its route's latency
-    plus bytes over the route's narrowest link (`tag.cost.comm.p2p_ms`, from the links themselves, so a latency
-    added to the cluster's pair matrix for wake-ups is not counted) when both are CPU devices of one machine
+    """The sending rank's busy time for one message of `nbytes` from device src to dst, ms: its bytes over the
+    route's narrowest link (`tag.cost.comm.p2p_ms` without latency) when both are CPU devices of one machine
     (module docstring, "Send work"); else 0."""
     cl = ctx.cluster
     a, b = cl.devices[src], cl.devices[dst]
@@ -143,7 +143,7 @@ def send_ms(ctx: SimContext, src: int, dst: int, nbytes: float) -> float:
     links = [cl.links[k] for k in cl.routes[src][dst]]
     if not links:
         return 0.0
-    return p2p_ms(nbytes, min(k.bandwidth_gbps for k in links), sum(k.latency_us for k in links))
+    return p2p_ms(nbytes, min(k.bandwidth_gbps for k in links), 0.0)
 
 
 def send_work(ctx: SimContext, per_edge) -> tuple[list[dict[int, float]], list[dict[int, float]]]:

@@ -5,7 +5,7 @@ The chain: group 0 on device 0 (stage 0) -> group 1 on device 1 (stage 1), globa
 of 1 row, GPipe; FixedCost: every forward 1 ms, every backward 2 ms, no update. Both devices on one machine; each
 device <-> machine link 80 Gbit/s = 1e7 bytes/ms with 250 us latency, so the route 0 -> 1 (two links) drains
 1e7 bytes in 1 ms and adds 0.5 ms: a 1e7-byte message (1 row) takes 1.5 ms on the link, and the sender's send
-work is the same 0.5 + 1e7 / 1e7 = 1.5 ms.
+work is its bytes at the route's bandwidth, 1e7 / 1e7 = 1 ms.
 """
 
 import dataclasses
@@ -46,18 +46,18 @@ def _spans(result, device):
 
 
 def test_cpu_ranks_on_one_machine_pay_send_work_after_each_sending_pass():
-    # dev0: F0 0-1, send 1-2.5, F1 2.5-3.5, send 3.5-5. Activations leave when F0 / F1 end (1, 3.5) and arrive
-    # 1.5 ms later: 2.5, 5. dev1: F0 2.5-3.5, F1 5-6, B0 6-8, send 8-9.5, B1 9.5-11.5, send 11.5-13. Gradients
-    # leave at 8 and 11.5, arrive 9.5 and 13. dev0 (no sends in the backward: group 0 has no producer):
-    # B0 9.5-11.5, B1 13-15. Iteration 15 ms (the zero-length updates at each stream's end).
+    # dev0: F0 0-1, send 1-2, F1 2-3, send 3-4. Activations leave when F0 / F1 end (1, 3) and arrive 1.5 ms
+    # later: 2.5, 4.5. dev1: F0 2.5-3.5, F1 4.5-5.5, B0 5.5-7.5, send 7.5-8.5, B1 8.5-10.5, send 10.5-11.5.
+    # Gradients leave at 7.5 and 10.5, arrive 9 and 12. dev0 (no sends in the backward: group 0 has no
+    # producer): B0 9-11, B1 12-14. Iteration 14 ms (the zero-length updates at each stream's end).
     r = _run([2], CPU)
-    assert _spans(r, 0) == ([("fwd", 0, 1), ("fwd", 1, 2.5), ("fwd", 2.5, 3.5), ("fwd", 3.5, 5),
-                                          ("bwd", 9.5, 11.5), ("bwd", 13, 15), ("update", 15, 15)])
-    assert _spans(r, 1) == ([("fwd", 2.5, 3.5), ("fwd", 5, 6), ("bwd", 6, 8), ("bwd", 8, 9.5),
-                                          ("bwd", 9.5, 11.5), ("bwd", 11.5, 13), ("update", 13, 13)])
-    assert r.iteration_ms == pytest.approx(15.0)
-    # busy: 2 x 1 + 2 x 2 + 2 x 1.5 on each device
-    assert r.busy_ms["m0/0"] == pytest.approx(9.0) and r.busy_ms["m0/1"] == pytest.approx(9.0)
+    assert _spans(r, 0) == ([("fwd", 0, 1), ("fwd", 1, 2), ("fwd", 2, 3), ("fwd", 3, 4),
+                             ("bwd", 9, 11), ("bwd", 12, 14), ("update", 14, 14)])
+    assert _spans(r, 1) == ([("fwd", 2.5, 3.5), ("fwd", 4.5, 5.5), ("bwd", 5.5, 7.5), ("bwd", 7.5, 8.5),
+                             ("bwd", 8.5, 10.5), ("bwd", 10.5, 11.5), ("update", 11.5, 11.5)])
+    assert r.iteration_ms == pytest.approx(14.0)
+    # busy: 2 x 1 + 2 x 2 + 2 x 1 on each device
+    assert r.busy_ms["m0/0"] == pytest.approx(8.0) and r.busy_ms["m0/1"] == pytest.approx(8.0)
 
 
 def test_gpus_pay_no_send_work():
@@ -74,14 +74,14 @@ def test_cpu_ranks_on_two_machines_pay_no_send_work():
     assert busy["m0/0"] == pytest.approx(6.0) and busy["m1/0"] == pytest.approx(6.0)
 
 
-def test_send_ms_reads_the_links_not_the_pair_latency_matrix():
-    # 0.5 ms of route latency + 2e7 bytes at 1e7 bytes/ms; a wake-up latency added to the pair matrix
-    # (`tag.cost.contention.with_handoff`) is not send work
+def test_send_ms_is_bytes_over_the_route_bandwidth():
+    # 2e7 bytes at 1e7 bytes/ms; neither the route's 0.5 ms latency nor a wake-up latency added to the pair
+    # matrix (`tag.cost.contention.with_handoff`) is send work
     cl = make_cluster([2], dev_lat_us=250.0, dtype=CPU)
     gg = make_gg([dict(param_bytes=40, param_count=10)], [])
     ctx = sim_context(gg, cl, FixedCost([1.0], [0.0]), TC)
-    assert send_ms(ctx, 0, 1, 2e7) == pytest.approx(2.5)
+    assert send_ms(ctx, 0, 1, 2e7) == pytest.approx(2.0)
     lat = np.array(cl.latency_us, copy=True) + 1e3
     ctx2 = sim_context(gg, dataclasses.replace(cl, latency_us=lat), FixedCost([1.0], [0.0]), TC)
-    assert send_ms(ctx2, 0, 1, 2e7) == pytest.approx(2.5)
+    assert send_ms(ctx2, 0, 1, 2e7) == pytest.approx(2.0)
     assert send_ms(ctx, 0, 0, 2e7) == 0.0
