@@ -45,9 +45,12 @@ def add_parser(sub):
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     gnn = p.add_mutually_exclusive_group()
     gnn.add_argument("--gnn", metavar="CKPT", default=None,
-                     help="GNN checkpoint for the per-group polish's priors (default: the shipped one; the structure "
-                          "tree's priors are uniform, plan.json search.structure.note says so)")
-    gnn.add_argument("--no-gnn", action="store_true", help="uniform priors, no GNN")
+                     help="GNN checkpoint for the per-group polish's priors (default: the shipped one)")
+    gnn.add_argument("--no-gnn", action="store_true",
+                     help="uniform priors in both trees, no network (neither --gnn nor --structure-gnn)")
+    p.add_argument("--structure-gnn", metavar="CKPT", default=None,
+                   help="structure network checkpoint for the structure tree's priors, e.g. one `tag train --head "
+                        "structure` fine-tuned on your profile (default: the shipped one)")
     p.add_argument("--no-sfb", action="store_true", help="do not choose sufficient-factor broadcasting")
     p.add_argument("--no-pipeline", action="store_true",
                    help="do not search micro-batched pipelines (stages, micro-batches, schedule); plan.json's "
@@ -76,6 +79,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    import os
     import sys
 
     from tag.cli.util import check_outputs, emit, progress
@@ -95,12 +99,19 @@ def run(args) -> int:
     if args.budget is not None and args.budget <= 0:
         raise InputError("--budget", "SECONDS", "a positive number", str(args.budget))
     check_outputs(args, {"output": "-o/--output", "trace": "--trace", "report": "--report"},
-                  [args.model, args.topology, args.profile, args.gnn])
+                  [args.model, args.topology, args.profile, args.gnn, args.structure_gnn])
+    if args.structure_gnn is not None:
+        if args.no_gnn:
+            raise InputError("--structure-gnn", "CKPT", "a structure checkpoint without --no-gnn (which plans with "
+                             "uniform priors)", args.structure_gnn)
+        if not os.path.isfile(args.structure_gnn):
+            raise InputError(args.structure_gnn, "--structure-gnn", "an existing structure checkpoint (tag train "
+                             "--head structure -o CKPT)", "no such file")
     inp = load_verb_inputs(args)
-    priors_fn, gnn_name, warnings, structure_priors_fn = None, None, [], None
+    priors_fn, gnn_name, warnings, structure_priors_fn, structure_name = None, None, [], None, None
     if args.baseline is None and not args.no_gnn:
         priors_fn, gnn_name = _load_gnn(args, inp)
-        structure_priors_fn = _structure_gnn(inp)
+        structure_priors_fn, structure_name = _structure_gnn(args, inp)
     use_sfb = args.baseline is None and not args.no_sfb
     if use_sfb:
         missing = _sfb_solver_missing()
@@ -161,7 +172,8 @@ def run(args) -> int:
                          f"search short ({res.playouts} playouts, {res.simulations} simulations); search.capped is "
                          "true and the plan may differ run to run: raise --budget or lower --playouts/--simulations\n")
     search = {"method": res.method, "playouts": res.playouts, "simulations": res.simulations, "capped": res.capped,
-              "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name, "warnings": warnings,
+              "seconds": round(res.seconds, 3), "seed": args.seed, "gnn": gnn_name, "structure_gnn": structure_name,
+              "warnings": warnings,
               "pipelines": res.pipelines, "shards": res.shards, "precision": _precision_report(args, res),
               "memory": res.memory or memory_report(res.strategy, {})}
     if res.structure:
@@ -239,13 +251,17 @@ def _load_gnn(args, inp):
     return load_priors_fn(ckpt, inp.gg, inp.cluster, inp.cost, inp.training), str(ckpt)
 
 
-def _structure_gnn(inp):
-    """The structure tree's priors: the shipped structure network, loaded on the tree's first call (None when the
-    package ships none: uniform priors, and plan.json search.structure.priors says so)."""
-    from tag.gnn.lazy import SHIPPED_STRUCTURE_NAME, lazy_structure_priors_fn, shipped_checkpoint
+def _structure_gnn(args, inp):
+    """The structure tree's priors and their checkpoint: --structure-gnn CKPT, else the shipped structure network,
+    loaded on the tree's first call ((None, None) when the package ships none: uniform priors, and plan.json
+    search.structure.priors says so)."""
+    from tag.gnn.lazy import lazy_structure_priors_fn
+    from tag.gnn.shipped import SHIPPED_STRUCTURE_NAME, shipped_checkpoint
 
-    ckpt = shipped_checkpoint(SHIPPED_STRUCTURE_NAME)
-    return None if ckpt is None else lazy_structure_priors_fn(ckpt, inp.gg, inp.cluster, inp.cost, inp.training)
+    ckpt = args.structure_gnn or shipped_checkpoint(SHIPPED_STRUCTURE_NAME)
+    if ckpt is None:
+        return None, None
+    return lazy_structure_priors_fn(ckpt, inp.gg, inp.cluster, inp.cost, inp.training), str(ckpt)
 
 
 def _sfb_solver_missing() -> str | None:

@@ -22,7 +22,7 @@ import torch
 from tag.errors import InputError
 from tag.fileio import atomic_write, write_text_atomic
 from tag.gnn.data import FEATURE_VERSION
-from tag.gnn.lazy import SHIPPED_STRUCTURE_NAME, shipped_checkpoint  # noqa: F401 (re-exported)
+from tag.gnn.shipped import SHIPPED_STRUCTURE_NAME, shipped_checkpoint  # noqa: F401 (re-exported)
 from tag.gnn.model import TagGNN
 
 FORMAT = "tag-gnn"

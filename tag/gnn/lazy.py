@@ -1,22 +1,8 @@
 """Structure priors that load their network on first use, so a plan whose structure tree never runs (`--playouts
-0`, `--baseline`) never imports torch for it; and the shipped checkpoints' paths. No heavy import here."""
+0`, `--baseline`) never imports torch for it. No heavy import here (the shipped checkpoints' paths:
+`tag.gnn.shipped`)."""
 
 from __future__ import annotations
-
-from importlib import resources
-
-SHIPPED_STRUCTURE_NAME = "tag-structure-v1.pt"
-
-
-def shipped_checkpoint(name: str) -> str | None:
-    """Path of the shipped weights file `name` (package data of `tag.gnn`, under pretrained/), or None if absent."""
-    try:
-        p = resources.files("tag.gnn").joinpath("pretrained", name)
-        if p.is_file():
-            return str(p)
-    except (ModuleNotFoundError, FileNotFoundError):
-        pass
-    return None
 
 
 def lazy_structure_priors_fn(ckpt_path: str, gg, cluster, cost, training, batch: int | None = None):

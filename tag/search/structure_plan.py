@@ -32,8 +32,7 @@ from tag.search.structure import make_layouts
 from tag.search.structure_tree import StructurePriorsFn, StructureResult, StructureTree, structure_actions
 from tag.strategy import Strategy
 
-STRUCTURE_PRIORS_NOTE = ("the structure tree's priors are uniform (no structure-action network yet); the GNN's "
-                         "per-group priors guide only the per-group polish")
+STRUCTURE_PRIORS_NOTE = "the structure tree's priors are uniform (--no-gnn, or no structure network installed)"
 
 
 @dataclass

@@ -37,3 +37,24 @@ def test_plan_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "t.json" in err[0] and "machines[0].devices[0].count" in err[0]
     assert main(["plan", MODEL, TOPO, "--playouts", "-3"]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_structure_gnn_checkpoint_is_checked_and_recorded(tmp_path, capsys):
+    """--structure-gnn: a missing file or one with --no-gnn is a one-line exit 2 naming the flag; a checkpoint that
+    exists is the one plan.json search.structure_gnn names, and the structure tree took its priors."""
+    assert main(["plan", MODEL, TOPO, "--structure-gnn", str(tmp_path / "none.pt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "none.pt" in err[0] and "--structure-gnn" in err[0] and "no such file" in err[0]
+    from tag.gnn.shipped import SHIPPED_STRUCTURE_NAME, shipped_checkpoint
+
+    ckpt = shipped_checkpoint(SHIPPED_STRUCTURE_NAME)
+    assert main(["plan", MODEL, TOPO, "--no-gnn", "--structure-gnn", ckpt]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--structure-gnn" in err[0] and "--no-gnn" in err[0]
+    copy = tmp_path / "mine.pt"
+    copy.write_bytes(open(ckpt, "rb").read())
+    out = tmp_path / "p.json"
+    assert main(["plan", MODEL, TOPO, "--structure-gnn", str(copy), "--playouts", "8", "--simulations", "20",
+                 "-o", str(out)]) == 0
+    search = json.loads(out.read_text())["search"]
+    assert search["structure_gnn"] == str(copy) and search["structure"]["priors"] == "structure network"
