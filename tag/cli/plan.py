@@ -88,7 +88,8 @@ def run(args) -> int:
 
     from tag.cli.inputs import load_verb_inputs, precision_costs
     from tag.search.budget import default_counts
-    from tag.search.planner import PIPELINE_MAX_DEVICES, SFB_MAX_DEVICES, SHARD_MAX_DEVICES, memory_report, plan
+    from tag.search.planner import (GNN_MAX_DEVICES, PIPELINE_MAX_DEVICES, SFB_MAX_DEVICES, SHARD_MAX_DEVICES,
+                                    memory_report, plan)
     from tag.strategy.planfile import baselines_summary, plan_to_json, predicted_from_result, write_plan
     from tag.cli._plan_report import report_text
 
@@ -109,7 +110,14 @@ def run(args) -> int:
                              "--head structure -o CKPT)", "no such file")
     inp = load_verb_inputs(args)
     priors_fn, gnn_name, warnings, structure_priors_fn, structure_name = None, None, [], None, None
-    if args.baseline is None and not args.no_gnn:
+    use_gnn = args.baseline is None and not args.no_gnn
+    if use_gnn and inp.cluster.n_devices > GNN_MAX_DEVICES:
+        use_gnn = False
+        warnings.append(f"GNN priors not used: {inp.cluster.n_devices} devices is above the networks' size limit "
+                        f"({GNN_MAX_DEVICES}): a forward pass over the device graph costs more there than the "
+                        "playouts it would guide; both trees search with uniform priors")
+        sys.stderr.write(f"tag plan: note: {warnings[-1]}\n")
+    if use_gnn:
         priors_fn, gnn_name = _load_gnn(args, inp)
         structure_priors_fn, structure_name = _structure_gnn(args, inp)
     use_sfb = args.baseline is None and not args.no_sfb

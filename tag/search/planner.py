@@ -36,6 +36,9 @@ REFINE_SIMULATIONS = DEFAULT_REFINE_SIMULATIONS  # the name older callers import
 MIN_STARTS_WHEN_OOM = 4  # starts simulated even past the safety cap when no baseline fits
 SFB_MAX_DEVICES = 128  # tag plan skips SFB selection above this many devices (its CP-SAT model grows with them)
 PIPELINE_MAX_DEVICES = 128  # pipelines are not searched above this many devices (the stage model walks every device)
+# tag plan guides its trees with uniform priors above this many devices: one network forward pass over the device
+# graph (every device a node) costs seconds there, more than the few playouts such a search runs
+GNN_MAX_DEVICES = 256
 SHARD_PIPELINE_BASES = 2  # the fastest fitting pipelines that shard candidates are also built on
 
 

@@ -58,3 +58,19 @@ def test_structure_gnn_checkpoint_is_checked_and_recorded(tmp_path, capsys):
                  "-o", str(out)]) == 0
     search = json.loads(out.read_text())["search"]
     assert search["structure_gnn"] == str(copy) and search["structure"]["priors"] == "structure network"
+
+
+def test_above_the_gnn_size_limit_both_trees_search_uniformly(tmp_path, capsys, monkeypatch):
+    """heterog8 has 8 devices: with the limit set to 4, tag plan loads no network, says so once on stderr and in
+    search.warnings, and plan.json records no checkpoint and uniform structure priors."""
+    import tag.search.planner as planner
+
+    monkeypatch.setattr(planner, "GNN_MAX_DEVICES", 4)
+    out = tmp_path / "p.json"
+    assert main(["plan", MODEL, TOPO, "--playouts", "8", "--simulations", "20", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("GNN priors not used: 8 devices is above the networks' size limit (4)") == 1
+    search = json.loads(out.read_text())["search"]
+    assert search["gnn"] is None and search["structure_gnn"] is None
+    assert search["structure"]["priors"] == "uniform" and "+gnn" not in search["method"]
+    assert any(w.startswith("GNN priors not used") for w in search["warnings"])
