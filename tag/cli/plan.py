@@ -110,13 +110,18 @@ def run(args) -> int:
                              "--head structure -o CKPT)", "no such file")
     inp = load_verb_inputs(args)
     priors_fn, gnn_name, warnings, structure_priors_fn, structure_name = None, None, [], None, None
+
+    def say(message: str, level: str = "note") -> None:  # a skipped part: plan.json search.warnings and stderr
+        warnings.append(message)
+        sys.stderr.write(f"tag plan: {level}: {message}\n")
+
+    n = inp.cluster.n_devices
     use_gnn = args.baseline is None and not args.no_gnn
-    if use_gnn and inp.cluster.n_devices > GNN_MAX_DEVICES:
+    if use_gnn and n > GNN_MAX_DEVICES:
         use_gnn = False
-        warnings.append(f"GNN priors not used: {inp.cluster.n_devices} devices is above the networks' size limit "
-                        f"({GNN_MAX_DEVICES}): a forward pass over the device graph costs more there than the "
-                        "playouts it would guide; both trees search with uniform priors")
-        sys.stderr.write(f"tag plan: note: {warnings[-1]}\n")
+        say(f"GNN priors not used: {n} devices is above the networks' size limit ({GNN_MAX_DEVICES}): a forward "
+            "pass over the device graph costs more there than the playouts it would guide; both trees search with "
+            "uniform priors")
     if use_gnn:
         priors_fn, gnn_name = _load_gnn(args, inp)
         structure_priors_fn, structure_name = _structure_gnn(args, inp)
@@ -125,23 +130,17 @@ def run(args) -> int:
         missing = _sfb_solver_missing()
         use_sfb = missing is None
         if missing:
-            warnings.append(f"SFB skipped: its solver cannot be imported ({missing}); "
-                            "install ortools, or pass --no-sfb to plan without SFB")
-            sys.stderr.write(f"tag plan: warning: {warnings[-1]}\n")
-    if use_sfb and inp.cluster.n_devices > SFB_MAX_DEVICES:
+            say(f"SFB skipped: its solver cannot be imported ({missing}); install ortools, or pass --no-sfb to plan "
+                "without SFB", "warning")
+    if use_sfb and n > SFB_MAX_DEVICES:
         use_sfb = False
-        warnings.append(f"SFB not tried: {inp.cluster.n_devices} devices is above its selection model's size limit "
-                        f"({SFB_MAX_DEVICES}); sufficient factors cover the global batch, so their all-gathers grow "
-                        "with the replica count and rarely pay at this scale")
-        sys.stderr.write(f"tag plan: note: {warnings[-1]}\n")
-    if args.baseline is None and not args.no_pipeline and inp.cluster.n_devices > PIPELINE_MAX_DEVICES:
-        warnings.append(f"pipelines not searched: {inp.cluster.n_devices} devices is above the pipeline search's "
-                        f"size limit ({PIPELINE_MAX_DEVICES})")
-        sys.stderr.write(f"tag plan: note: {warnings[-1]}\n")
-    if args.baseline is None and not args.no_shard and inp.cluster.n_devices > SHARD_MAX_DEVICES:
-        warnings.append(f"shards not searched: {inp.cluster.n_devices} devices is above the shard search's "
-                        f"size limit ({SHARD_MAX_DEVICES})")
-        sys.stderr.write(f"tag plan: note: {warnings[-1]}\n")
+        say(f"SFB not tried: {n} devices is above its selection model's size limit ({SFB_MAX_DEVICES}); sufficient "
+            "factors cover the global batch, so their all-gathers grow with the replica count and rarely pay at this "
+            "scale")
+    for part, off, limit in (("pipelines", args.no_pipeline, PIPELINE_MAX_DEVICES),
+                             ("shards", args.no_shard, SHARD_MAX_DEVICES)):
+        if args.baseline is None and not off and n > limit:
+            say(f"{part} not searched: {n} devices is above the {part[:-1]} search's size limit ({limit})")
     if not args.json:
         sys.stderr.write(f"tag plan: batch {inp.batch_size}, {inp.gg.n_groups} groups, {inp.cluster.n_devices} devices\n")
 
