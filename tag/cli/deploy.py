@@ -85,14 +85,9 @@ def predict_as_run(job, speed: float = 1.0) -> RunPrediction:
     fidelity benchmark's headline column measures (`benchmarks/fidelity.py`). `speed` (default 1) multiplies every
     compute time: the machine's speed when the step runs over when the profile was taken, which only a benchmark
     that times a reference step next to its plans knows (its benchmark-only diagnostic column)."""
-    import json
-
-    from tag.cost.contention import deployed_step_ms
+    from tag.cli._as_deployed import as_deployed_step
     from tag.deploy.job import ranks_strategy
-    from tag.graph.op_families import is_training_batchnorm
     from tag.modelio import ModelOptions, load_inputs
-    from tag.profile.links import barrier_ms
-    from tag.sim import simulate
 
     if job.profile_note:
         return RunPrediction(None, "-", job.nproc, note=job.profile_note)
@@ -100,18 +95,8 @@ def predict_as_run(job, speed: float = 1.0) -> RunPrediction:
     inp = load_inputs(job.model_path, job.topology_path, ModelOptions(batch_size=batch, profile=job.profile_path),
                       plan_path=job.plan_path)
     strategy = ranks_strategy(inp.strategy, inp.cluster.n_devices, job.nproc)
-    with open(job.topology_path) as f:
-        topo = json.load(f)
-    fence = barrier_ms(topo) if isinstance(topo, dict) else None
-    split_bn = any(len(dec.devices) > 1 and any(is_training_batchnorm(inp.graph.ops[i]) for i in g.op_ids)
-                   for dec, g in zip(strategy.decisions, inp.gg.groups))
-    terms = getattr(inp.cost, "contention", None)
-    cost = inp.cost if speed == 1.0 else inp.cost.scaled(speed)
-    res = deployed_step_ms(simulate, inp.gg, inp.cluster, cost, strategy, inp.training, terms=terms,
-                           n_ranks=job.nproc, fence_ms=fence or 0.0,
-                           overlap_sync=strategy.pipeline is None and not split_bn)
-    missing = [w for w, v in (("profile (roofline cost model)", job.profile_path), ("contention terms", terms),
-                              ("measured barrier", fence)) if v is None]
+    res, missing = as_deployed_step(inp, strategy, job.nproc, job.topology_path, speed)
+    missing = (["profile (roofline cost model)"] if job.profile_path is None else []) + missing
     note = ("without " + ", ".join(missing)) if missing else None
     if res.oom:
         note = "; ".join(x for x in (note, "the simulated memory does not fit: time as if it did") if x)

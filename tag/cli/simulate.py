@@ -94,6 +94,14 @@ def run(args) -> int:
         if key not in obj:  # DESIGN.md minimum keys, from the result's attributes if to_json left one out
             obj[key] = getattr(res, key)
 
+    as_run = None
+    if getattr(inp.cost, "contention", None) is not None:  # a profile with its contention block (docs/profile.md)
+        from tag.cli._as_deployed import as_deployed_step
+
+        as_run, missing = as_deployed_step(inp, strategy, inp.cluster.n_devices, args.topology)
+        obj["as_deployed"] = {"step_ms": as_run.step_ms, "compute_scale": as_run.scale,
+                              "concurrency": as_run.concurrency, "ranks": inp.cluster.n_devices, "without": missing}
+
     busy = _per_device(getattr(res, "busy_ms", None), inp.cluster)
     peak = _per_device(res.peak_memory_gb, inp.cluster)
     oom_devices = set(res.oom_devices or [])
@@ -105,7 +113,13 @@ def run(args) -> int:
              f"precision {inp.training.precision}, cost model {inp.cost.name}",
              (f"OUT OF MEMORY on {', '.join(sorted(oom_devices))} (the iteration would take "
               f"{getattr(res, 'fit_iteration_ms', float('nan')):.2f} ms if it fit)" if res.oom else
-              f"iteration {res.iteration_ms:.2f} ms, {res.samples_per_s:,.1f} samples/s"), ""]
+              f"iteration {res.iteration_ms:.2f} ms, {res.samples_per_s:,.1f} samples/s")]
+    if as_run is not None:
+        lines.append(f"as tag deploy runs it on {inp.cluster.n_devices} ranks of this machine: {as_run.step_ms:.2f} ms "
+                     f"(the profile's contention terms: compute x{as_run.scale:.3f} at concurrency "
+                     f"{as_run.concurrency:.2f}; blocking exchanges"
+                     + (f"; without {', '.join(missing)})" if missing else ")"))
+    lines.append("")
     rows = []
     for d in inp.cluster.devices:
         usable_gb = d.type.usable_memory_bytes / 1e9
