@@ -18,21 +18,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tag.search.budget import (DEFAULT_BUDGET_S, DEFAULT_PLAYOUTS, DEFAULT_REFINE_SIMULATIONS, OTHER_REFINE_SHARE,
-                               WallCap, default_counts)
+from tag.search.budget import DEFAULT_BUDGET_S, OTHER_REFINE_SHARE, WallCap, default_counts
 from tag.search.evaluate import Evaluator, compute_floor_ms, simulation_key
 from tag.search.baselines import best_baseline, least_oom_baseline  # noqa: F401 (re-exported)
-from tag.search.memory_pass import OOM_RETRIES, fit_fastest_oom  # noqa: F401 (re-exported)
+from tag.search.memory_pass import fit_fastest_oom
 from tag.search.mcts import MCTS, PriorsFn, VisitRecord
 from tag.search.memory_pass import MEMORY_SUFFIX, decisions_summary, fit_memory
 from tag.search.precision import choose_precision, make_seeds
 from tag.search.refine import refine as refine_pass
 from tag.search.shard_search import SHARD_MAX_DEVICES, group_shards, shard_candidates
-from tag.search.sfb_choice import SFB_EXTRA_STARTS, SFB_SOLVE_LIMIT_S, _apply_sfb, _sfb_start  # noqa: F401
+from tag.search.sfb_choice import _apply_sfb
 from tag.search.space import build_space, fits_pipeline
 from tag.strategy import Strategy, TrainingConfig
 
-REFINE_SIMULATIONS = DEFAULT_REFINE_SIMULATIONS  # the name older callers import
 MIN_STARTS_WHEN_OOM = 4  # starts simulated even past the safety cap when no baseline fits
 SFB_MAX_DEVICES = 128  # tag plan skips SFB selection above this many devices (its CP-SAT model grows with them)
 PIPELINE_MAX_DEVICES = 128  # pipelines are not searched above this many devices (the stage model walks every device)

@@ -117,12 +117,9 @@ def can_score(gg, cluster, cost, baselines: dict) -> dict:
     fits = [r.iteration_ms for _, r in baselines.values() if not r.oom and math.isfinite(r.iteration_ms)]
     if not fits:
         return {name: sr for name, sr in baselines.items() if sr[1].oom}
-    best = min(fits)
-    def floored(s) -> bool:  # the floor holds for unpipelined strategies without shards
-        return s.pipeline is None and all(d.shard is None for d in s.decisions)
-
+    best = min(fits)  # > 0; a strategy the floor does not hold for has floor 0 (`compute_floor_ms`) and stays
     return {name: (s, r) for name, (s, r) in baselines.items()
-            if r.oom and not (floored(s) and compute_floor_ms(gg, cluster, cost, s) >= best)}
+            if r.oom and compute_floor_ms(gg, cluster, cost, s) < best}
 
 
 @dataclass
