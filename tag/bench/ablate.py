@@ -41,6 +41,27 @@ _SETTINGS = {"start": (False, False, False, False), "start+refine": (False, Fals
 CHAIN = ("start", "tree (uniform)", "tree (GNN)", "tree+refine", "full")
 
 
+@dataclass(frozen=True)
+class AblationSettings:
+    """What a case was asked to run with; None = `tag plan`'s default (the file's batch or 32 per device, Adam,
+    the default work counts, which `tag plan` scales down on large instances)."""
+
+    batch_size: int | None = None
+    optimizer: str | None = None
+    playouts: int | None = None
+    simulations: int | None = None  # refinement simulations
+    seed: int = 0
+
+    def label(self) -> str:
+        """The settings that differ from `tag plan`'s defaults, as the table prints them ("default" when none)."""
+        parts = [f"--batch-size {self.batch_size}" if self.batch_size is not None else "",
+                 f"--optimizer {self.optimizer}" if self.optimizer is not None else "",
+                 f"--playouts {self.playouts}" if self.playouts is not None else "",
+                 f"--simulations {self.simulations}" if self.simulations is not None else "",
+                 f"--seed {self.seed}" if self.seed else ""]
+        return " ".join(p for p in parts if p) or "default"
+
+
 @dataclass
 class AblationCase:
     """One model x topology: iteration ms per part (inf = out of memory), the compute bound, work per part."""
@@ -53,6 +74,11 @@ class AblationCase:
     seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     precision: str = ""  # the precision the search chose (the same in every part)
+    settings: AblationSettings = AblationSettings()
+    batch_size: int = 0  # the global batch planned (the file's, 32 per device, or --batch-size)
+    capped: dict[str, bool] = field(default_factory=dict)  # per part: the wall-clock safety cap cut its work
+    random_seed: int | None = None  # a random cluster's seed (`random_topology_file`), None for a datasets one
+    commit: str | None = None  # the commit of the code that planned it (`tag.bench.ablate_results.code_commit`)
 
     def shares(self) -> dict[str, float]:
         """Share of the start -> full gain per step of `CHAIN` (keyed by the part reached) and "refine alone"
@@ -81,24 +107,28 @@ def _log_gain(before: float | None, after: float | None) -> float:
 
 
 def command_line(part: str, model_path: str, topology_path: str, playouts: int | None, seed: int,
-                 simulations: int | None = None) -> str:
+                 simulations: int | None = None, batch_size: int | None = None, optimizer: str | None = None) -> str:
     """The `tag plan` command that reproduces one column."""
     flags = PART_FLAGS[part]
     if playouts is not None and "--playouts 0" not in flags:
         flags = f"--playouts {playouts} " + flags
     if simulations is not None and "--no-refine" not in flags:
         flags = f"--simulations {simulations} " + flags
-    return f"tag plan {model_path} {topology_path} {flags} --seed {seed}".replace("  ", " ").strip()
+    model_flags = (f" --batch-size {batch_size}" if batch_size is not None else "") + \
+        (f" --optimizer {optimizer}" if optimizer is not None else "")
+    return f"tag plan {model_path} {topology_path}{model_flags} {flags} --seed {seed}".replace("  ", " ").strip()
 
 
 def run_ablation(model_path: str, topology_path: str, *, model: str | None = None, topology: str | None = None,
                  playouts: int | None = None, refine_simulations: int | None = None, seed: int = 0,
                  budget_s: float | None = None, gnn_checkpoint: str | None = None,
-                 structure_checkpoint: str | None = None, parts=PARTS) -> AblationCase:
+                 structure_checkpoint: str | None = None, parts=PARTS, batch_size: int | None = None,
+                 optimizer: str | None = None, random_seed: int | None = None) -> AblationCase:
     """Plan one case once per part (module docstring) and compute its bound. `gnn_checkpoint`,
     `structure_checkpoint`: None = the shipped per-group GNN and structure network (no shipped structure network:
-    uniform structure priors). The model's own batch, Adam, the roofline cost model (as `tag bench`); the search chooses the
-    precision as `tag plan` does without --precision, and the bound is under the chosen precision's cost model."""
+    uniform structure priors). `batch_size`, `optimizer`: as `tag plan --batch-size / --optimizer` (None: the
+    model's own batch, Adam); the roofline cost model (as `tag bench`); the search chooses the precision as
+    `tag plan` does without --precision, and the bound is under the chosen precision's cost model."""
     from dataclasses import replace
 
     from tag.bench.ideal import compute_bound
@@ -109,8 +139,11 @@ def run_ablation(model_path: str, topology_path: str, *, model: str | None = Non
     from tag.search.budget import DEFAULT_BUDGET_S
     from tag.search.planner import plan
 
-    case = AblationCase(model or os.path.basename(model_path), topology or os.path.basename(topology_path))
-    inp = load_inputs(model_path, topology_path, ModelOptions())
+    settings = AblationSettings(batch_size, optimizer, playouts, refine_simulations, seed)
+    case = AblationCase(model or os.path.basename(model_path), topology or os.path.basename(topology_path),
+                        settings=settings, random_seed=random_seed)
+    inp = load_inputs(model_path, topology_path, ModelOptions(batch_size=batch_size, optimizer=optimizer))
+    case.batch_size = inp.batch_size
     priors = load_priors_fn(gnn_checkpoint or default_checkpoint(), inp.gg, inp.cluster, inp.cost, inp.training)
     structure_ckpt = structure_checkpoint or default_structure_checkpoint()
     structure_priors = (load_structure_priors_fn(structure_ckpt, inp.gg, inp.cluster, inp.cost, inp.training)
@@ -133,6 +166,7 @@ def run_ablation(model_path: str, topology_path: str, *, model: str | None = Non
         case.ms[part] = r.iteration_ms if not r.oom else math.inf
         case.simulations[part] = res.simulations
         case.seconds[part] = res.seconds
+        case.capped[part] = res.capped
         case.precision = res.training.precision
     case.bound_ms = compute_bound(inp.gg, inp.cluster, res.cost if res is not None else inp.cost,
                                   inp.batch_size).iteration_ms

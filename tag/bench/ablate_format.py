@@ -43,21 +43,25 @@ def geomean_ratio(cases: list[AblationCase], num: str, den: str) -> tuple[float,
     return (math.exp(sum(logs) / len(logs)), len(logs)) if logs else (math.nan, 0)
 
 
-def ablation_markdown(cases: list[AblationCase], commands: list[str] | None = None) -> str:
-    """The table and summary (module docstring); `commands` (optional) are listed under it."""
+def ablation_markdown(cases: list[AblationCase]) -> str:
+    """The table and summary (module docstring)."""
     share_cols = list(CHAIN[1:]) + ["refine alone"]
-    head = ["case", *PARTS, "bound", "headroom", *[f"share: {s}" for s in share_cols], "s: start+refine", "s: full"]
+    head = ["case", "batch", "settings", *PARTS, "bound", "headroom", *[f"share: {s}" for s in share_cols],
+            "s: start+refine", "s: full"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cases:
         if c.error is not None:
-            lines.append(f"| {c.model} on {c.topology} | " + " | ".join([f"error: {c.error}"] + [""] * (len(head) - 2))
-                         + " |")
+            lines.append(f"| {c.model} on {c.topology} | - | {c.settings.label()} | "
+                         + " | ".join([f"error: {c.error}"] + [""] * (len(head) - 4)) + " |")
             continue
         sh = c.shares()
         name = f"{c.model} on {c.topology}" + (f" ({c.precision})" if c.precision else "")
-        cells = [name, *[_ms(c.ms.get(p, math.nan)) for p in PARTS], _ms(c.bound_ms),
-                 _pct(c.headroom), *[_pct(sh.get(s, math.nan)) for s in share_cols],
+        capped = [p for p in PARTS if c.capped.get(p)]
+        cells = [name, str(c.batch_size or "-"), c.settings.label(), *[_ms(c.ms.get(p, math.nan)) for p in PARTS],
+                 _ms(c.bound_ms), _pct(c.headroom), *[_pct(sh.get(s, math.nan)) for s in share_cols],
                  *[_secs(c.seconds.get(p, math.nan)) for p in ("start+refine", "full")]]
+        if capped:
+            cells[-1] += f" (capped: {', '.join(capped)})"
         lines.append("| " + " | ".join(cells) + " |")
     room = [c for c in cases if c.error is None and math.isfinite(c.headroom) and c.headroom >= HEADROOM_MIN]
     full, n_full = geomean_ratio(cases, "full", "start")
@@ -72,6 +76,26 @@ def ablation_markdown(cases: list[AblationCase], commands: list[str] | None = No
         if secs:
             lines.append(f"- planning seconds ({part}, plan() alone): median {_median(secs):.1f}, max {secs[-1]:.1f} "
                          f"over {len(secs)} cases")
-    if commands:
-        lines += ["", "Each column is a `tag plan` command line:", ""] + [f"    {c}" for c in commands]
     return "\n".join(lines) + "\n"
+
+
+def ablation_report(cases: list[AblationCase], commands: list[str] | None = None,
+                    missing: list[str] | None = None) -> str:
+    """The datasets cases' table and summary, then the random clusters' (`ablation_markdown` each), the cases
+    still `missing` and the commits of the code that ran them (from the results file)."""
+    random = [c for c in cases if c.random_seed is not None]
+    named = [c for c in cases if c.random_seed is None]
+    parts = []
+    if named or not random:
+        parts += ["## Datasets models x topologies\n", ablation_markdown(named)]
+    if random:
+        seeds = sorted({c.random_seed for c in random})
+        parts += [f"## Random clusters (seeds {', '.join(map(str, seeds))})\n", ablation_markdown(random)]
+    if missing:
+        parts += [f"Not run yet ({len(missing)}): " + ", ".join(missing) + "\n"]
+    commits = sorted({c.commit or "unknown" for c in cases})
+    if cases:
+        parts += [f"Code: commit {', '.join(commits)} (as recorded per case).\n"]
+    if commands:
+        parts += ["Each column is a `tag plan` command line:\n\n" + "\n".join(f"    {c}" for c in commands) + "\n"]
+    return "\n".join(parts)

@@ -2,59 +2,123 @@
 
 Cases: every --models x --topologies pair (default: the quick suite's), then each model on `--random N` random
 clusters (seeds 1..N, below the seeds `tag train` draws for either network, 10,000 and up for the per-group GNN
-and 1,000,000 and up for the structure network, so neither trained on them; written to a temporary directory, each named random-SEED). Every column of a case is a `tag plan` command line, listed under the
-table with the files it used.
+and 1,000,000 and up for the structure network, so neither trained on them; written to a temporary directory,
+each named random-SEED). Every column of a case is a `tag plan` command line, listed under the table.
+
+With `--results F.jsonl` each finished case is appended to F as it completes (`tag.bench.ablate_results`), a re-run
+skips the cases F already holds with the same settings, and the tables are rendered from everything in F (so
+several runs with different settings, e.g. a batch size for one topology, build one table); `--render-only`
+renders F without planning, listing the cases of the --models x --topologies grid F does not hold yet. One line
+per finished case goes to stderr (and a progress bar on a terminal).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import tempfile
+import time
 
 
 def ablate(args):
     """(markdown, JSON object, exit code: 1 when a case failed)."""
-    from tag.bench.ablate import AblationCase, PARTS, command_line, random_topology_file, run_ablation
-    from tag.bench.ablate_format import ablation_markdown
-    from tag.bench.data import CaseFiles, case_files
-    from tag.bench.suite import QUICK_MODELS, QUICK_TOPOLOGIES
-    from tag.cli.util import progress
+    from tag.bench.ablate import AblationSettings
+    from tag.bench.ablate_format import ablation_report
+    from tag.bench.ablate_results import case_key, case_record, read_results
 
-    models = tuple(args.models or QUICK_MODELS)
-    topologies = tuple(args.topologies or (() if args.random else QUICK_TOPOLOGIES))
-    pairs = [(m, t, case_files(m, t, args.datasets)) for m in models for t in topologies]  # every file before work
-    with tempfile.TemporaryDirectory(prefix="tag-ablate-") as tmp:
-        for seed in range(1, (args.random or 0) + 1):
-            path = random_topology_file(seed, tmp)
-            for m in models:
-                model_path = case_files(m, QUICK_TOPOLOGIES[0], args.datasets).model_path
-                pairs.append((m, f"random-{seed}", CaseFiles(model_path, path)))
-        bar = progress(total=len(pairs), desc="ablate", unit="case")
-        cases, commands = [], []
-        try:
-            for m, t, files in pairs:
-                bar.set_postfix_str(f"{m} on {t}")
-                try:
-                    cases.append(run_ablation(os.fspath(files.model_path), os.fspath(files.topology_path), model=m,
-                                              topology=t, playouts=args.playouts, refine_simulations=args.simulations,
-                                              budget_s=args.budget, seed=args.seed))
-                except Exception as e:  # a failing case is reported in its row, the run goes on
-                    first = str(e).splitlines()[0][:80] if str(e) else ""
-                    cases.append(AblationCase(m, t, error=f"{type(e).__name__}: {first}"))
-                bar.update(1)
-        finally:
-            bar.close()
-        if pairs:  # the first case's command lines (random clusters are in the temporary directory only)
-            _, _, files = pairs[0]
-            commands = [f"{p}: " + command_line(p, os.fspath(files.model_path), os.fspath(files.topology_path),
-                                                args.playouts, args.seed, args.simulations) for p in PARTS]
-    text = "# tag bench --ablate\n\n" + ablation_markdown(cases, commands)
-    obj = {"cases": [{"model": c.model, "topology": c.topology, "precision": c.precision, "ms": c.ms,
-                      "bound_ms": c.bound_ms,
-                      "shares": c.shares(), "simulations": c.simulations, "seconds": c.seconds, "error": c.error}
-                     for c in cases]}
+    settings = AblationSettings(args.batch_size, args.optimizer, args.playouts, args.simulations, args.seed)
+    done = read_results(args.results) if args.results else []
+    if args.render_only:
+        cases, commands = done, []
+        held = {(c.model, c.topology) for c in done}
+        missing = [f"{m} on {t}" for m, t in _grid_names(args) if (m, t) not in held] \
+            if args.models or args.topologies else []
+    else:
+        cases, commands = _run(args, settings, {case_key(c.model, c.topology, c.settings) for c in done})
+        missing = []
+        if args.results:
+            cases = read_results(args.results)
+    text = "# tag bench --ablate\n\n" + ablation_report(cases, commands, missing)
+    obj = {"cases": [dict(case_record(c), shares=c.shares()) for c in cases], "missing": missing}
     failed = [c for c in cases if c.error]
     for c in failed:
         sys.stderr.write(f"tag bench: {c.model} on {c.topology} failed: {c.error}\n")
     return text, obj, 1 if failed else 0
+
+
+def _grid_names(args) -> list[tuple[str, str]]:
+    """(model, topology) names of the grid the flags ask for, random clusters last."""
+    from tag.bench.suite import QUICK_MODELS, QUICK_TOPOLOGIES
+
+    models = tuple(args.models or QUICK_MODELS)
+    topologies = tuple(args.topologies or (() if args.random else QUICK_TOPOLOGIES))
+    return [(m, t) for m in models for t in topologies] + \
+        [(m, f"random-{seed}") for seed in range(1, (args.random or 0) + 1) for m in models]
+
+
+def _run(args, settings, done_keys: set) -> tuple[list, list[str]]:
+    """Plan every case of the grid not in `done_keys`; (the cases planned, the first case's command lines)."""
+    from tag.bench.ablate import PARTS, AblationCase, command_line, random_topology_file, run_ablation
+    from tag.bench.ablate_results import append_result, case_key, code_commit
+    from tag.bench.data import case_files
+    from tag.bench.suite import QUICK_TOPOLOGIES
+    from tag.cli.util import progress
+
+    names = _grid_names(args)
+    files = {}  # every file before any work, so a typo fails at once
+    for m, t in names:
+        files[m, t] = case_files(m, QUICK_TOPOLOGIES[0] if t.startswith("random-") else t, args.datasets)
+    todo = [(m, t) for m, t in names if case_key(m, t, settings) not in done_keys]
+    commit = code_commit()
+    if args.results:
+        sys.stderr.write(f"tag bench --ablate: {len(names)} cases, {len(names) - len(todo)} already in "
+                         f"{args.results}, {len(todo)} to run (code {commit or 'not in git'})\n")
+    cases: list = []
+    with tempfile.TemporaryDirectory(prefix="tag-ablate-") as tmp:
+        bar = progress(total=len(todo), desc="ablate", unit="case")
+        try:
+            for i, (m, t) in enumerate(todo, start=1):
+                bar.set_postfix_str(f"{m} on {t}")
+                seed = int(t.split("-", 1)[1]) if t.startswith("random-") else None
+                topo_path = (random_topology_file(seed, tmp) if seed is not None
+                             else os.fspath(files[m, t].topology_path))
+                began = time.monotonic()
+                try:
+                    case = run_ablation(os.fspath(files[m, t].model_path), topo_path, model=m, topology=t,
+                                        playouts=args.playouts, refine_simulations=args.simulations,
+                                        budget_s=args.budget, seed=args.seed, batch_size=args.batch_size,
+                                        optimizer=args.optimizer, random_seed=seed)
+                except Exception as e:  # a failing case is reported in its row, the run goes on
+                    first = str(e).splitlines()[0][:80] if str(e) else ""
+                    case = AblationCase(m, t, error=f"{type(e).__name__}: {first}", settings=settings,
+                                        random_seed=seed)
+                case.commit = commit
+                if args.results:
+                    append_result(args.results, case)
+                cases.append(case)
+                bar.write(_case_line(i, len(todo), case, time.monotonic() - began), file=sys.stderr)
+                bar.update(1)
+        finally:
+            bar.close()
+    commands = []
+    if names:  # the first case's command lines (random clusters are in the temporary directory only)
+        m, t = names[0]
+        topo = "random-1.json" if t.startswith("random-") else os.fspath(files[m, t].topology_path)
+        commands = [f"{p}: " + command_line(p, os.fspath(files[m, t].model_path), topo, args.playouts, args.seed,
+                                            args.simulations, args.batch_size, args.optimizer) for p in PARTS]
+    return cases, commands
+
+
+def _case_line(i: int, n: int, case, wall_s: float) -> str:
+    """One finished case on stderr: its index, names, start and full ms, wall seconds."""
+    head = f"ablate {i}/{n}: {case.model} on {case.topology}"
+    if case.error:
+        return f"{head}: failed: {case.error} ({wall_s:.0f} s)"
+
+    def ms(part: str) -> str:
+        v = case.ms.get(part, math.nan)
+        return "OOM" if v == math.inf else f"{v:.2f} ms"
+
+    return (f"{head} ({case.precision}, batch {case.batch_size}): start {ms('start')}, full {ms('full')}, "
+            f"bound {case.bound_ms:.2f} ms ({wall_s:.0f} s)")

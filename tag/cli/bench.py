@@ -47,6 +47,17 @@ def add_parser(sub):
                    help="with --ablate: also each model on N random clusters (seeds 1..N, never in the GNN's "
                         "training)")
     p.add_argument("--seed", type=int, default=0, help="with --ablate: the search seed (default 0)")
+    p.add_argument("--results", metavar="F.jsonl", default=None,
+                   help="with --ablate: append each finished case to F as it completes, skip the cases F already "
+                        "holds with the same settings, and render the tables from everything in F")
+    p.add_argument("--render-only", action="store_true",
+                   help="with --ablate --results F: render F's tables without planning (the --models x "
+                        "--topologies cases F does not hold yet are listed as missing)")
+    p.add_argument("--batch-size", type=positive_int, default=None, metavar="B",
+                   help="with --ablate: every case's global batch (default: as tag plan, the file's batch if above "
+                        "1, else 32 per device)")
+    p.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default=None,
+                   help="with --ablate: every case's optimizer (default: as tag plan, adam)")
     p.add_argument("--out", metavar="FILE.md", default=None, help="also write the markdown tables here")
     add_precision_flag(p, "each case's search chooses, as tag plan does (the bounds table names a precision other "
                           "than fp32); not with --published")
@@ -58,13 +69,15 @@ def run(args) -> int:
     from tag.errors import InputError
     from tag.fileio import write_text_atomic
 
-    check_outputs(args, {"out": "--out"}, [args.profile])
+    check_outputs(args, {"out": "--out", "results": "--results"}, [args.profile])
     if args.published:
         for flag, given in (("--profile", args.profile), ("--models", args.models), ("--topologies", args.topologies),
                             ("--playouts", args.playouts),
                             ("--simulations", args.simulations), ("--budget", args.budget), ("--datasets", args.datasets),
                             ("--quick", args.quick), ("--precision", args.precision),
-                            ("--ablate", args.ablate), ("--random", args.random)):
+                            ("--ablate", args.ablate), ("--random", args.random), ("--results", args.results),
+                            ("--render-only", args.render_only), ("--batch-size", args.batch_size),
+                            ("--optimizer", args.optimizer)):
             if given:
                 raise InputError(flag, "with --published", "no suite flag (--published checks the catalog cost "
                                  "model against the published tables shipped with tag)", flag)
@@ -76,8 +89,13 @@ def run(args) -> int:
                              "--published (--fit and --logo refit the published comparison's parameters)", "none")
         if args.budget is not None and args.budget <= 0:
             raise InputError("--budget", "SECONDS", "a positive number of seconds", str(args.budget))
-        if args.random and not args.ablate:
-            raise InputError("--random", "without --ablate", "--ablate (random clusters are for the ablation)", "none")
+        for flag, given in (("--random", args.random), ("--results", args.results),
+                            ("--render-only", args.render_only), ("--batch-size", args.batch_size),
+                            ("--optimizer", args.optimizer)):
+            if given and not args.ablate:
+                raise InputError(flag, "without --ablate", f"--ablate ({flag} is the ablation's)", "none")
+        if args.render_only and not args.results:
+            raise InputError("--render-only", "without --results", "--results F.jsonl (the file to render)", "none")
         if args.ablate:
             from tag.cli._bench_ablate import ablate
 
