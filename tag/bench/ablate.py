@@ -79,6 +79,8 @@ class AblationCase:
     capped: dict[str, bool] = field(default_factory=dict)  # per part: the wall-clock safety cap cut its work
     random_seed: int | None = None  # a random cluster's seed (`random_topology_file`), None for a datasets one
     commit: str | None = None  # the commit of the code that planned it (`tag.bench.ablate_results.code_commit`)
+    starts: dict[str, str] = field(default_factory=dict)  # per part: the start the search began from (plan.json)
+    paths: dict[str, str] = field(default_factory=dict)  # per tree part: the structure tree's best path, " / "-joined
 
     def shares(self) -> dict[str, float]:
         """Share of the start -> full gain per step of `CHAIN` (keyed by the part reached) and "refine alone"
@@ -167,6 +169,9 @@ def run_ablation(model_path: str, topology_path: str, *, model: str | None = Non
         case.simulations[part] = res.simulations
         case.seconds[part] = res.seconds
         case.capped[part] = res.capped
+        case.starts[part] = res.start
+        if res.structure:
+            case.paths[part] = " / ".join(map(str, res.structure.get("path", [])))
         case.precision = res.training.precision
     case.bound_ms = compute_bound(inp.gg, inp.cluster, res.cost if res is not None else inp.cost,
                                   inp.batch_size).iteration_ms

@@ -3,8 +3,8 @@ grid survives being stopped and a re-run skips what is done.
 
 Each line is `case_record(case)`: the case's names, what it was asked to run with (`AblationSettings`, the key a
 re-run skips on together with model and topology), what it planned (batch, precision), per part the iteration ms,
-simulations, seconds and whether the safety cap bound, the compute bound, an error if it failed, and the commit of
-the code that ran it. Non-finite times are written as JSON strings ("inf": out of memory, "nan": not measured), so
+simulations, seconds, whether the safety cap bound, the start the search began from and the structure tree's best
+path, the compute bound, an error if it failed, and the commit of the code that ran it. Non-finite times are written as JSON strings ("inf": out of memory, "nan": not measured), so
 the file is strict JSON. A line is appended with one `write` on a file opened for appending and synced before the
 next case starts: an interrupted run leaves whole lines only (a torn last line is reported as corrupt).
 
@@ -54,7 +54,7 @@ def case_record(case: AblationCase) -> dict:
             "batch_size": case.batch_size, "precision": case.precision,
             "ms": {p: _num(v) for p, v in case.ms.items()}, "bound_ms": _num(case.bound_ms),
             "simulations": case.simulations, "seconds": case.seconds, "capped": case.capped,
-            "error": case.error, "commit": case.commit}
+            "error": case.error, "commit": case.commit, "starts": case.starts, "paths": case.paths}
 
 
 def read_record(obj, path: str, line: int) -> AblationCase:
@@ -72,6 +72,8 @@ def read_record(obj, path: str, line: int) -> AblationCase:
         case.simulations = {p: int(v) for p, v in obj["simulations"].items()}
         case.seconds = {p: float(v) for p, v in obj["seconds"].items()}
         case.capped = {p: bool(v) for p, v in obj["capped"].items()}
+        case.starts = {p: str(v) for p, v in obj["starts"].items()}
+        case.paths = {p: str(v) for p, v in obj["paths"].items()}
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise InputError(path, f"line {line}", _EXPECTED, f"{type(e).__name__} {short_repr(str(e))}") from None
     return case

@@ -80,7 +80,7 @@ def test_records_round_trip_with_oom_and_missing_times(tmp_path):
     case = AblationCase("m", "random-3", ms={"start": math.inf, "full": 2.5}, bound_ms=math.nan,
                         simulations={"full": 7}, seconds={"full": 0.5}, capped={"full": True}, precision="bf16",
                         settings=AblationSettings(None, "momentum", 8, 100, 1), batch_size=64, random_seed=3,
-                        commit="abc1234")
+                        commit="abc1234", starts={"full": "dp-balanced"}, paths={"full": "data / keep"})
     append_result(path, case)
     text = _lines(path)[0]
     assert "Infinity" not in text and "NaN" not in text  # strict JSON
