@@ -3,10 +3,9 @@
 An instance is a random model (`tag.gnn.random_models`) on a random cluster (`tag.topology.random_topology`, at most
 4 machines x 4 devices), both drawn from seeds in [SEED_BASE, SEED_BASE + 10^6): never the datasets/ models, the
 light zoo graphs, nor the seeds `tag bench --ablate --random N` and benchmarks/structure_gnn.py use (1 .. 999).
-The tree starts as `tag.search.planner.plan` starts it (the baselines and the memory pass's variants, the DP's
-pipelines, `pick_start`), except for plan()'s tensor-shard candidates (simulated there as further starts; the tree
-builds its own shard actions), under the caller's cost model and training settings (training: fp32, roofline costs
-or a profile's).
+The tree starts as `tag.search.planner.plan` starts it (`tag.search.search_start`: the baselines and the memory
+pass's variants, the DP's pipelines, the tensor-shard candidates, `pick_start`), under the caller's cost model and
+training settings (training: fp32, roofline costs or a profile's).
 
 A sample is a decision point of the tree visited at least MIN_VISITS times: its state and actions
 (`structure_priors.PointBuilder`), the policy target = the visit distribution over its actions, and the value
@@ -39,41 +38,16 @@ class TreeRun:
 
 
 def start_tree(gg, cluster, cost, training, *, seed: int = 0, priors_fn=None, name: str = "") -> TreeRun:
-    """The structure tree from `plan()`'s start on (gg, cluster, cost, training), ready to `run`."""
-    from tag.search.evaluate import Evaluator
-    from tag.search.planner import (_compute_only_ms, _pipeline_candidates, best_baseline, broken_pipeline_result,
-                                    least_oom_baseline, pick_start, pipeline_consistent)
-    from tag.search.precision import make_seeds
+    """The structure tree from `plan()`'s start on (gg, cluster, cost, training) (`tag.search.search_start`: the
+    same starts, evaluator and root as `tag plan` under a fixed precision, with SFB off), ready to `run`."""
+    from tag.search.search_start import search_start
     from tag.search.shard_search import group_shards
-    from tag.search.structure import make_layouts
-    from tag.search.structure_tree import StructureTree, structure_actions
-    from tag.sim import simulate
+    from tag.search.structure_plan import make_structure_tree
 
-    batch = gg.graph.batch_size
-    seeds = make_seeds(gg, cluster, cost, training)
-    baselines, variants = seeds.baselines, seeds.variants
-    usable_gb = {d.id: d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
-    fit_name = best_baseline({**baselines, **variants})
-    reference_ms = ({**baselines, **variants}[fit_name][1].iteration_ms if fit_name is not None
-                    else _compute_only_ms(gg, cluster, cost, batch))
-
-    def simulate_fn(s):
-        if s.pipeline is not None and not pipeline_consistent(s):
-            return broken_pipeline_result(cluster, batch)
-        return simulate(gg, cluster, cost, s, training)
-
-    ev = Evaluator(simulate_fn, reference_ms, usable_gb)
-    for s, r in seeds.cache.items():
-        ev.add(s, r)
-    candidates, pipelines = _pipeline_candidates(gg, cluster, cost, training, batch, ev)
-    base_name = best_baseline(baselines)
-    start = base_name if base_name is not None else least_oom_baseline(baselines, usable_gb)
-    _, root = pick_start(gg, cluster, cost, training, batch, ev, baselines, start,
-                         extra={**variants, **(candidates if fit_name is None else {})})
-    layouts = make_layouts(gg, cluster, cost, training, batch, baselines, variants, pipelines)
-    tree = StructureTree(root, ev, structure_actions(gg, cluster, cost, training, layouts, group_shards(gg),
-                                                     ev.result), seed=seed, priors_fn=priors_fn)
-    return TreeRun(tree, ev, PointBuilder(gg, cluster, cost, training, batch), name)
+    st = search_start(gg, cluster, cost, training)
+    tree = make_structure_tree(gg, cluster, st.cost, st.training, st.ev, st.base, st.baselines, st.variants,
+                               st.pipelines, group_shards(gg) if st.shard else None, seed=seed, priors_fn=priors_fn)
+    return TreeRun(tree, st.ev, PointBuilder(gg, cluster, st.cost, st.training, gg.graph.batch_size), name)
 
 
 def random_instance(episode: int, directory: str, training, profile: str | None = None,

@@ -285,3 +285,13 @@ def fit_fastest_oom(gg, cluster, cost, training, ev: Evaluator, *, retries: int 
         if cap is not None and cap.reached():
             break
         fit_memory(gg, cluster, cost, training, s, ev.result)
+
+
+def best_fitted(gg, cluster, cost, training, ev: Evaluator, fallback: Strategy) -> Strategy:
+    """The evaluator's best-ever (`fallback` when it has none); when that does not fit, the memory pass on it, and
+    the best-ever after the pass (the search's last step before SFB)."""
+    best = ev.best[1] or fallback
+    if ev.result(best).oom:
+        fit_memory(gg, cluster, cost, training, best, ev.result)
+        best = ev.best[1] or best
+    return best

@@ -24,7 +24,7 @@ import numpy as np
 from tag.search.budget import POLISH_SHARE, WallCap
 from tag.search.evaluate import Evaluator
 from tag.search.mcts import MCTS, MCTSResult, PriorsFn
-from tag.search.memory_pass import fit_memory
+from tag.search.memory_pass import best_fitted
 from tag.search.refine import refine as refine_pass
 from tag.search.shard_search import group_shards
 from tag.search.space import SearchSpace, build_space
@@ -61,10 +61,9 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
     from tag.search.memory_pass import fit_fastest_oom
 
     batch = gg.graph.batch_size
-    layouts = make_layouts(gg, cluster, cost, training, batch, baselines, variants, pipelines)
     shards = group_shards(gg) if shard else None
-    tree = StructureTree(root, ev, structure_actions(gg, cluster, cost, training, layouts, shards, ev.result),
-                         seed=seed, priors_fn=structure_priors_fn)
+    tree = make_structure_tree(gg, cluster, cost, training, ev, root, baselines, variants, pipelines, shards,
+                               seed=seed, priors_fn=structure_priors_fn)
     tres = tree.run(playouts, cap, on_playout)
     fit_fastest_oom(gg, cluster, cost, training, ev, cap=cap)
     best = ev.best[1] or root
@@ -80,11 +79,18 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
     best = ev.best[1] or best
     if refine:
         refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
-        best = ev.best[1] or best
-        if ev.result(best).oom:
-            fit_memory(gg, cluster, cost, training, best, ev.result)
-            best = ev.best[1] or best
+        best = best_fitted(gg, cluster, cost, training, ev, best)
     return StructuredOutcome(best, space, tres, polish)
+
+
+def make_structure_tree(gg, cluster, cost, training, ev: Evaluator, root: Strategy, baselines: dict, variants: dict,
+                        pipelines: list, shards: dict | None, *, seed: int = 0,
+                        priors_fn: StructurePriorsFn | None = None) -> StructureTree:
+    """The structure tree of step 1 from `root`, its actions built over the layouts of the starts and `shards`, the
+    groups' shard options (`group_shards`; None: shards are not searched)."""
+    layouts = make_layouts(gg, cluster, cost, training, gg.graph.batch_size, baselines, variants, pipelines)
+    return StructureTree(root, ev, structure_actions(gg, cluster, cost, training, layouts, shards, ev.result),
+                         seed=seed, priors_fn=priors_fn)
 
 
 def unsharded_priors(priors_fn: PriorsFn | None) -> PriorsFn | None:

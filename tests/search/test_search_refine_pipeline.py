@@ -46,7 +46,7 @@ def test_refine_moves_rows_in_multiples_of_m_inside_the_stage():
     takes 10 ms + |rows[0] - rows[1]| of group 0, so the balanced (8, 8) is best and one move of m = 4 rows reaches
     it. The space also offers group 0 a decision on stage 1's devices and one with rows off a multiple of 4: the
     refinement never simulates either, nor any other strategy that breaks the pipeline."""
-    from tag.search.planner import pipeline_consistent
+    from tag.search.search_start import pipeline_consistent
     from tag.search.refine import row_shift_neighbours
 
     pipe = Pipeline((Stage((0,), (0, 1)), Stage((1,), (2, 3))), 4, "1f1b", 1)
