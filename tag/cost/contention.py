@@ -15,7 +15,11 @@ number of ranks computing at once, (sum of busy ms) / iteration ms, clamped to [
   shared caches and memory bandwidth, the host's SMT siblings): ``v(c) = 1 + f x (together_speed - 1)``;
 * every compute and update time is multiplied by ``s(c) x v(c)`` (`compute_scale`);
 * **handoff** (ms a rank that waited for a message pays before it runs again): added to the latency of every
-  pair of devices.
+  pair of devices;
+* **call cost** (``call_ms``, optional: ms of one small collective call right after every rank computed, by the
+  kind of call, gloo's ``allreduce`` or ``p2p`` messages): not applied here but by the cost model whenever the
+  profile has it (`tag.cost.profiled.ProfileCostModel.collective_call_ms`), as a floor on each collective call's
+  latency on CPU ranks (`tag.sim.cpu_calls`).
 
 ``c`` comes from a first simulation without the terms; the second simulation with them is the prediction.
 """
@@ -35,7 +39,8 @@ class ContentionTerms:
     handoff_ms: resume latency after a wait; alone_stretch / together_stretch: wall / thread-CPU ms of compute
     with one rank computing / all at once (1.0 when `clock` is ``wall``: the op times already hold it);
     together_speed: step CPU ms all at once / alone; clock: ``thread`` or ``wall``, how the profile's op times
-    were taken."""
+    were taken; call_ms: ((call kind, ms), ...) of one small collective call after compute, or None (module
+    docstring)."""
 
     ranks: int
     rows: int
@@ -44,6 +49,7 @@ class ContentionTerms:
     together_stretch: float
     together_speed: float
     clock: str = "thread"
+    call_ms: tuple[tuple[str, float], ...] | None = None
 
 
 def concurrency(busy_ms, iteration_ms: float, n_ranks: int) -> tuple[float, int]:

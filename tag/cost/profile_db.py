@@ -28,7 +28,8 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
         "clock": "thread", "ranks": 2, "rows": 32,   # op times' clock; probe ranks; rows each stepped
         "handoff_ms": 0.2, "alone_stretch": 1.01, "together_stretch": 1.03,   # wall / CPU of compute
         "together_speed": 1.1,            # the model's step CPU ms with every rank stepping at once / alone
-        "alone_step_ms": 30.1, "together_step_ms": 33.1   # the two step figures behind together_speed
+        "alone_step_ms": 30.1, "together_step_ms": 33.1,  # the two step figures behind together_speed
+        "call_ms": {"allreduce": 0.8, "p2p": 0.6}   # optional: one small collective call after compute, by kind
       }
     }
 
@@ -232,6 +233,7 @@ def from_json(obj: dict, path: str = "<profile>") -> ProfileDB:
 
 
 CLOCKS = ("thread", "wall")
+CALL_KINDS = ("allreduce", "p2p")  # `tag.sim.cpu_calls.cpu_call_kind`
 
 
 def contention_from_json(path: str, where: str, c) -> ContentionTerms:
@@ -252,8 +254,15 @@ def contention_from_json(path: str, where: str, c) -> ContentionTerms:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
             raise InputError(path, f"{where}.{key}", "a positive number (a ratio; 1 = no effect)", short_repr(v))
         ratios[key] = float(v)
+    calls = c.get("call_ms")
+    if calls is not None:
+        if not isinstance(calls, dict) or not set(calls) <= set(CALL_KINDS):
+            raise InputError(path, f"{where}.call_ms", "an object with ms per call kind (" + ", ".join(CALL_KINDS)
+                             + "), e.g. {\"allreduce\": 0.8, \"p2p\": 0.6}; re-run `tag profile ops` to measure it",
+                             short_repr(calls))
+        calls = tuple((k, _number(path, f"{where}.call_ms.{k}", calls[k])) for k in CALL_KINDS if k in calls)
     return ContentionTerms(c["ranks"], c["rows"], _number(path, f"{where}.handoff_ms", c.get("handoff_ms")),
-                           clock=clock, **ratios)
+                           clock=clock, call_ms=calls or None, **ratios)
 
 
 def _number(path: str, where: str, v) -> float:
@@ -354,6 +363,8 @@ def to_json(db: ProfileDB) -> dict:
         out["contention"] = {**db.contention_raw, "clock": t.clock, "ranks": t.ranks, "rows": t.rows,
                              "handoff_ms": t.handoff_ms, "alone_stretch": t.alone_stretch,
                              "together_stretch": t.together_stretch, "together_speed": t.together_speed}
+        if t.call_ms:
+            out["contention"]["call_ms"] = dict(t.call_ms)
     return out
 
 

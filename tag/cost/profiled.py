@@ -22,6 +22,8 @@ beyond the ops is charged too (`step_terms`, the one place of these formulas):
 (`tag.profile.links.collective_hop_gbps` of a measured topology); the simulator caps ring collectives at it
 (`collective_hop_gbps`; `tag.sim.collectives`). None keeps the links' own rate. `collective_step_us` likewise: the
 measured per-step latency of its collectives (`tag.profile.links.collective_step_us`), a floor on each step's.
+`collective_call_ms`: the profile's measured cost of one collective call after compute (``contention.call_ms``), a
+floor on each call's latency on CPU ranks (`tag.sim.cpu_calls`); None without it.
 
 `compute_scale` (default 1) multiplies every compute and update time: the contention of a plan's ranks computing at
 once on a shared machine (`tag.cost.contention.compute_scale` from the profile's ``contention`` block, applied by
@@ -152,6 +154,14 @@ class ProfileCostModel:
         `collective_hop_gbps`)."""
         return self.step_us if device.name == self.db.device_type else None
 
+    def collective_call_ms(self, device: DeviceType) -> dict | None:
+        """{call kind: ms of one small collective call after compute} on ranks of `device`'s type (the profile's
+        ``contention.call_ms``, `tag.sim.cpu_calls`; None for other types or a profile without it)."""
+        terms = self.db.contention
+        if device.name != self.db.device_type or terms is None or not terms.call_ms:
+            return None
+        return dict(terms.call_ms)
+
     def sync_copy_ms(self, device: DeviceType, nbytes: float) -> tuple[float, float]:
         """(copy-in ms, copy-out ms) of a gradient sync of `nbytes` on one replica: the runtime's memory work
         on the bucket before the collective and after it (the step profile's figures; else (0, 0))."""
@@ -269,6 +279,11 @@ class MultiProfileCostModel:
         """Measured per-step latency of a collective on `device`'s type, us (its type's profile; else None)."""
         fn = getattr(self._model(device), "collective_step_us", None)
         return fn(device, n_ranks) if fn is not None else None
+
+    def collective_call_ms(self, device: DeviceType) -> dict | None:
+        """{call kind: ms of one collective call after compute} on `device`'s type (its type's profile; else None)."""
+        fn = getattr(self._model(device), "collective_call_ms", None)
+        return fn(device) if fn is not None else None
 
     def sync_copy_ms(self, device: DeviceType, nbytes: float) -> tuple[float, float]:
         """(copy-in ms, copy-out ms) of a gradient sync of `nbytes` on `device` (its type's profile; else 0)."""

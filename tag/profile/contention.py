@@ -10,7 +10,13 @@ measures, for `tag.cost.contention` to apply to every plan predicted with the pr
 2. **stretch**: wall / thread-CPU ms of 40 ms of compute with one rank computing while the others wait
    (``alone_stretch``, median of 3 per rank) and with every rank computing at once (``together_stretch``, median
    of 5); means over the ranks. Other tenants of the machine and ranks outnumbering cores show here.
-3. **speed**: the model's own deploy step (`tag.profile.step`'s single-rank runtime: every group, `rows` rows,
+3. **call cost** (``call_ms``): every rank computes 2 ms of thread CPU time at once, then makes one small call
+   (1 KiB): gloo's ``all_reduce`` (``allreduce``, what deploy's ``ring`` sums call) or a point-to-point exchange
+   with its ring neighbours (``p2p``: isend to the next rank, irecv from the previous, both waited; what deploy's
+   tree, ps and ZeRO collectives are made of on CPU ranks). Per call: the ranks' mean of (wall from a common
+   start to the call's end - the rank's own compute wall), median of 40 per kind. It holds what a hot loop of calls
+   (`tag profile links`) does not: the ranks' compute ending at different moments, their threads waking up.
+4. **speed**: the model's own deploy step (`tag.profile.step`'s single-rank runtime: every group, `rows` rows,
    the profile's optimizer) in thread-CPU ms, on rank 0 alone and on every rank at once, alternated 3 times after a
    warm-up step; ``together_speed`` = median together / median alone (shared caches and memory bandwidth: a
    memory-bound model's ranks slow each other down in CPU time too).
@@ -28,6 +34,9 @@ import tempfile
 import time
 
 HANDOFF_WORK_MS = 2.0
+CALL_WORK_MS = 2.0
+CALL_BYTES = 1024
+CALL_TRIALS = 40
 STRETCH_WORK_MS = 40.0
 
 
@@ -82,6 +91,32 @@ def _handoff_and_stretch(dist, torch, rank: int, world: int) -> tuple[float, flo
     return handoff, statistics.median(together), statistics.median(alone)
 
 
+def _call_costs(dist, torch, rank: int, world: int) -> dict[str, float]:
+    """{"allreduce": ms, "p2p": ms}: one small call right after every rank computed (module docstring, 3)."""
+    buf = torch.zeros(CALL_BYTES // 4)
+    a = torch.randn(128, 128)
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+
+    def p2p():
+        works = [dist.isend(buf, nxt), dist.irecv(torch.empty_like(buf), prv)]
+        for w in works:
+            w.wait()
+
+    calls = {"allreduce": lambda: dist.all_reduce(buf), "p2p": p2p}
+    per: dict[str, list[float]] = {kind: [] for kind in calls}
+    for k in range(5 + CALL_TRIALS):  # the kinds alternate, so a change of the machine's load hits both alike
+        for kind, call in calls.items():
+            dist.barrier()
+            t0 = time.perf_counter()
+            spent = _work(a, CALL_WORK_MS)
+            call()
+            mine = torch.tensor([(time.perf_counter() - t0) * 1e3 - spent], dtype=torch.float64)
+            dist.all_reduce(mine)
+            if k >= 5:
+                per[kind].append(float(mine) / world)
+    return {kind: max(0.0, statistics.median(v)) for kind, v in per.items()}
+
+
 def _speed(dist, rank: int, world: int, rt) -> tuple[float, float]:
     """(median step CPU ms on rank 0 alone, median step CPU ms of this rank with every rank stepping)."""
     import torch
@@ -118,6 +153,7 @@ def _rank_main(rank: int, world: int, init_file: str, spec: dict, out: str) -> N
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         handoff, together_stretch, alone_stretch = _handoff_and_stretch(dist, torch, rank, world)
+        calls = _call_costs(dist, torch, rank, world)
         import onnx
 
         from tag.profile.step import _single_rank_runtime
@@ -131,7 +167,7 @@ def _rank_main(rank: int, world: int, init_file: str, spec: dict, out: str) -> N
         if rank == 0:
             rows = [[float(x) for x in t] for t in every]
             with open(out, "w") as f:
-                json.dump({"handoff_ms": handoff, "by_rank": rows}, f)
+                json.dump({"handoff_ms": handoff, "call_ms": calls, "by_rank": rows}, f)
     finally:
         dist.destroy_process_group()
     exit_rank()
@@ -141,7 +177,8 @@ def measure_contention(model_path: str, graph, groups: list[list[int]], rows: in
                        optimizer: str = "adam", lr: float = 1e-3, clock: str = "thread") -> dict:
     """The profile's ``contention`` block (module docstring) from `ranks` >= 2 local processes stepping `graph`'s
     `groups` at `rows` rows each. Keys: clock, ranks, rows, handoff_ms, alone_stretch, together_stretch,
-    together_speed, alone_step_ms, together_step_ms (ms; ratios dimensionless)."""
+    together_speed, alone_step_ms, together_step_ms, call_ms ({"allreduce": ms, "p2p": ms}) (ms; ratios
+    dimensionless)."""
     import torch.multiprocessing as mp
 
     work = tempfile.mkdtemp(prefix="tag-contention-")
@@ -167,4 +204,5 @@ def measure_contention(model_path: str, graph, groups: list[list[int]], rows: in
             "alone_stretch": statistics.mean(r[1] for r in by_rank),
             "together_stretch": statistics.mean(r[0] for r in by_rank),
             "together_speed": together_ms / alone_ms if alone_ms > 0 else 1.0,
-            "alone_step_ms": alone_ms, "together_step_ms": together_ms}
+            "alone_step_ms": alone_ms, "together_step_ms": together_ms,
+            "call_ms": {k: float(v) for k, v in res["call_ms"].items()}}

@@ -67,10 +67,12 @@ def phase_ms(cluster: Cluster, specs: list[FlowSpec]) -> float:
 
 
 def algorithm_ms(method: str, cluster: Cluster, devices: tuple[int, ...], nbytes: float,
-                 server: int | None = None, ring_gbps: float | None = None, step_us: float | None = None) -> float:
-    """Time of one sync of `nbytes` over `devices` by `method` alone on the network, ms (module docstring)."""
+                 server: int | None = None, ring_gbps: float | None = None, step_us: float | None = None,
+                 call_ms: dict | None = None) -> float:
+    """Time of one sync of `nbytes` over `devices` by `method` alone on the network, ms (module docstring;
+    `ring_gbps`, `step_us`, `call_ms`: the measured terms of `tag.sim.collectives.sync_phases`)."""
     return sum(phase_ms(cluster, ph)
-               for ph in sync_phases(method, cluster, devices, nbytes, server, ring_gbps, step_us))
+               for ph in sync_phases(method, cluster, devices, nbytes, server, ring_gbps, step_us, call_ms))
 
 
 def candidates(cluster: Cluster, devices: tuple[int, ...]) -> tuple[str, ...]:
@@ -83,12 +85,13 @@ def candidates(cluster: Cluster, devices: tuple[int, ...]) -> tuple[str, ...]:
 
 
 def choose_algorithm(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
-                     ring_gbps: float | None = None, step_us: float | None = None) -> str:
+                     ring_gbps: float | None = None, step_us: float | None = None,
+                     call_ms: dict | None = None) -> str:
     """The cheapest of `candidates` for a sync of `nbytes` over `devices` by `algorithm_ms` (ties: ring, tree,
     hierarchical, in that order)."""
     best, best_ms = "ring", float("inf")
     for method in candidates(cluster, devices):
-        t = algorithm_ms(method, cluster, devices, nbytes, None, ring_gbps, step_us)
+        t = algorithm_ms(method, cluster, devices, nbytes, None, ring_gbps, step_us, call_ms)
         if t < best_ms:
             best, best_ms = method, t
     return best

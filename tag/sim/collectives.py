@@ -22,14 +22,8 @@ machines of a sync are those of its devices, in topology order, each with its de
   (1 otherwise). On one machine both trees are the chain. Uniform, k machines of m GPUs, k a power of two >= 4:
   a NIC carries 4 hops, ``2S / (0.92 B_nic) + 2((m-1)(alpha_intra + t_intra) + log2(k) (alpha_inter + 14 us))``,
   t_intra = 24.6 us (NVLink) or 22.3 us (PCIe).
-  **On CPU ranks** (gloo has no tree; deploy runs `tag.deploy.p2p_collectives.tree_sum`) the tree is what that
-  runtime does: one binary tree over the devices in order (index i has children 2i+1 and 2i+2), the whole S
-  sent up one level at a time (a phase per level, deepest first: every child -> parent message of S at once),
-  then the root's total down one level at a time; each message a point-to-point flow of S at its route's rate
-  and latency, capped at the measured collective rate (`ring_gbps` below: gloo's per-hop copy and reduce work
-  bounds these messages as it bounds a ring hop). Alone on 2 ranks: ``2 (S / rate + alpha)``, twice a ring's
-  bytes: measured on 2 local gloo ranks, `tree_sum` of 64 MiB 82 ms against gloo's ring all-reduce 43.5 ms, of
-  0.25 MiB 0.37 against 1.33 ms (the ring pays gloo's per-step latency, the tree only the route's).
+  **On CPU ranks** (gloo has no tree) the tree is what deploy's `tag.deploy.p2p_collectives.tree_sum` does: one
+  binary tree over the devices, S up and down one level per phase (`tag.sim.gloo_tree`).
 * ``hierarchical`` (NCCL/Horovod form, sharded as deploy shards it, `tag.deploy.comm`): with k the fewest
   replicas any of the sync's machines holds, S is cut into k shards of S/k, and in every machine its j-th device
   (j < k) owns shard j; devices past the k-th own none. (1) In each machine, a ring reduce-scatter coflow:
@@ -84,6 +78,8 @@ its route's point-to-point latency (the library's per-call and per-step work: gl
 `tag profile links`), every ring, tree and hierarchical step (and each hop of the leader form's ring) takes
 ``max(route latency, step_us)`` (`step_latency_us`); point-to-point transfers, ps and the leader's chains keep the
 route's.
+
+**Measured call cost on CPU ranks** (`call_ms`, optional): `tag.sim.cpu_calls` (a floor on each call's latency).
 """
 
 from __future__ import annotations
@@ -313,6 +309,8 @@ def tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
         return []
     on = uses_nccl(cluster, devices)
     if not on:
+        from tag.sim.gloo_tree import gloo_tree_phases
+
         return gloo_tree_phases(cluster, devices, nbytes, ring_gbps)
     members = machine_members(cluster, devices)
     heads = [m[0] for m in members]
@@ -337,23 +335,6 @@ def tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
     volume = nbytes / 2.0 / nccl.TREE_BUSBW_FACTOR
     repeats = max(Counter(hops).values())
     return [[_capped(cluster, _coflow(cluster, hops, volume, latency_us / 1e3), ring_gbps, repeats)]]
-
-
-def gloo_tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
-                     ring_gbps: float | None = None) -> list[list[FlowSpec]]:
-    """The tree as deploy runs it on CPU ranks (`tag.deploy.p2p_collectives.tree_sum`; module docstring): one
-    binary tree over `devices` sorted (index i has children 2i+1, 2i+2), S up one level per phase (deepest first),
-    then down one level per phase; each message a point-to-point flow of `nbytes` capped at `ring_gbps`."""
-    order = sorted(devices)
-    depth = [0] * len(order)
-    for i in range(1, len(order)):
-        depth[i] = depth[(i - 1) // 2] + 1
-    levels = range(max(depth), 0, -1)
-    up = [[_capped(cluster, p2p_spec(cluster, order[i], order[(i - 1) // 2], nbytes), ring_gbps)
-           for i in range(1, len(order)) if depth[i] == d] for d in levels]
-    down = [[_capped(cluster, p2p_spec(cluster, order[(i - 1) // 2], order[i], nbytes), ring_gbps)
-             for i in range(1, len(order)) if depth[i] == d] for d in reversed(levels)]
-    return up + down
 
 
 def _with_latency(spec: FlowSpec, extra_ms: float) -> FlowSpec:
@@ -411,13 +392,20 @@ SYNC_PHASES = {"ring": allreduce_phases, "allreduce": allreduce_phases, "tree": 
 
 def sync_phases(method: str, cluster: Cluster, devices: tuple[int, ...], nbytes: float,
                 server: int | None = None, ring_gbps: float | None = None,
-                step_us: float | None = None) -> list[list[FlowSpec]]:
+                step_us: float | None = None, call_ms: dict | None = None) -> list[list[FlowSpec]]:
     """The phases of one gradient sync of `nbytes` over `devices` by `method` (one of `SYNC_PHASES` or ``ps``;
     `ring_gbps` / `step_us`: the measured per-hop rate and per-step latency of the collective library's ring and
-    tree steps, or None; see the module docstring)."""
+    tree steps, or None; `call_ms`: {call kind: measured cost of one call on CPU ranks, ms} or None, applied when
+    not every device is a GPU; see the module docstring)."""
     if method == "ps":
-        return ps_phases(cluster, devices, nbytes, devices[0] if server is None else server)
-    build = SYNC_PHASES.get(method)
-    if build is None:
-        raise ValueError(f"unknown sync method {method!r} (expected ps or one of {', '.join(SYNC_PHASES)})")
-    return build(cluster, devices, nbytes, ring_gbps, step_us)
+        phases = ps_phases(cluster, devices, nbytes, devices[0] if server is None else server)
+    else:
+        build = SYNC_PHASES.get(method)
+        if build is None:
+            raise ValueError(f"unknown sync method {method!r} (expected ps or one of {', '.join(SYNC_PHASES)})")
+        phases = build(cluster, devices, nbytes, ring_gbps, step_us)
+    if call_ms and not uses_nccl(cluster, devices):
+        from tag.sim.cpu_calls import cpu_call_kind, with_call_floor
+
+        phases = with_call_floor(phases, call_ms.get(cpu_call_kind(method)))
+    return phases

@@ -138,6 +138,17 @@ class SimContext:
         steps = [s for s in steps if s is not None]
         return max(steps) if steps else None
 
+    def call_ms(self, devices: tuple) -> dict | None:
+        """{call kind: measured cost of one collective call over `devices`, ms} (`cost.collective_call_ms`,
+        optional like `ring_gbps`: per kind the slowest of the ranks' device types), or None (`tag.sim.cpu_calls`)."""
+        fn = getattr(self.cost, "collective_call_ms", None)
+        found = [] if fn is None or len(devices) < 2 else [fn(self.dtypes[d]) for d in devices]
+        out: dict = {}
+        for c in (c for c in found if c):
+            for kind, ms in c.items():
+                out[kind] = max(out.get(kind, 0.0), ms)
+        return out or None
+
     def choose_algorithm(self, devices: tuple, nbytes: float) -> str:
         """The cheapest by-cost collective for `nbytes` over `devices` (`tag.sim.algorithms.choose_algorithm`),
         cached."""
@@ -145,7 +156,7 @@ class SimContext:
         hit = self._phases.get(key)
         if hit is None:
             hit = self._phases[key] = choose_algorithm(self.cluster, devices, nbytes, self.ring_gbps(devices),
-                                                       self.step_us(devices))
+                                                       self.step_us(devices), self.call_ms(devices))
         return hit
 
     def resolve_method(self, method: str, devices: tuple, nbytes: float) -> str:
@@ -165,7 +176,7 @@ class SimContext:
         hit = self._phases.get(key)
         if hit is None:
             hit = sync_phases(method, self.cluster, devices, nbytes, server, self.ring_gbps(devices),
-                              self.step_us(devices))
+                              self.step_us(devices), self.call_ms(devices))
             if len(self._phases) > _MAX_ENTRIES:
                 self._phases.clear()
             self._phases[key] = hit

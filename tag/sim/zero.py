@@ -19,7 +19,9 @@ replicas (the devices with rows). A bucket holds groups of one ZeRO stage (`tag.
   builder: 2 gathers per step, so 1.5 x the all-reduce's wire volume). A gather is **prefetched** as FSDP2 does:
   it is issued when the task before the gathering task starts on each replica (it waits for the end of the task
   two places earlier in that replica's program; none, for the first two tasks: it is ready at time 0), and
-  queues on the group's communicator behind the collectives issued before it.
+  queues on the group's communicator behind the collectives issued before it. **On CPU ranks** (not every device
+  a GPU) deploy gathers on the main thread right before the gathering task, blocking (`tag.deploy.zero`): the
+  gather waits for the end of the task just before it, and that task's device waits for the gather.
 * **pipelined** (gradient accumulation over m micro-batches): as FSDP2 under torch's pipeline schedules
   (torchtitan: ``reshard_after_forward=False`` with pipelining, gradient sync only after the last micro-batch),
   a zero-3 group's weights are gathered once per step, before its forward of micro-batch 0, and stay whole
@@ -34,7 +36,7 @@ before the backward, reduce-scatter S/2 after it: 3 x S/2 per hop in all, agains
 from __future__ import annotations
 
 from tag.sim.buckets import own_sync_bytes
-from tag.sim.collectives import zero_collective
+from tag.sim.collectives import uses_nccl, zero_collective
 from tag.sim.taskgraph import DependentKind, SyncUnit, TaskKind
 
 _SYNC = DependentKind.SYNC
@@ -158,15 +160,17 @@ def _gather_sets(ctx, decision, g: int, tasks: dict, nbytes: float) -> list:
 
 
 def _add_weight_gather(ctx, units, draft, programs, pos, tdev, tasks, g, devs, nbytes, method, label) -> None:
-    """One prefetched zero-3 gather over `devs` releasing their tasks in `tasks` (`add_weight_gathers`)."""
+    """One zero-3 gather over `devs` (prefetched, or blocking on CPU ranks) releasing their tasks in `tasks`
+    (`add_weight_gathers`)."""
     j = len(units)
     u = SyncUnit((g,), devs, nbytes, method, None, label)
     u.phases = ctx.phases(u.method, devs, u.nbytes, None)
+    lag = 2 if uses_nccl(ctx.cluster, devs) else 1  # prefetched (FSDP2), or blocking on CPU ranks (docstring)
     for d in devs:
         k = tasks[d]
         i = pos[k]
-        if i >= 2:
-            before = programs[tdev[k]][i - 2]
+        if i >= lag:
+            before = programs[tdev[k]][i - lag]
             u.wait.append(before)
             count_towards(draft, before, j)
         u.release.append(k)

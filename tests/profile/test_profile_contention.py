@@ -79,4 +79,5 @@ def test_probe_on_two_ranks(tmp_path):
     assert 0 <= c["handoff_ms"] < 10
     assert 0.5 < c["alone_stretch"] < 20 and 0.5 < c["together_stretch"] < 20
     assert c["together_speed"] == pytest.approx(c["together_step_ms"] / c["alone_step_ms"])
+    assert set(c["call_ms"]) == {"allreduce", "p2p"} and all(0 <= v < 50 for v in c["call_ms"].values())
     from_json({"version": 1, "device_type": "cpu", "contention": c}, "p.json")  # a valid block
