@@ -8,7 +8,8 @@ each named random-SEED). Every column of a case is a `tag plan` command line, li
 With `--results F.jsonl` each finished case is appended to F as it completes (`tag.bench.ablate_results`), a re-run
 skips the cases F already holds with the same settings, and the tables are rendered from everything in F (so
 several runs with different settings, e.g. a batch size for one topology, build one table); `--render-only`
-renders F without planning, listing the cases of the --models x --topologies grid F does not hold yet. One line
+renders F without planning: everything in F, or with --models / --topologies (and --random) only that grid's cases,
+listing those F does not hold yet. One line
 per finished case goes to stderr (and a progress bar on a terminal).
 """
 
@@ -30,10 +31,12 @@ def ablate(args):
     settings = AblationSettings(args.batch_size, args.optimizer, args.playouts, args.simulations, args.seed)
     done = read_results(args.results) if args.results else []
     if args.render_only:
-        cases, commands = done, []
-        held = {(c.model, c.topology) for c in done}
-        missing = [f"{m} on {t}" for m, t in _grid_names(args) if (m, t) not in held] \
-            if args.models or args.topologies else []
+        commands, cases, missing = [], done, []
+        if args.models or args.topologies:  # only the grid's cases, and those of it F does not hold
+            grid = _grid_names(args)
+            cases = [c for c in done if (c.model, c.topology) in set(grid)]
+            held = {(c.model, c.topology) for c in cases}
+            missing = [f"{m} on {t}" for m, t in grid if (m, t) not in held]
     else:
         cases, commands = _run(args, settings, {case_key(c.model, c.topology, c.settings) for c in done})
         missing = []

@@ -51,8 +51,8 @@ def add_parser(sub):
                    help="with --ablate: append each finished case to F as it completes, skip the cases F already "
                         "holds with the same settings, and render the tables from everything in F")
     p.add_argument("--render-only", action="store_true",
-                   help="with --ablate --results F: render F's tables without planning (the --models x "
-                        "--topologies cases F does not hold yet are listed as missing)")
+                   help="with --ablate --results F: render F's tables without planning (with --models / "
+                        "--topologies: only that grid's cases, and those F does not hold yet listed as missing)")
     p.add_argument("--batch-size", type=positive_int, default=None, metavar="B",
                    help="with --ablate: every case's global batch (default: as tag plan, the file's batch if above "
                         "1, else 32 per device)")

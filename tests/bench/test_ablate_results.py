@@ -60,6 +60,11 @@ def test_render_only_plans_nothing_and_lists_the_missing_cases(tmp_path, capsys)
     # start 8 -> full 4 and start+refine 4 -> tree+refine 4: 2x and 1x, headroom 8 / 2 - 1 = 300 %
     assert "full over start: 2.000x geomean over 1 cases" in out
     assert "tree+refine over start+refine, on the 1 cases with >= 20% headroom over the bound: 1.000x" in out
+    # only the grid asked for: small_cnn alone holds none of F's cases
+    assert main(["bench", "--ablate", "--models", "small_cnn", "--topologies", "cpu4", "--results", str(results),
+                 "--render-only", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["cases"] == [] and obj["missing"] == ["small_cnn on cpu4"]
 
 
 @pytest.mark.parametrize("bad, found", [("not json\n", "invalid JSON"), ('{"format": "other"}\n', "'other'"),
