@@ -79,7 +79,7 @@ def needed(c: list[float], target: float) -> int | None:
 def value_taus(net, inst, run) -> tuple[float, float]:
     """Kendall tau against simulated log speedups, over the cached strategies that fit, of (the value head, the
     critical-path estimate it reads alone: `v_prior`, ln(time_scale_ms / estimated iteration ms))."""
-    from torch_geometric.data import Batch
+    from tag.gnn.graph import batch_graphs
     items = [(s, r) for s, r in run.evaluator.cache.items() if not r.oom and math.isfinite(r.iteration_ms)]
     if len(items) < 3:
         return float("nan"), float("nan")
@@ -87,7 +87,7 @@ def value_taus(net, inst, run) -> tuple[float, float]:
     preds, prior = [], []
     with torch.no_grad():
         for i in range(0, len(items), 64):
-            b = Batch.from_data_list([inst.features.state(s) for s, _ in items[i:i + 64]])
+            b = batch_graphs([inst.features.state(s) for s, _ in items[i:i + 64]])
             preds.extend(net(b, with_policy=False)[1].tolist())
             prior.extend(b.v_prior.tolist())
     return kendall_tau(preds, truth), kendall_tau(prior, truth)

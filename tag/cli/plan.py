@@ -245,11 +245,10 @@ def _load_gnn(args, inp):
     try:
         import importlib
 
-        for lib in ("torch", "torch_geometric"):
-            importlib.import_module(lib)
+        importlib.import_module("torch")
         from tag.gnn import default_checkpoint, load_priors_fn
     except ImportError as e:
-        raise InputError(where, "GNN", "torch and torch-geometric installed (or --no-gnn to plan without the GNN)",
+        raise InputError(where, "GNN", "torch installed (or --no-gnn to plan without the GNN)",
                          f"{type(e).__name__}: {e}") from None
     ckpt = args.gnn or default_checkpoint()
     if ckpt is None:

@@ -4,7 +4,8 @@ Public API: `load_priors_fn(ckpt_path, gg, cluster, cost, training) -> priors_fn
 `tag.search.planner.plan(..., priors_fn=...)`, and `default_checkpoint()` -> the shipped weights' path or None;
 `load_structure_priors_fn(ckpt_path, gg, cluster, cost, training)` -> the structure tree's priors for
 `plan(..., structure_priors_fn=...)` (`tag.gnn.structure_model`; shipped weights: `checkpoint.default_structure_checkpoint()`).
-Heavy imports (torch, PyG) happen on first use.
+Heavy imports (torch) happen on first use; nothing here imports torch_geometric (`tag.gnn.layers` and
+`tag.gnn.graph` implement what the networks use).
 """
 
 from __future__ import annotations

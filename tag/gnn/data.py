@@ -1,4 +1,4 @@
-"""HeteroData from (GroupGraph, Cluster, cost model, partial strategy): the GNN's view of one search state.
+"""The GNN's graph (`tag.gnn.graph.HeteroGraph`) from (GroupGraph, Cluster, cost model, partial strategy): the GNN's view of one search state.
 
 Node types ``group`` (op groups) and ``device``; edge types
 
@@ -30,10 +30,10 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from torch_geometric.data import HeteroData
 
 from tag.cost import comm
 from tag.gnn.estimate import Estimate, estimate
+from tag.gnn.graph import HeteroGraph
 from tag.search.space import even_rows, group_has_params
 from tag.sim.memory import static_bytes
 from tag.strategy import Decision, Strategy, TrainingConfig, slices
@@ -222,8 +222,8 @@ class InstanceFeatures:
         return rows, tm, mem
 
     def state(self, strategy: Strategy, current: int | None = None,
-              candidates: Sequence[Decision] | None = None, value_features: bool = True) -> HeteroData:
-        """The HeteroData of a search state: `strategy` (complete; undecided groups hold the base decision),
+              candidates: Sequence[Decision] | None = None, value_features: bool = True) -> HeteroGraph:
+        """The HeteroGraph of a search state: `strategy` (complete; undecided groups hold the base decision),
         `current` the group being decided and its `candidates` (adds the ``cand`` nodes). `value_features=False`
         skips the critical-path estimate (zeros in `u` and `v_prior`): for callers that read only the policy."""
         K, n, B = self.K, self.n, self.batch
@@ -242,7 +242,7 @@ class InstanceFeatures:
         dev_mem = mem.sum(axis=0)
         d_dyn = np.stack([self.ratio(tm.sum(axis=0)), share.mean(axis=0), (rows > 0).sum(axis=0) / K,
                           _l(dev_mem / self.usable)], axis=1)
-        data = HeteroData()
+        data = HeteroGraph()
         data["group"].x = torch.tensor(np.concatenate([self.g_static, g_dyn], axis=1), dtype=torch.float32)
         data["device"].x = torch.tensor(np.concatenate([self.d_static, d_dyn], axis=1), dtype=torch.float32)
         data["device", "link", "device"].edge_index = self.link_index

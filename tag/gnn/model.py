@@ -29,10 +29,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch_geometric.nn import GATv2Conv, HeteroConv, TransformerConv
-from torch_geometric.utils import scatter, softmax
-
 from tag.gnn.data import CAND_DIM, DEVICE_DIM, EDGE_DIMS, GLOBAL_DIM, GROUP_DIM, USES
+from tag.gnn.layers import GATv2Conv, HeteroConv, TransformerConv
+from tag.gnn.segment import scatter, softmax
 
 
 def _batch_vec(store, n: int) -> torch.Tensor:

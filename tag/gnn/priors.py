@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from tag.gnn.data import InstanceFeatures
+from tag.gnn.graph import batch_graphs
 from tag.gnn.model import TagGNN, policy_log_probs
 from tag.strategy import Decision, Strategy
 
@@ -39,9 +40,7 @@ def value_prior(net: TagGNN, features: InstanceFeatures, strategy: Strategy, gro
     All children are scored in one batched forward pass. Returns (priors summing to 1, the largest child value,
     a predicted ln(time_scale_ms / iteration_ms)).
     """
-    from torch_geometric.data import Batch
-
-    b = Batch.from_data_list([features.state(strategy.replace(group_id, c)) for c in candidates])
+    b = batch_graphs([features.state(strategy.replace(group_id, c)) for c in candidates])
     with torch.no_grad():
         v = net(b, with_policy=False)[1].double().numpy()
     z = np.exp((v - v.max()) / temperature)

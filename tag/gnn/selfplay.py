@@ -103,8 +103,8 @@ def run_search(inst: Instance, playouts: int, priors_fn=None, seed: int = 0) -> 
 
 @dataclass
 class Samples:
-    policy: list = field(default_factory=list)  # HeteroData with cand.target
-    value: list = field(default_factory=list)  # HeteroData with .value
+    policy: list = field(default_factory=list)  # HeteroGraph with cand.target
+    value: list = field(default_factory=list)  # HeteroGraph with .value
 
 
 def episode_samples(inst: Instance, run: SearchRun, rng: np.random.Generator, max_value: int = 48) -> Samples:

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch_geometric.utils import softmax
-
 from tag.gnn.data import GLOBAL_DIM
 from tag.gnn.model import TagGNN, _batch_vec, pool_state
+from tag.gnn.segment import softmax
 from tag.gnn.structure_features import ACTION_DIM
 
-ACT = "act"  # node type of the actions in a decision point's HeteroData: x [A, ACTION_DIM], target [A]
+ACT = "act"  # node type of the actions in a decision point's HeteroGraph: x [A, ACTION_DIM], target [A]
 
 
 class StructureNet(nn.Module):

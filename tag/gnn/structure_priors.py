@@ -20,7 +20,7 @@ UNIFORM_MIX = 0.2  # share of the uniform distribution in the priors `tag plan` 
 
 
 class PointBuilder:
-    """Decision points of one instance as HeteroData: the strategy's state graph (`InstanceFeatures.state`, with
+    """Decision points of one instance as HeteroGraphs: the strategy's state graph (`InstanceFeatures.state`, with
     the critical-path estimate) plus ``act`` nodes, one per action (`ActionFeaturizer`)."""
 
     def __init__(self, gg, cluster, cost, training, batch: int | None = None):

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch_geometric.data import Batch
 
+from tag.gnn.graph import batch_graphs
 from tag.errors import InputError
 from tag.gnn.checkpoint import STRUCTURE_FORMAT, default_checkpoint, load_checkpoint, read_checkpoint, save_checkpoint
 from tag.gnn.structure_model import ACT, StructureNet, action_log_probs
@@ -56,7 +56,7 @@ class StructureTrainConfig:
 
 def losses(net: StructureNet, points: list) -> tuple[torch.Tensor, torch.Tensor]:
     """(policy cross-entropy to the visit distributions, value Huber loss) over a list of points."""
-    b = Batch.from_data_list(points)
+    b = batch_graphs(points)
     logits, value = net(b)
     lp = -(b[ACT].target * action_log_probs(b, logits)).sum() / len(points)
     return lp, torch.nn.functional.smooth_l1_loss(value, b.value, beta=0.5)

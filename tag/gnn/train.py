@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from torch_geometric.data import Batch
 
+from tag.gnn.graph import batch_graphs
 from tag.errors import InputError
 from tag.gnn.checkpoint import load_checkpoint, save_checkpoint
 from tag.gnn.metrics import kendall_tau
@@ -120,13 +120,13 @@ def losses(net: TagGNN, policy: list, value: list):
     zero = torch.zeros(())
     lp = lv = zero
     if policy:
-        b = Batch.from_data_list(policy)
+        b = batch_graphs(policy)
         logits, v = net(b)
         logp = policy_log_probs(b, logits)
         lp = -(b["cand"].target * logp).sum() / len(policy)
         lv = lv + torch.nn.functional.smooth_l1_loss(v, b.value, beta=0.5)
     if value:
-        b = Batch.from_data_list(value)
+        b = batch_graphs(value)
         _, v = net(b, with_policy=False)
         lv = lv + torch.nn.functional.smooth_l1_loss(v, b.value, beta=0.5)
     return lp, lv
@@ -137,7 +137,7 @@ def fresh_metrics(net: TagGNN, samples) -> dict:
     out = {}
     with torch.no_grad():
         if len(samples.value) >= 3:
-            b = Batch.from_data_list(samples.value)
+            b = batch_graphs(samples.value)
             _, v = net(b, with_policy=False)
             out["tau"] = kendall_tau(v.numpy(), b.value.numpy())
         if samples.policy:

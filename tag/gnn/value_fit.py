@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch_geometric.data import Batch
 
+from tag.gnn.graph import batch_graphs
 from tag.gnn.checkpoint import load_checkpoint, save_checkpoint
 from tag.gnn.model import TagGNN
 from tag.gnn.targets import speed_target
@@ -41,7 +41,7 @@ GROUP_CHOICES = (8, 12, 16)
 
 
 def collect_states(inst, playouts: int, seed: int, max_states: int, rng: np.random.Generator) -> list:
-    """Value samples (HeteroData with `.value` [1] and `.inst` [1]) from a uniform search of `playouts` playouts:
+    """Value samples (HeteroGraphs with `.value` [1] and `.inst` [1]) from a uniform search of `playouts` playouts:
     up to `max_states` simulated strategies that fit in memory, drawn without replacement. [] if every
     baseline runs out of memory."""
     from tag.gnn.selfplay import start_search
@@ -76,14 +76,14 @@ def pair_rank_loss(pred: torch.Tensor, target: torch.Tensor, group: torch.Tensor
 
 def value_loss(net: TagGNN, samples: list, rank_weight: float = 1.0) -> torch.Tensor:
     """Huber(value, target) + rank_weight x `pair_rank_loss` within instances, on a list of samples."""
-    b = Batch.from_data_list(samples)
+    b = batch_graphs(samples)
     _, v = net(b, with_policy=False)
     return (torch.nn.functional.smooth_l1_loss(v, b.value, beta=0.5)
             + rank_weight * pair_rank_loss(v, b.value, b.inst))
 
 
 def validation_tau(net: TagGNN, val: list) -> float:
-    """Mean over instances of the Kendall tau between the value head and the targets (`val`: one Batch of
+    """Mean over instances of the Kendall tau between the value head and the targets (`val`: one batched graph of
     value samples per instance)."""
     from tag.gnn.metrics import kendall_tau
 
@@ -101,7 +101,7 @@ def fit_value(net: TagGNN, by_instance: list[list], *, minutes: float, seed: int
     """Adam on `net.value_parameters()` only: each step takes `states_per_instance` states from each of
     `instances_per_batch` instances. Stops after `minutes` or `max_steps`. Returns {"steps", "loss"}.
 
-    With `val` (one Batch per validation instance: states of models not trained on), the validation tau is
+    With `val` (one batched graph per validation instance: states of models not trained on), the validation tau is
     measured before training and every `eval_every` steps, and the value parameters end at the best of those
     points (step 0 included: if no training helps, the network is returned as it came); the result then
     also has "val_tau_start", "val_tau" and "best_step"."""
@@ -296,7 +296,7 @@ def run(opts: ValueFitOptions, command: str = "") -> int:
                 pickle.dump(data, f)
     val_models = set(opts.val_models)
     train = [xs for name, xs in data if name not in val_models]
-    val = [Batch.from_data_list(xs[:200]) for name, xs in data if name in val_models]
+    val = [batch_graphs(xs[:200]) for name, xs in data if name in val_models]
     if val_models and not val:
         log({"warning": f"no collected instance of the validation models {sorted(val_models)}"})
     stats = fit_value(net, train, minutes=opts.minutes, seed=opts.seed, lr=opts.lr, progress=log, val=val or None)

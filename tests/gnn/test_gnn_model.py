@@ -8,11 +8,11 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from torch_geometric.data import Batch
-from torch_geometric.nn import TransformerConv
 
 from gnn_helpers import FlopsCost, topology
 from tag.gnn.data import InstanceFeatures
+from tag.gnn.graph import batch_graphs
+from tag.gnn.layers import TransformerConv
 from tag.gnn.metrics import kendall_tau
 from tag.gnn.model import TagGNN, policy_log_probs
 from tag.graph.coarsen import coarsen
@@ -39,7 +39,7 @@ def test_policy_is_a_distribution_per_state_for_any_candidate_count(setup):
     net = TagGNN(hidden=32, layers=3, heads=4).eval()
     datas = [feats.state(base, g, space.candidates[g]) for g in space.order[:3]]
     counts = [len(space.candidates[g]) for g in space.order[:3]]
-    b = Batch.from_data_list(datas)
+    b = batch_graphs(datas)
     with torch.no_grad():
         logits, values = net(b)
         p = policy_log_probs(b, logits).exp()
@@ -163,7 +163,7 @@ def test_untrained_value_prior_head_predicts_the_estimate(setup, training):
     torch.manual_seed(3)
     net = TagGNN(hidden=32, layers=3, heads=4, value_prior=True, value_trunk=True).eval()
     strategies = [base] + [base.replace(g, space.candidates[g][-1]) for g in space.order[:3]]
-    b = Batch.from_data_list([feats.state(s) for s in strategies])
+    b = batch_graphs([feats.state(s) for s in strategies])
     with torch.no_grad():
         v = net(b, with_policy=False)[1]
     # the head's last layer starts at zero: the prediction is ln(time scale / estimated iteration), worked out here

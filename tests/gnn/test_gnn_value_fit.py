@@ -7,9 +7,9 @@ import math
 
 import pytest
 import torch
-from torch_geometric.data import Batch
 
 from gnn_helpers import FlopsCost, topology
+from tag.gnn.graph import batch_graphs
 from tag.gnn.checkpoint import load_checkpoint, save_checkpoint
 from tag.gnn.data import InstanceFeatures
 from tag.gnn.targets import speed_target
@@ -65,7 +65,7 @@ def test_value_trunk_copy_starts_identical_and_round_trips(setup, tmp_path):
     torch.manual_seed(0)
     net = TagGNN(hidden=32, layers=2, heads=4).eval()
     twin = with_value_trunk(net)
-    b = Batch.from_data_list(policy_states)
+    b = batch_graphs(policy_states)
     with torch.no_grad():
         l0, v0 = net(b)
         l1, v1 = twin(b)
@@ -89,8 +89,8 @@ def test_fit_learns_the_order_and_leaves_the_policy_untouched(setup, trunk):
     net = TagGNN(hidden=32, layers=2, heads=4).eval()
     if trunk:
         net = with_value_trunk(net)
-    b = Batch.from_data_list(policy_states)
-    vb = Batch.from_data_list(samples)
+    b = batch_graphs(policy_states)
+    vb = batch_graphs(samples)
     with torch.no_grad():
         logits_before = net(b)[0].clone()
         tau_before = kendall_tau(net(vb, with_policy=False)[1].numpy(), vb.value.numpy())
@@ -115,11 +115,11 @@ def test_validation_keeps_the_best_step_including_none(setup):
     samples, _ = setup
     torch.manual_seed(4)
     net = TagGNN(hidden=32, layers=2, heads=4).eval()
-    vb = Batch.from_data_list(samples)
+    vb = batch_graphs(samples)
     before = [p.detach().clone() for p in net.value_parameters()]
     # validation targets in the reverse order of the training targets: learning the training order can only
     # lower the validation tau below its start, so the fit must hand the network back unchanged
-    flipped = vb.clone()
+    flipped = batch_graphs(samples)  # a second batch of the same states
     flipped.value = -vb.value
     with torch.no_grad():
         start = kendall_tau(net(vb, with_policy=False)[1].numpy(), flipped.value.numpy())

@@ -190,11 +190,11 @@ def test_finetune_on_a_profile_moves_its_values_towards_that_hardwares_simulated
     not predicted), and its priors there changed."""
     from tag.cli import main
     from tag.gnn.checkpoint import STRUCTURE_FORMAT, load_checkpoint, save_checkpoint
+    from tag.gnn.graph import batch_graphs
     from tag.gnn.selfplay import load_instance
     from tag.gnn.structure_model import StructureNet
     from tag.gnn.structure_selfplay import start_tree, tree_samples
     from tag.gnn.train import load_cluster
-    from torch_geometric.data import Batch
 
     path, profile, topo_dir, topo = profiled
     torch.manual_seed(0)
@@ -216,7 +216,7 @@ def test_finetune_on_a_profile_moves_its_values_towards_that_hardwares_simulated
     inst = load_instance(path, load_cluster(topo), training, profile=profile)
     run = start_tree(inst.gg, inst.cluster, inst.cost, training, seed=12345)
     run.tree.run(40)
-    batch = Batch.from_data_list(tree_samples(run))
+    batch = batch_graphs(tree_samples(run))
     before = load_checkpoint(init, STRUCTURE_FORMAT)[0]
     after = load_checkpoint(out, STRUCTURE_FORMAT)[0]
     with torch.no_grad():
