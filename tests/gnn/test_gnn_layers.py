@@ -68,43 +68,41 @@ def _random_bipartite(seed: int, n_src: int, n_dst: int, n_edges: int, f: int = 
     return x_src, x_dst, edge_index, torch.randn(n_edges, edge_dim, generator=g)
 
 
-def _loop_transformer(conv: TransformerConv, x_src, x_dst, edge_index, edge_attr):
-    """TransformerConv's formula node by node: per destination i, softmax over its edges of q_i.(k_j + e_ij)/sqrt C,
-    the weighted sum of v_j + e_ij, heads concatenated."""
-    H, C = conv.heads, conv.out_channels
-    q = conv.lin_query(x_dst).view(-1, H, C)
-    k = conv.lin_key(x_src).view(-1, H, C)
-    v = conv.lin_value(x_src).view(-1, H, C)
-    e = conv.lin_edge(edge_attr).view(-1, H, C)
-    out = torch.zeros(x_dst.shape[0], H * C)
-    for i in range(x_dst.shape[0]):
+def _loop_attention(n_dst: int, edge_index, H: int, C: int, score, message):
+    """Attention node by node: out[i, head h] = sum over edges m into i of softmax_m(score(i, m, h)) * message(m, h),
+    [n_dst, H * C] (0 where i has no edge)."""
+    out = torch.zeros(n_dst, H * C)
+    for i in range(n_dst):
         es = [m for m in range(edge_index.shape[1]) if int(edge_index[1, m]) == i]
-        if not es:
-            continue
-        for h in range(H):
-            s = torch.stack([q[i, h] @ (k[edge_index[0, m], h] + e[m, h]) / math.sqrt(C) for m in es])
-            w = torch.softmax(s, 0)
-            out[i, h * C:(h + 1) * C] = sum(w[t] * (v[edge_index[0, m], h] + e[m, h]) for t, m in enumerate(es))
+        for h in range(H if es else 0):
+            w = torch.softmax(torch.stack([score(i, m, h) for m in es]), 0)
+            out[i, h * C:(h + 1) * C] = sum(w[t] * message(m, h) for t, m in enumerate(es))
+    return out
+
+
+def _loop_transformer(conv: TransformerConv, x_src, x_dst, edge_index, edge_attr):
+    """TransformerConv's formula: scores q_i.(k_j + e_ij)/sqrt C, messages v_j + e_ij (+ the skip map of x_i)."""
+    H, C = conv.heads, conv.out_channels
+    q, k, v = (lin(x).view(-1, H, C) for lin, x in ((conv.lin_query, x_dst), (conv.lin_key, x_src),
+                                                     (conv.lin_value, x_src)))
+    e = conv.lin_edge(edge_attr).view(-1, H, C)
+    src = edge_index[0]
+    out = _loop_attention(x_dst.shape[0], edge_index, H, C,
+                          lambda i, m, h: q[i, h] @ (k[src[m], h] + e[m, h]) / math.sqrt(C),
+                          lambda m, h: v[src[m], h] + e[m, h])
     return out + (conv.lin_skip(x_dst) if conv.root_weight else 0.0)
 
 
 def _loop_gatv2(conv: GATv2Conv, x_src, x_dst, edge_index, edge_attr):
-    """GATv2's formula node by node: per destination i, softmax over its edges of a.LeakyReLU(W_r x_i + W_l x_j +
-    W_e e_ij), the weighted sum of W_l x_j, heads concatenated, plus the bias."""
+    """GATv2's formula: scores a.LeakyReLU(W_r x_i + W_l x_j + W_e e_ij), messages W_l x_j (+ the bias)."""
     H, C = conv.heads, conv.out_channels
-    xl = conv.lin_l(x_src).view(-1, H, C)
-    xr = conv.lin_r(x_dst).view(-1, H, C)
+    xl, xr = conv.lin_l(x_src).view(-1, H, C), conv.lin_r(x_dst).view(-1, H, C)
     e = conv.lin_edge(edge_attr).view(-1, H, C)
-    out = torch.zeros(x_dst.shape[0], H * C)
-    for i in range(x_dst.shape[0]):
-        es = [m for m in range(edge_index.shape[1]) if int(edge_index[1, m]) == i]
-        for h in range(H):
-            if not es:
-                continue
-            s = torch.stack([conv.att[0, h] @ torch.nn.functional.leaky_relu(xr[i, h] + xl[edge_index[0, m], h]
-                                                                              + e[m, h], 0.2) for m in es])
-            w = torch.softmax(s, 0)
-            out[i, h * C:(h + 1) * C] = sum(w[t] * xl[edge_index[0, m], h] for t, m in enumerate(es))
+    src = edge_index[0]
+    out = _loop_attention(x_dst.shape[0], edge_index, H, C,
+                          lambda i, m, h: conv.att[0, h] @ torch.nn.functional.leaky_relu(
+                              xr[i, h] + xl[src[m], h] + e[m, h], 0.2),
+                          lambda m, h: xl[src[m], h])
     return out + conv.bias
 
 
