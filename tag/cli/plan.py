@@ -191,7 +191,7 @@ def run(args) -> int:
     obj = plan_to_json(res.strategy, inp.gg, inp.cluster, inp.training, args.model, args.topology,
                        predicted=predicted_from_result(res.result, inp.cost.name),
                        baselines=baselines_summary(res.baselines), search=search, bucket_syncs=buckets,
-                       profile=args.profile)
+                       profile=args.profile, plan_path=args.output)
     if args.output:
         write_plan(args.output, obj)
     if args.trace:

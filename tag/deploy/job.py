@@ -85,10 +85,11 @@ class Job:
 
 
 def topology_path_of(plan_path: str, given: str | None) -> str:
-    """The topology file of a plan: `given`, else the plan's topology.path (as written, or beside the plan)."""
+    """The topology file of a plan: `given`, else the plan's topology.path (`resolve_recorded`: beside the plan,
+    or as written)."""
     if given:
         return given
-    from tag.strategy.planfile import load_plan_json
+    from tag.strategy.planfile import load_plan_json, resolve_recorded
 
     raw = load_plan_json(plan_path)
     topo = raw.get("topology") if isinstance(raw.get("topology"), dict) else {}
@@ -96,10 +97,11 @@ def topology_path_of(plan_path: str, given: str | None) -> str:
     if not isinstance(path, str) or not path:
         raise InputError(plan_path, "topology.path", "the path of the plan's topology file (or pass --topology)",
                          repr(path))
-    for cand in (path, os.path.join(os.path.dirname(os.path.abspath(plan_path)), path)):
-        if os.path.isfile(cand):
-            return cand
-    raise InputError(plan_path, "topology.path", "an existing topology file (or pass --topology T.json)", repr(path))
+    found = resolve_recorded(path, plan_path)
+    if found is None:
+        raise InputError(plan_path, "topology.path", "an existing topology file (or pass --topology T.json)",
+                         repr(path))
+    return found
 
 
 def prepare_job(plan_path: str, model_path: str, options: DeployOptions = DeployOptions(),
@@ -146,21 +148,21 @@ def prepare_job(plan_path: str, model_path: str, options: DeployOptions = Deploy
 
 
 def plan_profile(plan_path: str) -> tuple[str | None, str | None]:
-    """(path, None) of the profile a plan records (``profile.path``, as written or beside the plan) when its sha256
+    """(path, None) of the profile a plan records (``profile.path``, `resolve_recorded`) when its sha256
     still matches; (None, why not) when it is missing or changed; (None, None) when the plan records none."""
     from tag.graph.reader import file_sha256
-    from tag.strategy.planfile import load_plan_json
+    from tag.strategy.planfile import load_plan_json, resolve_recorded
 
     rec = load_plan_json(plan_path).get("profile")
     if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):
         return None, None
     path = rec["path"]
-    for cand in (path, os.path.join(os.path.dirname(os.path.abspath(plan_path)), path)):
-        if os.path.isfile(cand):
-            if file_sha256(cand) != rec.get("sha256"):
-                return None, f"profile {path} changed since the plan was made (sha256 differs): re-run tag plan"
-            return cand, None
-    return None, f"profile {path} recorded in the plan is missing"
+    found = resolve_recorded(path, plan_path)
+    if found is None:
+        return None, f"profile {path} recorded in the plan is missing"
+    if file_sha256(found) != rec.get("sha256"):
+        return None, f"profile {path} changed since the plan was made (sha256 differs): re-run tag plan"
+    return found, None
 
 
 def ranks_strategy(strategy: Strategy, n_devices: int, nproc: int) -> Strategy:

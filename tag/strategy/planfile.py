@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 
 from tag.errors import InputError, short_repr
@@ -71,7 +72,7 @@ def baselines_summary(results: dict) -> dict:
 def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, model_path: str, topology_path: str,
                  *, predicted: dict | None = None, baselines: dict | None = None, search: dict | None = None,
                  model_sha256: str | None = None, topology_sha256: str | None = None, bucket_syncs=None,
-                 cost=None, profile: str | None = None) -> dict:
+                 cost=None, profile: str | None = None, plan_path: str | None = None) -> dict:
     """The plan.json object for `strategy` over the groups of `gg` on `cluster`.
 
     Rows are listed in topology order, only devices with rows > 0; SFB op names in the group's op
@@ -79,7 +80,8 @@ def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, mode
     buckets (`tag.sim.context.SimContext.bucket_syncs`); without them the strategy's explicit buckets are used, or
     its buckets are derived, an ``auto`` bucket's algorithm chosen by `cost` (required then). `profile`: the
     `tag profile ops` file the plan was costed with, recorded by path and sha256 (`tag deploy` rebuilds that cost
-    model).
+    model). `plan_path`: where the plan will be written; the model, topology and profile paths are recorded relative
+    to its directory (`recorded_path`; as given without it).
     """
     graph = gg.graph
     if len(strategy.decisions) != gg.n_groups:
@@ -106,12 +108,13 @@ def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, mode
         "bucket_mb": _num(strategy.bucket_mb),
         "buckets": _buckets_json(strategy, gg, cluster, training, cost, bucket_syncs),
         **pipeline_to_json(strategy.pipeline, ids),
-        "model": {"path": str(model_path),
+        "model": {"path": recorded_path(model_path, plan_path),
                   "sha256": model_sha256 or file_sha256(model_path),
                   "batch_size": int(batch),
                   "input_shapes": {k: list(v) for k, v in sorted(graph.input_shapes.items())}},
-        "topology": {"path": str(topology_path), "sha256": topology_sha256 or file_sha256(topology_path)},
-        **({"profile": {"path": str(profile), "sha256": file_sha256(profile)}} if profile else {}),
+        "topology": {"path": recorded_path(topology_path, plan_path),
+                     "sha256": topology_sha256 or file_sha256(topology_path)},
+        **({"profile": {"path": recorded_path(profile, plan_path), "sha256": file_sha256(profile)}} if profile else {}),
         "training": training.to_json(),
         "groups": [{"id": g.id, "ops": [graph.ops[i].name for i in g.op_ids]} for g in gg.groups],
         "decisions": decisions,
@@ -149,6 +152,27 @@ def _buckets_json(strategy: Strategy, gg, cluster, training, cost, bucket_syncs)
             entry["server"] = ids[b.server]
         out.append(entry)
     return out
+
+
+def recorded_path(path: str, plan_path: str | None) -> str:
+    """How a plan records a file it refers to (model, topology, profile): relative to the plan file's directory, so
+    the plan and its inputs can move together and be read from any working directory; as given when the plan is not
+    written to a file (standard output)."""
+    if not plan_path:
+        return str(path)
+    try:
+        return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(plan_path)))
+    except ValueError:  # another drive
+        return os.path.abspath(path)
+
+
+def resolve_recorded(path: str, plan_path: str) -> str | None:
+    """The existing file a plan's recorded `path` names: beside the plan (as `recorded_path` writes it), else
+    relative to the working directory (plans written before recorded paths as given); None when neither exists."""
+    for cand in (os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(plan_path)), path)), path):
+        if os.path.isfile(cand):
+            return cand
+    return None
 
 
 def dumps_plan(plan: dict) -> str:
