@@ -63,7 +63,8 @@ def run_tag(args: list[str]) -> tuple[float, float, subprocess.CompletedProcess]
 
 
 def plan_row(model: str, topo_name: str, topo_path: str, flags: list[str], tmp: str) -> dict:
-    """Plan one case as a process; its wall s, plan() s, simulations, step ms and the figures before."""
+    """Plan one case as a process, writing `tmp`/MODEL-TOPO.json; its wall s, plan() s, simulations, step ms and the
+    figures before."""
     out = os.path.join(tmp, f"{model}-{topo_name}.json")
     wall, cpu, proc = run_tag(["plan", os.path.join("datasets", "models", f"{model}.onnx"), topo_path, *flags,
                                "-o", out])
@@ -95,8 +96,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-big", action="store_true", help="skip mixed1024 (5+ minutes)")
     ap.add_argument("--only-big", action="store_true", help="only mixed1024")
     ap.add_argument("--no-random", action="store_true", help="skip the random clusters")
+    ap.add_argument("--plans-dir", default=None, help="keep the plans here (MODEL-TOPO.json), e.g. to diff two commits'")
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.plans_dir or scratch
+        os.makedirs(tmp, exist_ok=True)
         if not args.only_big:
             rows = [plan_row(m, t, os.path.join("datasets", "topologies", f"{t}.json"), ["--json"], tmp)
                     for m in MODELS for t in TOPOLOGIES]
