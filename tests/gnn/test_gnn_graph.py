@@ -71,3 +71,16 @@ def test_batch_refuses_mixed_graphs():
         batch_graphs([batch_graphs([a])])
     with pytest.raises(ValueError, match="empty"):
         batch_graphs([])
+
+
+def test_graphs_pickle_and_copy():
+    """`python -m tag.gnn.value_fit --data` pickles collected states."""
+    import copy
+    import pickle
+
+    a = _graph(3, 2, [(1, 0), (2, 1)], [(2, 1)], 2.0)
+    a.value = torch.tensor([0.5])
+    for b in (pickle.loads(pickle.dumps(a)), copy.deepcopy(a)):
+        assert list(b.nodes) == list(a.nodes) and list(b.edges) == list(a.edges)
+        assert torch.equal(b[LINK].edge_index, a[LINK].edge_index) and torch.equal(b["cand"].target, a["cand"].target)
+        assert torch.equal(b.value, a.value) and b.inst is None
