@@ -253,8 +253,16 @@ def main() -> None:
     ap.add_argument("--pipeline-only", action="store_true",
                     help="only the pipelined plans (no baselines, searched or random plans)")
     ap.add_argument("--out", default=os.path.join(HERE, "fidelity.md"))
+    ap.add_argument("--autogroup-nice", type=int, default=None, metavar="N",
+                    help="run this process's session and every rank's at autogroup nice N (tag/profile/autogroup.py: "
+                         "other sessions' jobs, even at nice 19, otherwise take an equal share of the cores)")
     a = ap.parse_args()
     use_huge_pages()  # the profiles, probes and deploy workers it starts run as tag's own processes do
+    if a.autogroup_nice is not None:
+        from tag.profile.autogroup import ENV, apply_from_env
+
+        os.environ[ENV] = str(a.autogroup_nice)  # every rank it starts applies it too (batch_worker.py)
+        apply_from_env()
     import tempfile
     work = a.work or tempfile.mkdtemp(prefix="tag-fidelity-")
     os.makedirs(work, exist_ok=True)

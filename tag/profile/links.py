@@ -56,8 +56,10 @@ def launch_local(settings: LinkSettings, nproc: int, timeout_s: float = 300.0,
         cmd = torchrun_command(cfg, nproc, module="tag.profile.links_worker")
         env = dict(os.environ, OMP_NUM_THREADS=str(settings.threads), PYTHONWARNINGS="ignore")
         with open(os.path.join(run_dir, "torchrun.log"), "w") as log:
+            # a process group of its own (killed as one on timeout) in the caller's session: with the kernel's
+            # autogroup scheduling a new session would be a new CPU-share group, not the caller's priority
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
+                                    process_group=0)
             t0 = time.monotonic()
             while proc.poll() is None:
                 time.sleep(POLL_S)

@@ -23,6 +23,9 @@ def join_and_run(settings, timeout_s: float = 300.0) -> dict | None:
     if settings.device.startswith("cuda"):
         import torch
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    from tag.profile.autogroup import apply_from_env
+
+    apply_from_env()  # $TAG_AUTOGROUP_NICE: this rank's session's CPU share (tag.profile.autogroup)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
     try:
         return run_rank(settings)
