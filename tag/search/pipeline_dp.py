@@ -13,6 +13,19 @@ which sizes the micro-batches it keeps in flight; inf when it cannot run), the D
 
 gives f[S][0][0] = the least slowest-stage time with S stages, for every S up to `max_stages` in one pass
 (O(S x |group_cuts|^2 x |device_cuts|^2) stage_ms look-ups, each memoised by the caller if costly).
+
+A pipeline's iteration is not its slowest stage's total, though: each stage s has a steady part p_s (its
+micro-batches, paid in the steady state by the slowest stage only) and a tail e_s (its gradient sync after the
+last backward, paid once at the end by the worst one), so the iteration is about max_s p_s + max_s e_s, not
+max_s (p_s + e_s). Minimising the latter charges every stage its own sync and moves work off the stages that sync
+the most (a first stage that holds the embedding on two machines), which slows the steady state that every
+micro-batch pays. `best_capped_cuts` minimises the sum of the two maxima: for a cap E on the tails it runs the DP
+on p alone with every stage whose tail exceeds E infeasible, giving P(E); then
+
+    min over cuts of (max_s p_s + max_s e_s) = min over E of (P(E) + E)
+
+exactly when E ranges over every distinct tail value (the optimal cut's own max tail is one of them), and
+approximately over a ladder of caps.
 """
 
 from __future__ import annotations
@@ -38,6 +51,12 @@ class CutSolution:
 
     stages: tuple[StageCut, ...]
     slowest_ms: float
+    tail_ms: float = 0.0  # best_capped_cuts: the largest tail among the stages (0 otherwise)
+
+    @property
+    def two_max_ms(self) -> float:
+        """slowest_ms + tail_ms: the objective `best_capped_cuts` minimises."""
+        return self.slowest_ms + self.tail_ms
 
 
 StageFn = Callable[[int, int, int, int, int], float]  # (left, lo, hi, dlo, dhi) -> ms, inf if infeasible
@@ -104,17 +123,58 @@ def best_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_stages:
     return out
 
 
+def best_capped_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_stages: int,
+                     steady_ms: StageFn, tail_ms: StageFn, caps: Sequence[float]) -> dict[int, list[CutSolution]]:
+    """S -> the DP's cuts under every tail cap E of `caps` (distinct cuts only, in cap order): the least slowest
+    `steady_ms` among S-stage pipelines whose every stage has `tail_ms` <= E, with tail_ms of the solution = its
+    largest stage tail. min(two_max_ms) over a list is the least max steady + max tail over the cuts when `caps`
+    holds every distinct tail value (`brute_force_two_max`), an upper bound on it otherwise.
+
+    >>> steady = lambda left, lo, hi, dlo, dhi: float(hi - lo)
+    >>> tail = lambda left, lo, hi, dlo, dhi: 5.0 * (lo == 0) * (hi - lo)
+    >>> sols = best_capped_cuts([0, 1, 2, 3, 4], [0, 1, 2], 2, steady, tail, [math.inf, 5.0])
+    >>> [(c.slowest_ms, c.tail_ms) for c in sols[2]]  # uncapped: 2 + 2 groups; capped: 1 + 3 groups
+    [(2.0, 10.0), (3.0, 5.0)]
+    """
+    out: dict[int, list[CutSolution]] = {}
+    for cap in caps:
+        def capped(left, lo, hi, dlo, dhi, cap=cap):
+            return steady_ms(left, lo, hi, dlo, dhi) if tail_ms(left, lo, hi, dlo, dhi) <= cap else math.inf
+        for s, sol in best_cuts(group_cuts, device_cuts, max_stages, capped).items():
+            n = len(sol.stages)
+            tail = max(tail_ms(n - i, c.lo, c.hi, c.dlo, c.dhi) for i, c in enumerate(sol.stages))
+            found = out.setdefault(s, [])
+            if all(x.stages != sol.stages for x in found):
+                found.append(CutSolution(sol.stages, sol.slowest_ms, tail))
+    return out
+
+
+def brute_force_two_max(group_cuts: Sequence[int], device_cuts: Sequence[int], n_stages: int,
+                        steady_ms: StageFn, tail_ms: StageFn) -> float:
+    """The least max steady + max tail over every S-stage cut whose stages are all feasible (steady finite), by
+    enumeration (for tests)."""
+    best = math.inf
+    for args in _every_cut(group_cuts, device_cuts, n_stages):
+        p = max(steady_ms(*x) for x in args)
+        if math.isfinite(p):
+            best = min(best, p + max(tail_ms(*x) for x in args))
+    return best
+
+
 def brute_force_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], n_stages: int,
                      stage_ms: StageFn) -> float:
     """The least slowest-stage time over every S-stage cut, by enumeration (for tests)."""
+    return min((max(stage_ms(*x) for x in args) for args in _every_cut(group_cuts, device_cuts, n_stages)),
+               default=math.inf)
+
+
+def _every_cut(group_cuts: Sequence[int], device_cuts: Sequence[int], n_stages: int):
+    """Every S-stage cut as its stages' StageFn arguments [(left, lo, hi, dlo, dhi), ...], first stage first."""
     from itertools import combinations
 
     gc, dc = list(group_cuts), list(device_cuts)
-    best = math.inf
     for inner_g in combinations(gc[1:-1], n_stages - 1):
         a = (gc[0],) + inner_g + (gc[-1],)
         for b in combinations(dc[1:], n_stages):
             bb = (dc[0],) + b
-            v = max(stage_ms(n_stages - s, a[s], a[s + 1], bb[s], bb[s + 1]) for s in range(n_stages))
-            best = min(best, v)
-    return best
+            yield [(n_stages - s, a[s], a[s + 1], bb[s], bb[s + 1]) for s in range(n_stages)]

@@ -15,9 +15,10 @@ For a stage of groups [lo, hi) on devices D and m micro-batches of b = B / m row
 - sync_ms = all-reduce of the stage's parameter bytes over D: the cheaper of a ring (2 (n - 1) / n x bytes / the
   narrowest bandwidth between consecutive devices of D) and, over several machines, the hierarchical form
   (`StageModel._sync_ms`); 0 for one device;
-- stage time = m x max(compute_ms, transfer_ms) + transfer_ms + max(0, sync_ms - 2/3 compute_ms) (a
-  micro-batch's transfers overlap the next one's compute; one transfer stays exposed; the sync's buckets overlap
-  the last backward).
+- steady_ms = m x max(compute_ms, transfer_ms) + transfer_ms (a micro-batch's transfers overlap the next one's
+  compute; one transfer stays exposed), exposed sync = max(0, sync_ms - 2/3 compute_ms) (the sync's buckets
+  overlap the last backward), stage time = their sum. A pipeline pays the slowest stage's steady part and,
+  once at the end, the largest exposed sync (`tag.search.pipeline_dp.best_capped_cuts`).
 Memory of device d: fixed + per_row x r_d x in_flight <= 0.97 x usable, with (fixed, per_row) from
 `tag.search.starts.stage_cap_rows` and in_flight the most micro-batches the schedule keeps alive
 (`tag.strategy.pipeline.max_in_flight`; 1F1B: min(S - s, m)).
@@ -59,9 +60,14 @@ class StageRows:
         their gradients are ready."""
         return max(0.0, self.sync_ms - BACKWARD_SHARE * self.compute_ms)
 
+    def steady_ms(self, micro_batches: int) -> float:
+        """m micro-batches at the steady-state rate and the one transfer no compute hides: the part of the stage
+        the pipeline's steady state pays (the slowest stage's sets the pace)."""
+        return micro_batches * self.per_micro_batch_ms() + self.transfer_ms
+
     def stage_ms(self, micro_batches: int) -> float:
-        """m micro-batches at the steady-state rate, the one transfer no compute hides, and the exposed sync."""
-        return micro_batches * self.per_micro_batch_ms() + self.transfer_ms + self.exposed_sync_ms()
+        """The stage alone: its steady part and its exposed sync."""
+        return self.steady_ms(micro_batches) + self.exposed_sync_ms()
 
 
 class StageModel:
@@ -233,11 +239,16 @@ class StageModel:
             if nbytes > 0 and 0 <= q < len(self.order):
                 side[k] = self._boundary_ms(q, dlo, rows, nbytes, per_machine, per_device)
         transfer = max(max(per_machine.values(), default=0.0), max(per_device))
+        return StageRows(tuple(rows), compute, transfer, self.sync_ms(dlo, dhi, lo, hi), host, side[0], side[1])
+
+    def sync_ms(self, dlo: int, dhi: int, lo: int, hi: int) -> float:
+        """All-reduce of the parameters of groups [lo, hi) over block positions [dlo, dhi) (`_sync_ms`), ms
+        (memoised)."""
         key = (lo, hi, dlo, dhi)
         sync = self._sync.get(key)
         if sync is None:
             sync = self._sync[key] = self._sync_ms(dlo, dhi, float(self.param_prefix[hi] - self.param_prefix[lo]))
-        return StageRows(tuple(rows), compute, transfer, sync, host, side[0], side[1])
+        return sync
 
 
 def _group_rows(keys, rows) -> dict:

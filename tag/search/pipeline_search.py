@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from tag.graph.groups import group_has_params
-from tag.search.pipeline_dp import CutSolution, best_cuts
+from tag.search.pipeline_dp import CutSolution, best_capped_cuts, best_cuts
 from tag.search.pipeline_model import BACKWARD_SHARE, StageModel, StageRows
 from tag.strategy import AUTO, DEFAULT_BUCKET_MB, Decision, Strategy
 from tag.strategy.pipeline import Pipeline, Stage, max_in_flight, stage_order
@@ -26,6 +26,7 @@ MAX_STAGES = 8  # stage counts searched: 1 .. MAX_STAGES
 MAX_MICRO_BATCHES = 64  # micro-batch counts searched: the batch's divisors up to this
 MAX_GROUP_CUTS = 25  # cut positions over the groups (all of them when there are fewer groups)
 MAX_DEVICE_CUTS = 17  # cut positions over the devices (all of them on up to 16 devices)
+SYNC_CAP_LEVELS = 3  # tail caps below the whole model's all-reduce: divided by 4, 16, 64 (`sync_caps`)
 KEEP = 8  # (m, S, schedule) solutions turned into strategies (plus the best of each other stage count)
 
 
@@ -158,9 +159,18 @@ def estimate_ms(rows: list[StageRows], m: int, schedule: str = "1f1b", k: int = 
     return pipe + max(0.0, exposed)
 
 
+def sync_caps(model: StageModel, levels: int = SYNC_CAP_LEVELS) -> list[float]:
+    """The tail caps `best_capped_cuts` tries: none, and the whole model's all-reduce over every device of the order
+    (`StageModel._sync_ms`, the largest sync a stage can have) divided by 4 ** k for k = 1 .. `levels`, ms."""
+    whole = model.sync_ms(0, len(model.order), 0, model.gg.n_groups)
+    return [math.inf] + [whole / 4 ** k for k in range(1, levels + 1)]
+
+
 def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: list[int],
-                max_stages: int) -> dict[int, tuple[CutSolution, list[StageRows]]]:
-    """S -> (the DP's cuts, each stage's rows and times) for m micro-batches under 1F1B in-flight memory."""
+                max_stages: int) -> dict[int, list[tuple[CutSolution, list[StageRows]]]]:
+    """S -> the DP's solutions (cuts, each stage's rows and times) for m micro-batches under 1F1B in-flight
+    memory: the least max steady part + max exposed sync over the ladder of sync caps (`best_capped_cuts`,
+    `sync_caps`), and the least slowest stage time (`StageRows.stage_ms`, steady + sync); distinct cuts only."""
     uncapped: dict = {}
     memo: dict = {}
 
@@ -179,17 +189,19 @@ def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: l
             memo[k2] = model.stage(lo, hi, dlo, dhi, m, in_flight)
         return memo[k2]
 
-    def stage_ms(left, lo, hi, dlo, dhi) -> float:
-        st = stage(left, lo, hi, dlo, dhi)
-        if st is None:
-            return math.inf
-        return st.stage_ms(m)
+    def of(part):
+        def fn(left, lo, hi, dlo, dhi) -> float:
+            st = stage(left, lo, hi, dlo, dhi)
+            return math.inf if st is None else part(st)
+        return fn
 
-    out = {}
-    for s, sol in best_cuts(group_cuts, device_cuts, max_stages, stage_ms).items():
-        rows = [stage(s - i, c.lo, c.hi, c.dlo, c.dhi) for i, c in enumerate(sol.stages)]
-        out[s] = (sol, rows)
-    return out
+    steady, tail = of(lambda st: st.steady_ms(m)), of(StageRows.exposed_sync_ms)
+    sols = best_capped_cuts(group_cuts, device_cuts, max_stages, steady, tail, sync_caps(model))
+    for s, sol in best_cuts(group_cuts, device_cuts, max_stages, of(lambda st: st.stage_ms(m))).items():
+        if all(x.stages != sol.stages for x in sols.setdefault(s, [])):
+            sols[s].append(sol)
+    return {s: [(sol, [stage(s - i, c.lo, c.hi, c.dlo, c.dhi) for i, c in enumerate(sol.stages)]) for sol in found]
+            for s, found in sols.items()}
 
 
 def build_strategy(gg, model: StageModel, sol: CutSolution, rows: list[StageRows], m: int,
@@ -271,11 +283,13 @@ def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: 
             sizes[mach] = sizes.get(mach, 0) + 1
         dcuts = device_cut_positions(list(sizes.values()))
         for m in micro_batch_counts(batch):
-            for s, (sol, rows) in search_cuts(model, m, gcuts, dcuts, min(max_stages, gg.n_groups)).items():
-                for schedule, k in (schedule_variants(m) if s > 1 else [("1f1b", 1)]):
-                    if (schedule, k) != ("1f1b", 1) and not schedule_fits(model, sol, rows, m, schedule, k):
-                        continue
-                    found.append((estimate_ms(rows, m, schedule, k), s, m, schedule, k, len(found), model, sol, rows))
+            for s, sols in search_cuts(model, m, gcuts, dcuts, min(max_stages, gg.n_groups)).items():
+                for sol, rows in sols:
+                    for schedule, k in (schedule_variants(m) if s > 1 else [("1f1b", 1)]):
+                        if (schedule, k) != ("1f1b", 1) and not schedule_fits(model, sol, rows, m, schedule, k):
+                            continue
+                        found.append((estimate_ms(rows, m, schedule, k), s, m, schedule, k, len(found), model, sol,
+                                      rows))
     found.sort(key=lambda x: x[:6])
     chosen = found[:keep]
     for s in sorted({x[1] for x in found}):  # and the best of every stage count
