@@ -4,7 +4,7 @@ With ``kernel.sched_autogroup_enabled = 1`` the scheduler shares the CPU equally
 by nice inside a session: a nice-19 job started in a session of its own takes a whole core from a benchmark whose
 torchrun ranks each start a new session (torch's elastic agent starts every worker with ``start_new_session``).
 Measured on the 2-core VM with such a job running (2026-11-26 11:51 UTC): two one-thread spinners at once ran
-x1.98-2.08 wall per CPU second, x1.03 with their session's autogroup at nice -20; the contention probe's
+x2.02-2.13 wall per CPU second, x1.03 with their session's autogroup at nice -20; the contention probe's
 together_stretch x1.98 and x1.003 likewise.
 
 `apply_from_env()` writes ``$TAG_AUTOGROUP_NICE`` (when set) into this process's ``/proc/self/autogroup``: each rank's
