@@ -132,15 +132,34 @@ def machine_scatter_sum(flat: torch.Tensor, local: tuple[int, ...], k: int, me: 
     flat[a:b].copy_(total)
 
 
-def machine_gather(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int, tag: int = TAG + 4) -> None:
-    """All-gather inside one machine: local[j] (j < k) sends its shard j to every other rank of the machine (`tag`:
-    the messages' tag; ZeRO's gathers, issued from the main thread, use their own, `ZERO_GATHER_TAG`)."""
+def gather_messages(flat: torch.Tensor, local: tuple[int, ...], k: int,
+                    me: int) -> tuple[list[tuple[torch.Tensor, int]], list[tuple[torch.Tensor, int]]]:
+    """(sends, receives) of `machine_gather` on rank `me`: (slice of `flat`, peer) each; none with one rank."""
     if len(local) < 2:
-        return
+        return [], []
     bounds = shard_bounds(flat.numel(), k)
     li = local.index(me)
     sends = []
     if li < k and bounds[li][1] > bounds[li][0]:
         a, b = bounds[li]
         sends = [(flat[a:b], r) for r in local if r != me]
-    _post_all(sends, [(flat[a:b], local[j]) for j, (a, b) in enumerate(bounds) if j != li and b > a], tag)
+    return sends, [(flat[a:b], local[j]) for j, (a, b) in enumerate(bounds) if j != li and b > a]
+
+
+def post_gathers(gathers: list[tuple[torch.Tensor, tuple[int, ...], int, int]], tag: int) -> None:
+    """Every (flat, local, k, me) `machine_gather` of `gathers` posted as one batch and waited for together: one
+    rendezvous of the ranks instead of one per gather (ZeRO 1-2's gathers after the step, `tag.deploy.zero`). Every
+    rank must list the gathers it shares with a peer in the same order (messages of one pair and tag match in
+    posting order)."""
+    sends, recvs = [], []
+    for flat, local, k, me in gathers:
+        s, r = gather_messages(flat, local, k, me)
+        sends += s
+        recvs += r
+    _post_all(sends, recvs, tag)
+
+
+def machine_gather(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int, tag: int = TAG + 4) -> None:
+    """All-gather inside one machine: local[j] (j < k) sends its shard j to every other rank of the machine (`tag`:
+    the messages' tag; ZeRO's gathers, issued from the main thread, use their own, `ZERO_GATHER_TAG`)."""
+    post_gathers([(flat, local, k, me)], tag)
