@@ -249,8 +249,8 @@ class InstanceFeatures:
         data["device", "link", "device"].edge_attr = self.link_attr
         flow_dyn = []
         for e in self.gg.edges:
-            ms, moved = self.transfer_ms(e.bytes_per_row, e.bytes_fixed, strategy.decisions[e.src].rows,
-                                         strategy.decisions[e.dst].rows)
+            ms, moved = self.transfer_ms(e.bytes_per_row, e.bytes_fixed, strategy.decisions[e.src].batch_rows,
+                                         strategy.decisions[e.dst].batch_rows)
             flow_dyn.append([float(self.ratio(ms)), moved])
         flow_dyn = np.array(flow_dyn, dtype=np.float64).reshape(-1, 2)
         est = estimate(self.gg, self.cluster, self.cost, strategy, self.training) if value_features else None
@@ -319,8 +319,10 @@ class InstanceFeatures:
             devs = dec.devices
             k = len(devs)
             t_comp = max(self.compute_ms(g, d, dec.rows[d]) for d in devs)
-            t_in = sum(self.transfer_ms(e.bytes_per_row, e.bytes_fixed, strategy.decisions[e.src].rows, dec.rows)[0] for e in preds)
-            t_out = sum(self.transfer_ms(e.bytes_per_row, e.bytes_fixed, dec.rows, strategy.decisions[e.dst].rows)[0] for e in succs)
+            t_in = sum(self.transfer_ms(e.bytes_per_row, e.bytes_fixed, strategy.decisions[e.src].batch_rows,
+                                        dec.batch_rows)[0] for e in preds)
+            t_out = sum(self.transfer_ms(e.bytes_per_row, e.bytes_fixed, dec.batch_rows,
+                                         strategy.decisions[e.dst].batch_rows)[0] for e in succs)
             t_sync = self.sync_ms(g, dec)
             t_upd = self.cost.update_ms(g, self.types[devs[0]]) if self.has_params[g] else 0.0
             mem_r = max((mem_other[d] + self.mem_bytes(g, dec.rows[d])) / self.usable[d] for d in devs)
