@@ -85,8 +85,8 @@ class Job:
 
 
 def topology_path_of(plan_path: str, given: str | None) -> str:
-    """The topology file of a plan: `given`, else the plan's topology.path (`resolve_recorded`: beside the plan,
-    or as written)."""
+    """The topology file of a plan: `given`, else the plan's topology.path (`resolve_recorded`: as written, else
+    beside the plan)."""
     if given:
         return given
     from tag.strategy.planfile import load_plan_json, resolve_recorded

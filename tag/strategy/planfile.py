@@ -80,8 +80,8 @@ def plan_to_json(strategy: Strategy, gg, cluster, training: TrainingConfig, mode
     buckets (`tag.sim.context.SimContext.bucket_syncs`); without them the strategy's explicit buckets are used, or
     its buckets are derived, an ``auto`` bucket's algorithm chosen by `cost` (required then). `profile`: the
     `tag profile ops` file the plan was costed with, recorded by path and sha256 (`tag deploy` rebuilds that cost
-    model). `plan_path`: where the plan will be written; the model, topology and profile paths are recorded relative
-    to its directory (`recorded_path`; as given without it).
+    model). `plan_path`: where the plan will be written; the model, topology and profile paths are then recorded as
+    absolute paths (`recorded_path`; as given without it).
     """
     graph = gg.graph
     if len(strategy.decisions) != gg.n_groups:
@@ -155,21 +155,19 @@ def _buckets_json(strategy: Strategy, gg, cluster, training, cost, bucket_syncs)
 
 
 def recorded_path(path: str, plan_path: str | None) -> str:
-    """How a plan records a file it refers to (model, topology, profile): relative to the plan file's directory, so
-    the plan and its inputs can move together and be read from any working directory; as given when the plan is not
-    written to a file (standard output)."""
-    if not plan_path:
-        return str(path)
-    try:
-        return os.path.relpath(os.path.abspath(path), os.path.dirname(os.path.abspath(plan_path)))
-    except ValueError:  # another drive
-        return os.path.abspath(path)
+    """How a plan written to `plan_path` records a file it refers to (model, topology, profile): its absolute path,
+    so the plan can be copied anywhere on the machine and read from any working directory (`resolve_recorded` also
+    looks beside the plan, for a plan moved together with its inputs); as given when the plan is not written to a
+    file (standard output)."""
+    return os.path.abspath(path) if plan_path else str(path)
 
 
 def resolve_recorded(path: str, plan_path: str) -> str | None:
-    """The existing file a plan's recorded `path` names: beside the plan (as `recorded_path` writes it), else
-    relative to the working directory (plans written before recorded paths as given); None when neither exists."""
-    for cand in (os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(plan_path)), path)), path):
+    """The existing file a plan's recorded `path` names: the path as written (absolute, or relative to the working
+    directory in plans that recorded paths as given), else the same relative path beside the plan, else a file of
+    that name beside the plan (a plan moved together with its inputs); None when none exists."""
+    here = os.path.dirname(os.path.abspath(plan_path))
+    for cand in (path, os.path.normpath(os.path.join(here, path)), os.path.join(here, os.path.basename(path))):
         if os.path.isfile(cand):
             return cand
     return None

@@ -109,6 +109,5 @@ def test_plan_records_its_profile(plans, tmp_path):
     assert main(["plan", MODEL, str(plans["topo2"]), "--baseline", "single-device", "--batch-size", "64",
                  "--profile", str(prof), "-o", str(out), "--json"]) == 0
     rec = json.loads(out.read_text())["profile"]
-    # recorded beside the plan (relative to its directory), found from there
-    assert rec == {"path": "p.json", "sha256": hashlib.sha256(prof.read_bytes()).hexdigest()}
+    assert rec == {"path": str(prof), "sha256": hashlib.sha256(prof.read_bytes()).hexdigest()}
     assert plan_profile(str(out)) == (str(prof), None)
