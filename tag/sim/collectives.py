@@ -85,30 +85,11 @@ route's.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from functools import partial
 
 from tag.cost import comm, nccl
+from tag.sim.flows import FlowSpec, _capped, _with_latency, p2p_spec
 from tag.topology.cluster import Cluster
-
-
-@dataclass(frozen=True)
-class FlowSpec:
-    """A flow to start: directed links with weights (bytes per byte of progress), its volume in bytes, the
-    latency added after it drains (ms), and its first and last device (for labels)."""
-
-    links: tuple[int, ...]
-    weights: tuple[float, ...]
-    volume_bytes: float
-    latency_ms: float
-    src: int  # first device (for labels)
-    dst: int
-
-
-def p2p_spec(cluster: Cluster, src: int, dst: int, nbytes: float) -> FlowSpec:
-    """A point-to-point transfer of `nbytes` from device src to dst over its route."""
-    route = cluster.routes[src][dst]
-    return FlowSpec(tuple(route), (1.0,) * len(route), float(nbytes), float(cluster.latency_us[src][dst]) / 1e3, src, dst)
 
 
 def _coflow(cluster: Cluster, hops: list[tuple[int, int]], volume: float, latency_ms: float) -> FlowSpec:
@@ -118,18 +99,6 @@ def _coflow(cluster: Cluster, hops: list[tuple[int, int]], volume: float, latenc
             w[l] = w.get(l, 0.0) + 1.0
     links = tuple(sorted(w))
     return FlowSpec(links, tuple(w[l] for l in links), float(volume), latency_ms, hops[0][0], hops[-1][1])
-
-
-def _capped(cluster: Cluster, spec: FlowSpec, ring_gbps: float | None, hop_repeats: int = 1) -> FlowSpec:
-    """`spec` slowed to the measured per-hop rate `ring_gbps` when its uncontended rate is above it; `hop_repeats`:
-    the most times one hop appears in the coflow (module docstring)."""
-    if ring_gbps is None or ring_gbps <= 0 or not spec.links:
-        return spec
-    free_rate = min(cluster.links[l].bytes_per_ms / w for l, w in zip(spec.links, spec.weights))
-    cap = comm.bytes_per_ms(ring_gbps) / hop_repeats
-    if free_rate <= cap:
-        return spec
-    return FlowSpec(spec.links, spec.weights, spec.volume_bytes * free_rate / cap, spec.latency_ms, spec.src, spec.dst)
 
 
 def step_latency_us(route_us: float, step_us: float | None) -> float:
@@ -335,10 +304,6 @@ def tree_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,
     volume = nbytes / 2.0 / nccl.TREE_BUSBW_FACTOR
     repeats = max(Counter(hops).values())
     return [[_capped(cluster, _coflow(cluster, hops, volume, latency_us / 1e3), ring_gbps, repeats)]]
-
-
-def _with_latency(spec: FlowSpec, extra_ms: float) -> FlowSpec:
-    return FlowSpec(spec.links, spec.weights, spec.volume_bytes, spec.latency_ms + extra_ms, spec.src, spec.dst)
 
 
 def hierarchical_phases(cluster: Cluster, devices: tuple[int, ...], nbytes: float,

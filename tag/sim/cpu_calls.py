@@ -15,7 +15,7 @@ sync is one call: hierarchical's three steps and the tree's levels run back to b
 
 from __future__ import annotations
 
-from tag.sim.collectives import FlowSpec, _with_latency
+from tag.sim.flows import FlowSpec, _with_latency
 
 CPU_LIBRARY_CALLS = ("ring", "allreduce", "leader")  # run by gloo's own collectives on CPU ranks (`tag.deploy.comm`)
 

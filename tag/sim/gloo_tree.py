@@ -3,7 +3,7 @@
 One binary tree over the sync's devices sorted (index i has children 2i+1 and 2i+2): the whole S goes up one level
 at a time (a phase per level, deepest first: every child -> parent message of S at once), then the root's total
 down one level at a time; each message a point-to-point flow of S at its route's rate and latency, capped at the
-measured collective rate (`tag.sim.collectives._capped`: gloo's per-hop copy and reduce work bounds these messages
+measured collective rate (`tag.sim.flows._capped`: gloo's per-hop copy and reduce work bounds these messages
 as it bounds a ring hop). Alone on 2 ranks: ``2 (S / rate + alpha)``, twice a ring's bytes: measured on 2 local
 gloo ranks, `tree_sum` of 64 MiB 82 ms against gloo's ring all-reduce 43.5 ms, of 0.25 MiB 0.37 against 1.33 ms
 (the ring pays gloo's per-step latency, the tree only the route's). `tag.sim.collectives.tree_phases` calls it for
@@ -12,7 +12,7 @@ a sync whose devices are not all GPUs.
 
 from __future__ import annotations
 
-from tag.sim.collectives import FlowSpec, _capped, p2p_spec
+from tag.sim.flows import FlowSpec, _capped, p2p_spec
 from tag.topology.cluster import Cluster
 
 
