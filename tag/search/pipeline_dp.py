@@ -125,7 +125,8 @@ def best_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_stages:
 
 def best_capped_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_stages: int,
                      steady_ms: StageFn, tail_ms: StageFn, caps: Sequence[float]) -> dict[int, list[CutSolution]]:
-    """S -> the DP's cuts under every tail cap E of `caps` (distinct cuts only, in cap order): the least slowest
+    """S -> the DP's cuts under every tail cap E of `caps` (distinct cuts only, loosest cap first; a cap the looser
+    cap's solutions already meet for every S is skipped, its minima being theirs): the least slowest
     `steady_ms` among S-stage pipelines whose every stage has `tail_ms` <= E, with tail_ms of the solution = its
     largest stage tail. min(two_max_ms) over a list is the least max steady + max tail over the cuts when `caps`
     holds every distinct tail value (`brute_force_two_max`), an upper bound on it otherwise.
@@ -136,13 +137,24 @@ def best_capped_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_
     >>> [(c.slowest_ms, c.tail_ms) for c in sols[2]]  # uncapped: 2 + 2 groups; capped: 1 + 3 groups
     [(2.0, 10.0), (3.0, 5.0)]
     """
+    memo: dict[tuple[int, int, int, int, int], tuple[float, float]] = {}
+
+    def parts(*args) -> tuple[float, float]:
+        x = memo.get(args)
+        if x is None:
+            x = memo[args] = (steady_ms(*args), tail_ms(*args))
+        return x
+
     out: dict[int, list[CutSolution]] = {}
-    for cap in caps:
-        def capped(left, lo, hi, dlo, dhi, cap=cap):
-            return steady_ms(left, lo, hi, dlo, dhi) if tail_ms(left, lo, hi, dlo, dhi) <= cap else math.inf
+    for cap in sorted(caps, reverse=True):
+        if out and all(found[-1].tail_ms <= cap for found in out.values()):
+            continue  # the looser cap's solutions meet this one: same least slowest for every S
+        def capped(*args, cap=cap):
+            p, e = parts(*args)
+            return p if e <= cap else math.inf
         for s, sol in best_cuts(group_cuts, device_cuts, max_stages, capped).items():
             n = len(sol.stages)
-            tail = max(tail_ms(n - i, c.lo, c.hi, c.dlo, c.dhi) for i, c in enumerate(sol.stages))
+            tail = max(parts(n - i, c.lo, c.hi, c.dlo, c.dhi)[1] for i, c in enumerate(sol.stages))
             found = out.setdefault(s, [])
             if all(x.stages != sol.stages for x in found):
                 found.append(CutSolution(sol.stages, sol.slowest_ms, tail))

@@ -175,19 +175,11 @@ def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: l
     memo: dict = {}
 
     def stage(left: int, lo: int, hi: int, dlo: int, dhi: int) -> StageRows | None:
-        in_flight = min(left, m)
-        key = (lo, hi, dlo, dhi)
-        base = uncapped.get(key, False)
-        if base is False:
-            base = uncapped[key] = model.stage(lo, hi, dlo, dhi, m, 1)
-        if base is None:
-            return None
-        if in_flight == 1 or model.fits(lo, hi, dlo, base.micro_rows, in_flight):
-            return base
-        k2 = (in_flight,) + key
-        if k2 not in memo:
-            memo[k2] = model.stage(lo, hi, dlo, dhi, m, in_flight)
-        return memo[k2]
+        k2 = (min(left, m), lo, hi, dlo, dhi)
+        st = memo.get(k2, False)
+        if st is False:
+            st = memo[k2] = _stage_in_flight(model, uncapped, m, *k2)
+        return st
 
     def of(part):
         def fn(left, lo, hi, dlo, dhi) -> float:
@@ -202,6 +194,19 @@ def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: l
             sols[s].append(sol)
     return {s: [(sol, [stage(s - i, c.lo, c.hi, c.dlo, c.dhi) for i, c in enumerate(sol.stages)]) for sol in found]
             for s, found in sols.items()}
+
+
+def _stage_in_flight(model: StageModel, uncapped: dict, m: int, in_flight: int, lo: int, hi: int, dlo: int,
+                     dhi: int) -> StageRows | None:
+    """The stage with `in_flight` micro-batches alive: its rows without that limit (memoised in `uncapped` by
+    (lo, hi, dlo, dhi)) when they fit, else rows sized for it."""
+    key = (lo, hi, dlo, dhi)
+    base = uncapped.get(key, False)
+    if base is False:
+        base = uncapped[key] = model.stage(lo, hi, dlo, dhi, m, 1)
+    if base is None or in_flight == 1 or model.fits(lo, hi, dlo, base.micro_rows, in_flight):
+        return base
+    return model.stage(lo, hi, dlo, dhi, m, in_flight)
 
 
 def build_strategy(gg, model: StageModel, sol: CutSolution, rows: list[StageRows], m: int,
