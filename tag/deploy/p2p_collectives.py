@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 TAG = 7_000_000  # message tag of the sums (the runtime's exchanges use small tags; each pair's messages stay ordered)
+SCATTER_TAG = TAG + 3  # reduce-scatters (hierarchical's first step, ZeRO 2-3's gradients; on the sync thread)
 ZERO_GATHER_TAG = TAG + 5  # ZeRO's weight gathers on CPU ranks (main thread; the sums above run on the sync thread)
 
 
@@ -109,27 +110,52 @@ def machine_scatter_sum(flat: torch.Tensor, local: tuple[int, ...], k: int, me: 
     master shard's gradient, `tag.deploy.zero`), the owner's sum goes there instead and `flat` is left as it was:
     the first other rank's part is received straight into `out` and the rest added to it in local order (no
     buffer for 2 ranks; the same bits as the sum in local order, the first addition being commutative)."""
+    post_scatter_sums([(flat, local, k, me, out)], SCATTER_TAG)
+
+
+def scatter_messages(flat: torch.Tensor, local: tuple[int, ...], k: int, me: int, out: torch.Tensor | None = None):
+    """(sends, receives, finish) of `machine_scatter_sum` on rank `me`: (slice of `flat`, peer) sends, (buffer,
+    peer) receives, and the function that adds the received parts once every message has completed."""
     if len(local) < 2:
-        return
+        return [], [], lambda: None
     bounds = shard_bounds(flat.numel(), k)
     li = local.index(me)
     sends = [(flat[a:b], local[j]) for j, (a, b) in enumerate(bounds) if j != li and b > a]
     a, b = bounds[li] if li < k else (0, 0)
     others = [r for r in local if r != me] if b > a else []
     got = {r: (out if out is not None and n == 0 else torch.empty_like(flat[a:b])) for n, r in enumerate(others)}
-    _post_all(sends, [(buf, r) for r, buf in got.items()], TAG + 3)
-    if not got:
-        return
-    if out is not None:
+
+    def finish() -> None:
+        if not got:
+            return
+        if out is not None:
+            for r in local:
+                if r != others[0]:
+                    out.add_(flat[a:b] if r == me else got[r])
+            return
+        total = None
         for r in local:
-            if r != others[0]:
-                out.add_(flat[a:b] if r == me else got[r])
-        return
-    total = None
-    for r in local:
-        part = flat[a:b] if r == me else got[r]
-        total = part.clone() if total is None else total.add_(part)
-    flat[a:b].copy_(total)
+            part = flat[a:b] if r == me else got[r]
+            total = part.clone() if total is None else total.add_(part)
+        flat[a:b].copy_(total)
+
+    return sends, [(buf, r) for r, buf in got.items()], finish
+
+
+def post_scatter_sums(items: list[tuple], tag: int) -> None:
+    """Every (flat, local, k, me, out) `machine_scatter_sum` of `items` posted as one batch of messages and waited
+    for together, then each one's additions: one rendezvous of the ranks instead of one per item (ZeRO 2-3's
+    reduce-scatters of one plan bucket, `tag.deploy.zero`). Every rank must list the items it shares with a peer
+    in the same order (messages of one pair and tag match in posting order)."""
+    sends, recvs, finish = [], [], []
+    for flat, local, k, me, out in items:
+        s, r, f = scatter_messages(flat, local, k, me, out)
+        sends += s
+        recvs += r
+        finish.append(f)
+    _post_all(sends, recvs, tag)
+    for f in finish:
+        f()
 
 
 def gather_messages(flat: torch.Tensor, local: tuple[int, ...], k: int,

@@ -1,7 +1,8 @@
 """The gradient sums, the optimizer update and the trained state of a rank's step (a mixin of `RankRuntime`).
 
 Gradients sync by the plan's buckets, overlapped with the backward (see `tag.deploy.runtime`), and the ZeRO units of
-stages 2-3 by one reduce-scatter each (`tag.deploy.zero`), all in one order on every rank (`zero_plan.sync_order`).
+stages 2-3 by one reduce-scatter call per plan bucket (`tag.deploy.zero`, `zero_plan.scatter_batches`), all in one
+order on every rank (`zero_plan.sync_order`).
 After the sums: stage 1 shards, the optimizer step (through the fp16 loss scaler), the ZeRO 1-2 all-gathers.
 `trained_weights`, `optimizer_state` and `load_state` give and take the full per-parameter values checkpoints hold.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from tag.deploy.sfb import sfb_weight_grad
-from tag.deploy.zero_plan import sync_order
+from tag.deploy.zero_plan import scatter_batches, sync_order
 
 
 class GradSync:
@@ -19,17 +20,21 @@ class GradSync:
 
     def _sync_items(self) -> list[tuple[int, str, object]]:
         """This rank's gradient collectives in the one order of all ranks (`zero_plan.sync_order`): (the group after
-        whose backward it is complete, "bucket", (bucket, flat, views)) or (that group, "unit", group)."""
+        whose backward it is complete, "bucket", (bucket, flat, views)) or (that group, "unit", the groups of one
+        reduce-scatter call whose units this rank is in)."""
         groups = self.s.groups
         ready = [min(g for g, io in enumerate(groups) if set(io.params) & set(b.params)) for b in self.s.buckets]
-        units = [u for u in self.s.zero_units if u.stage >= 2]
+        units = self.s.zero_units
+        calls = scatter_batches(units)
         mine = {id(b): item for item in self.grad_buckets for b in item[:1]}
         out = []
-        for kind, i in sync_order(ready, [u.group for u in units]):
+        for kind, i in sync_order(ready, [min(units[j].group for j in js) for js in calls]):
             if kind == "bucket" and id(self.s.buckets[i]) in mine:
                 out.append((ready[i], kind, mine[id(self.s.buckets[i])]))
-            elif kind == "unit" and self.rank in units[i].ranks:
-                out.append((units[i].group, kind, units[i].group))
+            elif kind == "unit":
+                gs = tuple(units[j].group for j in calls[i] if self.rank in units[j].ranks)
+                if gs:
+                    out.append((min(units[j].group for j in calls[i]), kind, gs))
         return out
 
     # ---- sync and step -------------------------------------------------------------------------------

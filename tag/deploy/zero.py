@@ -12,8 +12,9 @@ flattened parameters is the update of the whole parameters.
   Persistent: P + S/n + G (the buckets).
 * Stage 2: as stage 1, but the unit's gradients are not in a bucket: just before the group's backward the rank
   allocates one zeroed flat gradient buffer (the parameters' ``.grad`` are views of it, autograd adds into them),
-  and right after it the buffer is reduce-scattered (``reduce_scatter_single``) into the master shard's ``.grad``;
-  the buffer is dropped when the reduce-scatter completes. Persistent: P + S/n + G/n.
+  and once the backward of the plan bucket's lowest group has run, the buffers of the bucket's units are
+  reduce-scattered (``reduce_scatter_single``) into their master shards' ``.grad``, one call for the bucket
+  (`zero_plan.scatter_batches`); each buffer is dropped when the call completes. Persistent: P + S/n + G/n.
 * Stage 3: the master shard is the only persistent copy of the weights (the program's parameters are emptied). Before
   the group's forward, and again before its backward, the shards are all-gathered into a flat leaf tensor whose
   slices the group's ops read; after each, its storage is freed (``untyped_storage().resize_(0)``, as FSDP frees a
@@ -22,8 +23,10 @@ flattened parameters is the update of the whole parameters.
   Persistent: P/n + S/n + G/n.
 
 On CPU ranks the reduce-scatter and the all-gather are direct messages between the unit's ranks
-(`tag.deploy.p2p_collectives.machine_scatter_sum` with ``out``, `machine_gather`), on the calling thread: gloo's own
-ran them 2.6x (reduce-scatter) and 1.5x (all-gather) its all-reduce of the same bytes (64 MiB, 2 local ranks).
+(`tag.deploy.p2p_collectives.post_scatter_sums` with ``out``, `machine_gather`), on the calling thread: gloo's own
+ran them 2.6x (reduce-scatter) and 1.5x (all-gather) its all-reduce of the same bytes (64 MiB, 2 local ranks). A
+bucket's reduce-scatters are one batch of messages (one rendezvous of the ranks, each costing a wake-up, ~1 ms on
+the 2-core VM, `tag.sim.cpu_calls`), as are the stage 1-2 gathers after the step.
 
 Every collective goes through `Comm.run_ordered`, behind the gradient sums already started, so the collectives of
 every process group reach its ranks in one order.
@@ -34,7 +37,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from tag.deploy.p2p_collectives import ZERO_GATHER_TAG, machine_gather, machine_scatter_sum, post_gathers
+from tag.deploy.p2p_collectives import SCATTER_TAG, ZERO_GATHER_TAG, machine_gather, post_gathers, post_scatter_sums
 from tag.deploy.zero_plan import ZeroUnit, shard_elements
 
 
@@ -158,10 +161,26 @@ class ZeroShards:
         _alloc(s.flat)
         s.all_gather_into(s.flat.data, self.comm)  # .data: the write is not an in-place op autograd tracks
 
-    def start_reduce_scatter(self, g: int):
-        """Stage 2-3: start the reduce-scatter of group g's full gradient into the master shard's .grad; the full
-        gradient is dropped here and freed once the collective has completed. Returns the handle to wait for."""
-        s = self.by_group[g]
+    def start_reduce_scatter(self, groups: tuple[int, ...]):
+        """Stage 2-3: start one reduce-scatter call for the full gradients of groups `groups` (one plan bucket's units
+        on this rank, in the same order on every rank) into their master shards' .grad; the full gradients are
+        dropped here and freed once the call has completed. Returns the handle to wait for."""
+        todo = [(s, self._take_full_grad(s)) for s in (self.by_group[g] for g in groups)]
+        if all(full.device.type == "cpu" for _, full in todo):  # direct messages, one batch (module docstring)
+            items = [(full, s.unit.ranks, len(s.unit.ranks), s.unit.ranks[s.index], s.master.grad) for s, full in todo]
+            return self.comm.run_ordered(lambda: post_scatter_sums(items, SCATTER_TAG))
+        calls = [(s.master.grad, full, self.comm.group(s.unit.ranks)) for s, full in todo]
+
+        def run():
+            for w in [dist.reduce_scatter_single(out, full, group=grp, async_op=True) for out, full, grp in calls]:
+                w.wait()
+
+        return self.comm.run_ordered(run)
+
+    @staticmethod
+    def _take_full_grad(s: _UnitState) -> torch.Tensor:
+        """Unit s's full flat gradient of this step, taken from its parameters (zeros if none reached them); its
+        master shard's .grad becomes a fresh buffer for the reduce-scatter."""
         if s.unit.stage == 3:
             full, s.flat.grad = s.flat.grad, None
             _free(s.flat)
@@ -171,18 +190,8 @@ class ZeroShards:
                 s.program.param(name).grad = None
         if full is None:  # no gradient reached the unit's weights
             full = torch.zeros(s.flat.shape, dtype=s.master.dtype, device=s.master.device)
-        out = torch.empty_like(s.master)
-        s.master.grad = out
-        group = self.comm.group(s.unit.ranks)
-        ranks, me = s.unit.ranks, s.unit.ranks[s.index]
-
-        def run(full=full):
-            if full.device.type == "cpu":  # direct messages (gloo's reduce_scatter_single: 112 ms for 64 MiB on
-                machine_scatter_sum(full, ranks, len(ranks), me, out=out)  # 2 local ranks, all_reduce 43.5)
-            else:
-                dist.reduce_scatter_single(out, full, group=group, async_op=True).wait()
-
-        return self.comm.run_ordered(run)
+        s.master.grad = torch.empty_like(s.master)
+        return full
 
     # ---- after the gradient sums: stage 1 shards, the update, stage 1-2 weights ------------------------------------
     def after_sums(self) -> None:

@@ -16,8 +16,10 @@ reads (their gradients are partial sums over the whole grid, `shard_plan.shard_s
 their bucket). With one replica nothing is sharded.
 
 Stage 1 units keep their gradients in the plan's buckets (all-reduced as before; each rank then takes its shard of
-the sum); stage 2 and 3 units leave their buckets, as SFB weights do, and are reduce-scattered, one collective per
-unit, started right after the group's backward (`sync_order`).
+the sum); stage 2 and 3 units leave their buckets' sums, as SFB weights do, and are reduce-scattered: one call per
+plan bucket for all its units (`scatter_batches`), started once the backward of the bucket's lowest group has run
+(`sync_order`), which is the one reduce-scatter per bucket the simulator charges (`tag.sim.zero`). A unit whose group
+is in no plan bucket is a call of its own.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class ZeroUnit:
     stage: int
     ranks: tuple[int, ...]
     params: tuple[str, ...]
+    bucket: int = -1  # the plan bucket holding the group (-1: none)
 
 
 def shard_elements(total: int, n: int) -> int:
@@ -45,11 +48,12 @@ def shard_elements(total: int, n: int) -> int:
 
 
 def zero_units(group_params: list[list[str]], decisions, rank_rows: list[tuple[int, ...]],
-               skip: set[str], shards: dict | None = None) -> list[ZeroUnit]:
+               skip: set[str], shards: dict | None = None, buckets=()) -> list[ZeroUnit]:
     """The ZeRO units of a plan, in group order, a sharded group's by position (module docstring).
 
     group_params: per group, the parameter names it uses; decisions: per group, with ``zero``; rank_rows: per group,
-    rows per rank; skip: parameters that do not sync by a sum (SFB weights); shards: group -> `ShardGroup`.
+    rows per rank; skip: parameters that do not sync by a sum (SFB weights); shards: group -> `ShardGroup`;
+    buckets: the plan's buckets (`tag.strategy.Bucket`, anything with ``groups``), which set `ZeroUnit.bucket`.
 
     >>> from types import SimpleNamespace as NS
     >>> sg = NS(k=2, peers=lambda j: ((0, 2), (1, 3))[j], partial=frozenset({"s"}), once=frozenset({"b"}))
@@ -57,6 +61,7 @@ def zero_units(group_params: list[list[str]], decisions, rank_rows: list[tuple[i
     [((0, 2), ('w', 'b')), ((1, 3), ('w',))]
     """
     shards = shards or {}
+    bucket_of = {g: i for i, b in enumerate(buckets) for g in b.groups}
     users: dict[str, int] = {}
     for params in group_params:
         for p in set(params):
@@ -71,17 +76,34 @@ def zero_units(group_params: list[list[str]], decisions, rank_rows: list[tuple[i
         else:
             sets = [(sg.peers(j), tuple(p for p in own if p not in sg.partial and (j == 0 or p not in sg.once)))
                     for j in range(sg.k)]
-        out += [ZeroUnit(g, stage, ranks, ps) for ranks, ps in sets if stage > 0 and len(ranks) > 1 and ps]
+        out += [ZeroUnit(g, stage, ranks, ps, bucket_of.get(g, -1)) for ranks, ps in sets
+                if stage > 0 and len(ranks) > 1 and ps]
     return out
+
+
+def scatter_batches(units: list[ZeroUnit]) -> list[tuple[int, ...]]:
+    """The reduce-scatter calls of a step (module docstring): indices of the stage 2-3 `units`, one tuple per plan
+    bucket (a unit of no bucket alone), each in unit order, the tuples in unit order of their first unit.
+
+    >>> u = lambda g, b, stage=2: ZeroUnit(g, stage, (0, 1), ("w",), b)
+    >>> scatter_batches([u(0, 1), u(1, 1, 1), u(2, 0), u(3, 0), u(4, -1), u(5, -1)])
+    [(0,), (2, 3), (4,), (5,)]
+    """
+    batches: dict[object, list[int]] = {}
+    for j, unit in enumerate(units):
+        if unit.stage >= 2:
+            batches.setdefault(unit.bucket if unit.bucket >= 0 else ("alone", j), []).append(j)
+    return [tuple(js) for js in batches.values()]
 
 
 def sync_order(bucket_ready_after: list[int], unit_groups: list[int]) -> list[tuple[str, int]]:
     """One order of every gradient collective of a step: ("bucket", i) and ("unit", j) items.
 
     bucket_ready_after[i]: the group after whose backward bucket i is complete (buckets in plan order);
-    unit_groups[j]: the group of reduce-scattered unit j. A unit goes right before the first bucket that is complete
-    only after its group's backward (ready_after below its group), so ranks start items in this list's order as
-    soon as each is complete, and every rank's collectives are a subsequence of one order.
+    unit_groups[j]: the group after whose backward reduce-scatter call j is complete (`scatter_batches`: its
+    lowest group). A call goes right before the first bucket that is complete only after that group's backward
+    (ready_after below it), so ranks start items in this list's order as soon as each is complete, and every
+    rank's collectives are a subsequence of one order.
 
     >>> sync_order([3, 2, 0], [2, 1])
     [('bucket', 0), ('bucket', 1), ('unit', 0), ('unit', 1), ('bucket', 2)]
