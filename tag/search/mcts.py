@@ -10,6 +10,12 @@ Q is normalised to [0, 1] by the smallest and largest values seen in the tree (M
 on the scale of speedups; an unvisited action is valued at its parent's value. P comes from `priors_fn` (the GNN,
 passed in by the caller) or is uniform. Ties are broken by a fixed per-node jitter drawn from the seed, so a run is
 deterministic for a given seed and playout count. The best strategy ever simulated is kept by the Evaluator.
+
+With `lazy_priors`, a node asks `priors_fn` for its priors when a playout first selects among its children, not when
+it is built: most nodes of a short search are built once and never walked through, so their network forward passes
+are saved. For a pure `priors_fn` (the same priors for the same arguments, whenever it is called: the GNN without
+exploration noise) the search is the same, playout for playout; a `priors_fn` that draws noise from an rng would see
+its calls in another order, so it is off by default.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ class Node:
     depth: int
     strategy: Strategy
     value: float  # simulated value of this node's strategy
-    prior: np.ndarray
+    prior: np.ndarray | None  # None until first needed (`lazy_priors`)
     jitter: np.ndarray
     visits: np.ndarray
     total: np.ndarray  # sum of backed-up values per action
@@ -61,8 +67,9 @@ class MCTSResult:
 
 class MCTS:
     def __init__(self, space: SearchSpace, evaluator: Evaluator, base: Strategy, *, seed: int = 0,
-                 c_puct: float = 1.25, priors_fn: PriorsFn | None = None):
+                 c_puct: float = 1.25, priors_fn: PriorsFn | None = None, lazy_priors: bool = False):
         self.space = space
+        self.lazy_priors = lazy_priors
         self.ev = evaluator
         self.base = base
         self.c_puct = c_puct
@@ -73,22 +80,23 @@ class MCTS:
 
     def _make_node(self, depth: int, strategy: Strategy, value: float) -> Node:
         self._see(value)
-        if depth >= len(self.space.order):
-            k = 0
-            prior = np.zeros(0)
-        else:
-            gid = self.space.order[depth]
-            cands = self.space.candidates[gid]
-            k = len(cands)
-            prior = None
-            if self.priors_fn is not None:
-                p, _ = self.priors_fn(strategy, gid, cands)
-                p = np.asarray(p, dtype=float)
-                if p.shape == (k,) and np.all(np.isfinite(p)) and p.sum() > 0:
-                    prior = np.clip(p, 0, None) / np.clip(p, 0, None).sum()
-            if prior is None:
-                prior = np.full(k, 1.0 / k)
+        k = len(self.space.candidates[self.space.order[depth]]) if depth < len(self.space.order) else 0
+        prior = None if self.lazy_priors and k else self._prior(depth, strategy)
         return Node(depth, strategy, value, prior, self.rng.random(k) * 1e-9, np.zeros(k), np.zeros(k))
+
+    def _prior(self, depth: int, strategy: Strategy) -> np.ndarray:
+        """The priors over the candidates of the group decided at `depth` (`priors_fn`'s, else uniform)."""
+        if depth >= len(self.space.order):
+            return np.zeros(0)
+        gid = self.space.order[depth]
+        cands = self.space.candidates[gid]
+        k = len(cands)
+        if self.priors_fn is not None:
+            p, _ = self.priors_fn(strategy, gid, cands)
+            p = np.asarray(p, dtype=float)
+            if p.shape == (k,) and np.all(np.isfinite(p)) and p.sum() > 0:
+                return np.clip(p, 0, None) / np.clip(p, 0, None).sum()
+        return np.full(k, 1.0 / k)
 
     def _see(self, v: float) -> None:
         self.q_min = min(self.q_min, v)
@@ -101,6 +109,8 @@ class MCTS:
         return (q - self.q_min) / span
 
     def _select(self, node: Node) -> int:
+        if node.prior is None:
+            node.prior = self._prior(node.depth, node.strategy)
         q = np.where(node.visits > 0, node.total / np.maximum(node.visits, 1), node.value)
         u = self.c_puct * node.prior * math.sqrt(node.visits.sum() + 1) / (1 + node.visits)
         return int(np.argmax(self._norm(q) + u + node.jitter))

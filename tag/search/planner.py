@@ -158,7 +158,7 @@ def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, v
     space = build_space(gg, cluster, cost, batch, base)
     if shard:
         space.shards = group_shards(gg)
-    res = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn).run(playouts, cap, progress)
+    res = MCTS(space, ev, base, seed=seed, priors_fn=priors_fn, lazy_priors=True).run(playouts, cap, progress)
     fit_fastest_oom(gg, cluster, cost, training, ev, cap=cap)
     best = ev.best[1] or base
     if shard and not (cap.reached() or any(d.shard is not None for d in best.decisions)):

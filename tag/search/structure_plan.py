@@ -70,12 +70,14 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
     space = build_space(gg, cluster, cost, batch, best)
     if shard:
         space.shards = shards
-    polish = MCTS(space, ev, best, seed=seed, priors_fn=unsharded_priors(priors_fn)).run(playouts // POLISH_SHARE,
-                                                                                          cap)
+    # lazy priors: the GNN (no noise here) gives the same priors whenever it is asked, so only the nodes a playout
+    # walks through need a forward pass (`tag.search.mcts`)
+    polish = MCTS(space, ev, best, seed=seed, priors_fn=unsharded_priors(priors_fn),
+                  lazy_priors=True).run(playouts // POLISH_SHARE, cap)
     if best != root:  # the per-group tree from the best start too: its groups' best decisions may differ
         start_space = build_space(gg, cluster, cost, batch, root)
-        MCTS(start_space, ev, root, seed=seed, priors_fn=unsharded_priors(priors_fn)).run(playouts // POLISH_SHARE,
-                                                                                        cap)
+        MCTS(start_space, ev, root, seed=seed, priors_fn=unsharded_priors(priors_fn),
+             lazy_priors=True).run(playouts // POLISH_SHARE, cap)
     best = ev.best[1] or best
     if refine:
         refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
