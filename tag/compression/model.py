@@ -35,14 +35,25 @@ class ModelResult:
 WORK_LIMIT = 2.0  # CP-SAT deterministic time per solve (its own work units, about seconds on one core)
 
 
-def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0, work_limit: float = WORK_LIMIT,
-                    exclude: list[list[int]] | None = None) -> ModelResult:
-    """Build and solve the model of the module docstring; returns the chosen candidates (indices).
+@dataclass
+class SfbModel:
+    """The model of the module docstring, built (`build_sfb_model`): the CpModel, the choice variables x, the
+    objective Z and the integer time scale (units per ms)."""
 
-    exclude: subsets (candidate index lists) the solution must differ from (no-good cuts), so repeated
-    calls list the model's best subsets in order. The solve stops at `work_limit` (CP-SAT's deterministic
-    time on one worker: the same answer on any machine under any load) or, as a safety cap only, after
-    `time_limit_s` of wall-clock time; a stop before optimality gives status FEASIBLE."""
+    model: object
+    x: list
+    z: object
+    scale: float
+
+    def exclude(self, sub: list[int]) -> None:
+        """A no-good cut: the solution must differ from the subset `sub` (candidate indices) in some x_o."""
+        inside = set(sub)
+        self.model.Add(sum(1 - self.x[i] for i in inside) + sum(self.x[i] for i in range(len(self.x))
+                                                                if i not in inside) >= 1)
+
+
+def build_sfb_model(terms: Terms, exclude: list[list[int]] | None = None) -> SfbModel:
+    """Variables, constraints and objective of the module docstring, then a no-good cut per subset of `exclude`."""
     from ortools.sat.python import cp_model
 
     units, cands = terms.units, terms.cands
@@ -110,23 +121,61 @@ def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0, 
                                 - q(units[u].link_ms_per_byte.get(l, 0.0) * cands[i].weight_bytes))
                         for i in by_unit.get(u, []))
         m.Add(z >= q(start) + load)
-    for sub in exclude or []:
-        inside = set(sub)
-        m.Add(sum(1 - x[i] for i in inside) + sum(x[i] for i in range(len(cands)) if i not in inside) >= 1)
     m.Minimize(z)
+    built = SfbModel(m, x, z, scale)
+    for sub in exclude or []:
+        built.exclude(sub)
+    return built
+
+
+def solve_built(terms: Terms, built: SfbModel, *, seed: int = 0, time_limit_s: float = 10.0,
+                work_limit: float = WORK_LIMIT) -> ModelResult:
+    """Solve a built model of `terms`; returns the chosen candidates (indices). The solve stops at `work_limit`
+    (CP-SAT's deterministic time on one worker: the same answer on any machine under any load) or, as a safety cap
+    only, after `time_limit_s` of wall-clock time; a stop before optimality gives status FEASIBLE."""
+    from ortools.sat.python import cp_model
 
     solver = cp_model.CpSolver()
     solver.parameters.random_seed = seed
     solver.parameters.num_workers = 1
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.max_deterministic_time = work_limit
-    st = solver.Solve(m)
+    st = solver.Solve(built.model)
     status = solver.StatusName(st)
     if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return ModelResult([], status, float("nan"), float("nan"), solver.WallTime() * 1e3)
-    chosen = [i for i in range(len(cands)) if solver.Value(x[i])]
-    empty = _empty_ms(terms, q) / scale
+    chosen = [i for i in range(len(built.x)) if solver.Value(built.x[i])]
+    scale = built.scale
+    empty = _empty_ms(terms, lambda ms: int(round(ms * scale))) / scale
     return ModelResult(chosen, status, solver.ObjectiveValue() / scale, empty, solver.WallTime() * 1e3)
+
+
+def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0, work_limit: float = WORK_LIMIT,
+                    exclude: list[list[int]] | None = None) -> ModelResult:
+    """Build and solve the model of the module docstring (`build_sfb_model`, `solve_built`).
+
+    exclude: subsets (candidate index lists) the solution must differ from (no-good cuts), so repeated
+    calls list the model's best subsets in order (`solve_sfb_pool` does that on one model)."""
+    return solve_built(terms, build_sfb_model(terms, exclude), seed=seed, time_limit_s=time_limit_s,
+                       work_limit=work_limit)
+
+
+def solve_sfb_pool(terms: Terms, count: int, *, seed: int = 0, time_limit_s: float = 10.0,
+                   work_limit: float = WORK_LIMIT) -> list[ModelResult]:
+    """The model's `count` best subsets in order: solve, cut the solution off (`SfbModel.exclude`), solve again;
+    the list ends early with the first solve that finds no solution. The model is built once and the cuts are
+    appended to it, so the i-th solve sees the same model as `solve_sfb_model(terms, exclude=<the i subsets
+    before>)`, constraint for constraint, and (one worker, a fixed seed, a deterministic work limit) gives the
+    same answer, without building the model again."""
+    built = build_sfb_model(terms)
+    out: list[ModelResult] = []
+    for _ in range(count):
+        res = solve_built(terms, built, seed=seed, time_limit_s=time_limit_s, work_limit=work_limit)
+        out.append(res)
+        if res.status not in ("OPTIMAL", "FEASIBLE"):
+            break
+        built.exclude(res.chosen)
+    return out
 
 
 def _group_of(terms: Terms, i: int) -> int:

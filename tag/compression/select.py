@@ -15,7 +15,7 @@ import math
 import time
 
 from tag.compression.eligibility import eligible_ops, with_sfb
-from tag.compression.model import solve_sfb_model
+from tag.compression.model import solve_sfb_pool
 from tag.compression.terms import build_terms
 from tag.strategy import Strategy
 
@@ -68,8 +68,7 @@ def select_sfb(gg, cluster, cost, training, strategy: Strategy, simulate_fn=None
 
     seen: list[list[int]] = []
     first = None
-    for _ in range(max(1, min(pool, 2 ** len(cands)))):
-        mres = solve_sfb_model(terms, seed=seed, time_limit_s=time_limit_s, exclude=seen)
+    for mres in solve_sfb_pool(terms, max(1, min(pool, 2 ** len(cands))), seed=seed, time_limit_s=time_limit_s):
         if not mres.status in ("OPTIMAL", "FEASIBLE"):
             break
         first = first or mres
