@@ -272,7 +272,8 @@ def received_bytes(recv, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray
 
 
 def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
-                 pipelined: bool = False, micro_batches: int = 1, devices=None, received=None) -> MemoryTerms:
+                 pipelined: bool = False, micro_batches: int = 1, devices=None, received=None,
+                 buckets=()) -> MemoryTerms:
     """The module docstring's terms for `decisions` at their rows (one micro-batch's rows under a pipeline).
 
     recv: (consumer group, consumer device, producer group, producer device, bytes) per transfer pair; the
@@ -281,7 +282,9 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     (`pipeline_peak_memory_bytes`); micro_batches: how many such row maps the step's data inputs hold.
     devices: the device indices the decisions' rows run over (default: all of ctx's, in topology order); a view
     of some devices counts a group's replicas among them only, so it equals the whole strategy's columns when
-    every group's devices are among them (whole-group placements: one device each).
+    every group's devices are among them (whole-group placements: one device each). buckets: the groups of each
+    gradient bucket; a ZeRO 2-3 bucket's full gradients wait for its one reduce-scatter after its lowest group's
+    backward (`tag.deploy.zero`), so at g's backward those of the bucket's groups above g are held too.
     """
     rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
     hosted = rows > 0
@@ -328,8 +331,12 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     # bucket's or ZeRO-2's flat buffer, or accumulated over micro-batches); the first .grad it would keep instead
     accumulates = pipelined and micro_batches > 1
     grad_temp = np.where(bucketed | (zero == 2) | accumulates, np.minimum(gb.largest_param[:, None], p), 0.0)
+    full = np.where(z2, p - p * inv_n, 0.0) * hosted  # a group's full gradient beyond its shard's
     bwd = (out + in_grads + c * recv_bwd + (np.where(z3, p, 0.0) + grad_temp) * hosted
-           + np.where(recompute, rerun, 0.0) + np.where(z2, p - p * inv_n, 0.0) * hosted)
+           + np.where(recompute, rerun, 0.0) + full)
+    for gs in buckets:  # a ZeRO 2-3 bucket's full gradients wait for its reduce-scatter (docstring)
+        for g in gs:
+            bwd[g] += sum((full[h] for h in gs if h > g), np.zeros_like(full[g]))
     if gb.wait_row is not None:  # output-gradient buffers a consumer filled, until their producer's backward
         bwd = bwd + (gb.wait_row @ rows + gb.wait_fixed @ hosted.astype(float)) * hosted
     updated = np.where(zero >= 1, p * inv_n, p) * hosted
@@ -431,5 +438,7 @@ def strategy_peak_memory_bytes(ctx, strategy, memory_inputs) -> np.ndarray:
     if getattr(strategy, "pipeline", None) is not None:
         return pipeline_peak_memory_bytes(ctx, strategy, memory_inputs.recv, opt, memory_inputs.extra_static_bytes,
                                           prec)
-    return peak_memory_bytes(ctx, strategy.decisions, memory_inputs.recv, opt, memory_inputs.extra_static_bytes,
-                             prec)
+    zero2 = any(d.zero >= 2 for d in strategy.decisions)
+    buckets = [b.bucket.groups for b in ctx.bucket_syncs(strategy)] if zero2 else ()
+    t = memory_terms(ctx, strategy.decisions, memory_inputs.recv, opt, prec, buckets=buckets)
+    return t.peak(memory_inputs.extra_static_bytes)
