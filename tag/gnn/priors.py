@@ -19,12 +19,9 @@ from tag.strategy import Decision, Strategy
 
 def search_order(gg, cluster, cost, training, batch: int | None = None) -> list[int]:
     """The order in which the search decides groups (it does not depend on the base strategy)."""
-    from tag.search.baselines import build_baseline
-    from tag.search.space import build_space
+    from tag.search.space import search_order as space_order
 
-    batch = int(batch or gg.graph.batch_size)
-    base = build_baseline("dp-even", gg, cluster, cost, training, batch)
-    return build_space(gg, cluster, cost, batch, base).order
+    return space_order(gg, cluster, cost, int(batch or gg.graph.batch_size))
 
 
 UNIFORM_MIX = 0.2  # share of the uniform distribution in the priors `tag plan` uses

@@ -223,8 +223,56 @@ def kept_bytes_on_devices(ctx, strategy: Strategy) -> np.ndarray:
     return t.static + t.saved + t.kept
 
 
+def group_time_fn(cost, gid: int, dtypes: Sequence, batch: int) -> Callable[[int, int], float]:
+    """time_ms(d, rows): forward + backward ms of group `gid` on device d (of types `dtypes`) at `rows` rows,
+    interpolated between the cost model's knots (`knot_interpolated_ms`), each knot asked once per device type."""
+    memo: dict = {}
+
+    def exact_ms(t, r: int) -> float:
+        key = (t, r)
+        v = memo.get(key)
+        if v is None:
+            v = memo[key] = cost.group_fwd_ms(gid, t, r) + cost.group_bwd_ms(gid, t, r)
+        return v
+
+    def time_ms(d: int, r: int) -> float:
+        return knot_interpolated_ms(lambda x: exact_ms(dtypes[d], x), r, batch)
+    return time_ms
+
+
+def per_row_ms(time_ms: Callable[[int, int], float], n_devices: int, batch: int) -> np.ndarray:
+    """ms per row of a group on each device, at the even share batch // n_devices (at least 1 row)."""
+    probe = max(1, batch // n_devices)
+    return np.array([time_ms(d, probe) / probe for d in range(n_devices)])
+
+
+def _median_bytes_per_ms(cluster) -> float:
+    n = cluster.n_devices
+    return float(np.median(cluster.bandwidth_gbps[~np.eye(n, dtype=bool)])) * 1e9 / 8 / 1e3 if n > 1 else 1e12
+
+
+def _cost_key_ms(per_row: np.ndarray, batch: int, param_bytes: float, med_bytes_per_ms: float) -> float:
+    """A group's predicted cost, ms: its whole batch on its fastest device (`per_row_ms`' minimum x batch) + 2 x its
+    parameter bytes over the cluster's median bandwidth."""
+    return float(per_row.min()) * batch + 2.0 * param_bytes / med_bytes_per_ms
+
+
+def _order(cost_key: list[float]) -> list[int]:
+    """Groups by descending cost key (`_cost_key_ms`), ties by id."""
+    return sorted(range(len(cost_key)), key=lambda g: (-cost_key[g], g))
+
+
+def search_order(gg, cluster, cost, batch: int) -> list[int]:
+    """The order groups are decided in, as `build_space(...).order` (`_order`; it does not depend on the base
+    strategy), without building any candidate."""
+    dtypes = [d.type for d in cluster.devices]
+    med = _median_bytes_per_ms(cluster)
+    return _order([_cost_key_ms(per_row_ms(group_time_fn(cost, gid, dtypes, batch), cluster.n_devices, batch), batch,
+                                group.param_bytes, med) for gid, group in enumerate(gg.groups)])
+
+
 def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: int = 16) -> SearchSpace:
-    """Candidates for every group and the order groups are decided in (descending predicted cost).
+    """Candidates for every group and the order groups are decided in (descending predicted cost, `_order`).
 
     Balanced rows of a group on device d are capped by the simulator's memory model (the cost model's training
     settings; Adam in fp32 without them): the most rows whose peak of the group alone on d, replicated
@@ -236,7 +284,7 @@ def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: i
     dtypes = [d.type for d in cluster.devices]
     candidates: list[list[Decision]] = []
     cost_key: list[float] = []
-    med_bw_bytes_per_ms = float(np.median(cluster.bandwidth_gbps[~np.eye(n, dtype=bool)])) * 1e9 / 8 / 1e3 if n > 1 else 1e12
+    med_bw_bytes_per_ms = _median_bytes_per_ms(cluster)
     ctx = memory_context(gg, cluster, getattr(cost, "training", None))
     precision = getattr(ctx.training, "precision", "fp32")
     own = kept_bytes_on_devices(ctx, base)
@@ -244,21 +292,8 @@ def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: i
     if np.any(others > np.array([t.usable_memory_bytes for t in dtypes])):
         others = None  # the base looks out of memory: cap each group by itself alone
     for gid, group in enumerate(gg.groups):
-        probe = max(1, batch // n)
-
-        memo: dict = {}
-
-        def exact_ms(t, r: int, gid=gid, memo=memo) -> float:  # memoised per (device type, rows)
-            key = (t, r)
-            v = memo.get(key)
-            if v is None:
-                v = memo[key] = cost.group_fwd_ms(gid, t, r) + cost.group_bwd_ms(gid, t, r)
-            return v
-
-        def time_ms(d: int, r: int, exact_ms=exact_ms) -> float:
-            return knot_interpolated_ms(lambda x: exact_ms(dtypes[d], x), r, batch)
-
-        per_row = np.array([time_ms(d, probe) / probe for d in range(n)])
+        time_ms = group_time_fn(cost, gid, dtypes, batch)
+        per_row = per_row_ms(time_ms, n, batch)
         has_params = group_has_params(gg, gid)
         lines: dict = {}  # device type -> the group's PeakLines there
         rows_memo: dict = {}  # device, and (device type, budget) -> the cap: one solve per distinct budget
@@ -304,10 +339,8 @@ def build_space(gg, cluster, cost, batch: int, base: Strategy, *, max_singles: i
         if base.pipeline is not None:
             cands = [c for c in cands if c is cands[0] or fits_pipeline(c, gid, base.pipeline)]
         candidates.append(cands)
-        fastest = float(per_row.min()) * batch
-        cost_key.append(fastest + 2.0 * group.param_bytes / med_bw_bytes_per_ms)
-    order = sorted(range(len(gg.groups)), key=lambda g: (-cost_key[g], g))
-    return SearchSpace(order=order, candidates=candidates,
+        cost_key.append(_cost_key_ms(per_row, batch, group.param_bytes, med_bw_bytes_per_ms))
+    return SearchSpace(order=_order(cost_key), candidates=candidates,
                        has_params=[group_has_params(gg, g) for g in range(len(gg.groups))],
                        splittable=[g.splittable for g in gg.groups],
                        device_class=[(d.machine, d.type.name) for d in cluster.devices])
