@@ -33,6 +33,10 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
       }
     }
 
+A **profile set** (a heterogeneous cluster) is ``{"version": 1, "profiles": [<profile>, ...]}``: one such object per
+device type, each measured on a machine of its type (`load_all`; the cost model then takes each device's figures from
+its type's profile, `tag.cost.profiled.MultiProfileCostModel`).
+
 ``rows`` is strictly increasing and positive; ``fwd_ms`` and ``bwd_ms`` have one non-negative time per
 row count (``bwd_ms`` may be omitted: the cost model then uses the roofline's backward for that op).
 A signature is ``op_type|input shapes per row|attribute hash`` (see `op_signature`): the batch axis of
@@ -368,16 +372,50 @@ def to_json(db: ProfileDB) -> dict:
     return out
 
 
-def load(path: str) -> ProfileDB:
-    """Read and validate a profile file (InputError naming the file and JSON path on bad input)."""
+def _read(path: str):
     try:
         with open(path) as f:
-            obj = json.load(f)
+            return json.load(f)
     except OSError as e:
         raise InputError(path, "$", "a readable profile JSON file", e.strerror) from None
     except json.JSONDecodeError as e:
         raise InputError(path, f"line {e.lineno}", "valid JSON", e.msg) from None
+
+
+def load(path: str) -> ProfileDB:
+    """Read and validate a profile file (InputError naming the file and JSON path on bad input; a profile set names
+    `load_all`)."""
+    obj = _read(path)
+    if isinstance(obj, dict) and "profiles" in obj:
+        raise InputError(path, "profiles", "one device type's profile here (a profile set: one per device type, "
+                         "read by tag plan, simulate and deploy)", f"{len(obj['profiles'])} profiles")
     return from_json(obj, path)
+
+
+def load_all(path: str) -> list[ProfileDB]:
+    """The profiles of a file: a profile (one), or a **profile set** ``{"version": 1, "profiles": [profile, ...]}``,
+    one profile object per device type (a heterogeneous cluster: each type measured on its own machine, written by
+    `tag.profile.profile_set.write_profile_set`). InputError naming ``profiles[i]...`` on bad input or a repeated
+    device type."""
+    obj = _read(path)
+    if not (isinstance(obj, dict) and "profiles" in obj):
+        return [from_json(obj, path)]
+    if obj.get("version") != VERSION:
+        raise InputError(path, "version", f"{VERSION}", short_repr(obj.get("version")))
+    members = obj["profiles"]
+    if not isinstance(members, list) or not members:
+        raise InputError(path, "profiles", "a non-empty list of profile objects", short_repr(members))
+    out: list[ProfileDB] = []
+    for i, m in enumerate(members):
+        try:
+            db = from_json(m, path)
+        except InputError as e:
+            raise InputError(path, f"profiles[{i}].{e.where}".replace(".$", ""), e.expected, e.found) from None
+        if any(o.device_type == db.device_type for o in out):
+            raise InputError(path, f"profiles[{i}].device_type", "one profile per device type",
+                             f"{db.device_type!r} again")
+        out.append(db)
+    return out
 
 
 def save(db: ProfileDB, path: str) -> None:

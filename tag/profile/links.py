@@ -3,8 +3,9 @@ complete topology.json of the devices the ranks ran on.
 
 Topology written (every figure measured):
 
-- ``device_types[<type>]``: the first machine's measured ``peak_tflops`` (fastest 512^3 matmul on the rank's threads, or the
-  device's), ``memory_bandwidth_gbps`` (fastest 32 MiB copy) and ``memory_gb`` (the machine's memory / its ranks);
+- ``device_types[<type>]``: per device type (each machine's first rank's ``--device-type``), the first such
+  machine's measured ``peak_tflops`` (fastest 512^3 matmul on the rank's threads, or the device's),
+  ``memory_bandwidth_gbps`` (fastest 32 MiB copy) and ``memory_gb`` (the machine's memory / its ranks);
 - one machine per host, ``count`` = its ranks; ``intra_bandwidth_gbps`` / ``intra_latency_us`` from the
   alpha-beta fit of its intra pair (a machine with one rank keeps the defaults: nothing to measure);
 - a link between every pair of machines with the fitted bandwidth and ``latency_us`` = fitted end-to-end
@@ -171,19 +172,22 @@ def barrier_ms(topology: dict) -> float | None:
 
 def measured_topology(result: dict, name: str = "measured") -> dict:
     """A complete topology.json object from a sweep result (see the module docstring)."""
-    dtype = result["settings"]["device_type"]
     machines = result["machines"]
     blocks = result["machine_blocks"]
     f = fits(result)
     names = [f"m{i}" for i in range(len(machines))]
     machine_of = {r: i for i, m in enumerate(machines) for r in m}
-    first = blocks[0]
-    entry = device_type_entry(first, first["memory_gb"] / len(machines[0]) if first.get("memory_gb") else None)
-    entry["kind"] = "gpu" if result["settings"]["device"].startswith("cuda") else "cpu"
-    topo = {"version": 1, "name": name, "device_types": {dtype: entry}, "machines": [], "links": []}
+    # each machine's device type: its first rank's --device-type (one name for all when they agree)
+    dtypes = [b.get("device_type") or result["settings"]["device_type"] for b in blocks]
+    topo = {"version": 1, "name": name, "device_types": {}, "machines": [], "links": []}
+    for i, (dtype, block) in enumerate(zip(dtypes, blocks)):
+        if dtype not in topo["device_types"]:  # measured on the first machine of that type
+            entry = device_type_entry(block, block["memory_gb"] / len(machines[i]) if block.get("memory_gb") else None)
+            entry["kind"] = "gpu" if result["settings"]["device"].startswith("cuda") else "cpu"
+            topo["device_types"][dtype] = entry
     intra_lat = {}
     for i, m in enumerate(machines):
-        spec = {"name": names[i], "devices": [{"type": dtype, "count": len(m)}], "x-host": result["hosts"][m[0]]}
+        spec = {"name": names[i], "devices": [{"type": dtypes[i], "count": len(m)}], "x-host": result["hosts"][m[0]]}
         pair = next((p for p in f["p2p"] if p["kind"] == "intra" and machine_of[p["ranks"][0]] == i), None)
         if pair is not None:
             spec["intra_bandwidth_gbps"] = round(pair["bandwidth_gbps"], 3)

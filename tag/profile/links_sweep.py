@@ -93,6 +93,7 @@ def run_rank(settings: LinkSettings) -> dict | None:
     mine = None
     if any(m[0] == rank for m in machines):
         mine = machine_block(device, settings.threads, quick=settings.quick_machine)
+        mine["device_type"] = settings.device_type  # each machine's own --device-type (heterogeneous clusters)
     blocks: list = [None] * world
     dist.all_gather_object(blocks, mine)
 
