@@ -177,11 +177,14 @@ def loadavg() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def profile_ops(model: str, batch: int, rows: str, out: str, wrap=None, ranks: int = 0) -> None:
+def profile_ops(model: str, batch: int, rows: str, out: str, wrap=None, ranks: int = 0,
+                device_type: str | None = None) -> None:
     """`tag profile ops` as a user runs it (one thread, thread CPU clock, the contention probe on `ranks` ranks;
-    0: none, as under a wrapper: the emulated cluster probes across its namespaces), optionally under a wrapper."""
+    0: none, as under a wrapper: the emulated cluster probes across its namespaces), optionally under a wrapper and
+    for a named device type (an emulated machine's)."""
     cmd = [sys.executable, "-m", "tag.cli", "profile", "ops", model, "--batch-size", str(batch), "--rows", rows,
            "--clock", "thread", "--ranks", str(ranks), "-o", out, "--json"]
+    cmd += ["--device-type", device_type] if device_type else []
     p = subprocess.run(wrap(cmd) if wrap else cmd, capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:
         raise RuntimeError(f"tag profile ops {model} failed: {p.stderr.strip()[-600:]}")

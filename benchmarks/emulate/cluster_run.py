@@ -1,11 +1,21 @@
 """Fidelity on an emulated heterogeneous cluster: machines = namespaces with shaped NICs, devices = CPU quotas.
 
-`emulated_rows(...)` builds the cluster (`netns.Star` + `cpuquota.CpuQuota`, one rank per machine), measures
-it (each NIC's TCP goodput with `probe`; each device's op profile with `tag profile ops` run under its own
-quota, in thread CPU time; the contention probe across the emulated machines), writes the measured topology (machine i has device
-type ``cpu-m<i>`` and NIC ``rate_i x measured/configured goodput``), plans the strategies, measures them
-with the deploy runtime across the namespaces (`launch.run_script` + `batch_worker.py`), and returns the
-fidelity rows. Everything it made is removed when it returns (also on an exception).
+`emulated_rows(...)` builds the cluster (`netns.Star` + `cpuquota.CpuQuota`, one rank per machine) and measures it
+as a user measures a real one (issue 27, the product path):
+
+* the topology: `tag profile links` run as one torchrun rank per machine, inside each machine's namespace and under
+  its quota, machine i with ``--device-type cpu-m<i>`` (`launch.run_script`): links, barrier and collective rates
+  across the shaped NICs, each machine's own device type and peak;
+* the op times: `tag profile ops --device-type cpu-m<i>` under machine i's quota (thread CPU clock, no contention
+  probe: the probe's ranks would share one quota), joined into one profile set (`tag.profile.profile_set`);
+* the plans: `tag plan --profile SET` (baselines, searched, random), so each plan records the set's path and hash.
+
+Each plan is measured with the deploy runtime across the namespaces (`launch.run_script` + `batch_worker.py`) and
+predicted three ways: `product` = what `tag deploy` prints (`tag.cli.deploy.predict_as_run` on the job, the cost
+model rebuilt from the plan's recorded profile set); `planner` = the planner's mode on the same profiles; `bench
+contention` = the benchmark-only model of earlier rounds (deploy mode with the handoff probe run across the
+namespaces, `fidelity.predict_ms(contention=...)`). Everything it made is removed when it returns (also on an
+exception). A NIC goodput probe (`probe`) is reported beside the configured rates.
 """
 
 from __future__ import annotations
@@ -15,22 +25,18 @@ import os
 import sys
 
 from emulate import cpuquota, launch, netns, probe
+from tag.cli.deploy import predict_as_run
+from tag.deploy.job import load_job
+from tag.profile.profile_set import write_profile_set
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _topology(star, local_topo: str, goodput_ratio: float, path: str) -> None:
-    with open(local_topo) as f:
-        cpu = json.load(f)["device_types"]["cpu"]
-    obj = {"version": 1, "name": "emulated", "device_types": {}, "machines": [],
-           "x-emulated": {"nic_mbit": [m.rate_mbit for m in star.machines], "goodput_ratio": goodput_ratio,
-                          "delay": "none" if not star.delay_ok else "netem"}}
-    for i, m in enumerate(star.machines):
-        obj["device_types"][f"cpu-m{i}"] = dict(cpu)
-        obj["machines"].append({"name": m.name, "devices": [{"type": f"cpu-m{i}", "count": 1}],
-                                "nic_bandwidth_gbps": round(m.rate_mbit * goodput_ratio / 1e3, 6)})
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
+def _profile_links(star, quota, work: str, path: str) -> None:
+    """`tag profile links` across the emulated machines (module docstring) into `path`."""
+    args = ["tag.cli", "profile", "links", "--repeats", "3", "--warmup", "1", "--timeout", "900", "-o", path]
+    launch.run_script(star, quota, "-m", [], work, port=29613, timeout_s=1200, log_name="emulated-links",
+                      args_of=lambda i: args + ["--device-type", f"cpu-m{i}"])
 
 
 def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[float], a, work: str, log):
@@ -44,11 +50,10 @@ def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[
     info = {"nic_mbit": rates_mbit, "quotas": quotas if qok else None, "cgroup": qwhy,
             "delay": "none configured (" + (netns.delay_available()[1] or "netem available") + ")"}
     try:
-        got = probe.measure_mbit(star, 0, 1, nbytes=2_000_000)
-        ratio = got / min(m.rate_mbit for m in star.machines)
-        info["probe_mbit_0to1"] = got
+        info["probe_mbit_0to1"] = probe.measure_mbit(star, 0, 1, nbytes=2_000_000)
         topo = os.path.join(work, "emulated.json")
-        _topology(star, os.path.join(work, f"local{a.nproc}.json"), ratio, topo)
+        if not (a.reuse and os.path.exists(topo)):
+            _profile_links(star, quota, work, topo)
         entries, profiles_of = [], {}
         for name in models:
             model = os.path.join(fid.MODELS, f"{name}.onnx")
@@ -56,15 +61,13 @@ def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[
             for i in range(len(quotas)):
                 prof = os.path.join(work, f"{name}-profile-m{i}.json")
                 if not (a.reuse and os.path.exists(prof)):
-                    fid.profile_ops(model, a.batch_size, a.rows, prof, wrap=(lambda c, i=i: quota.wrap(i, c)) if quota else None)
-                    with open(prof) as f:
-                        obj = json.load(f)
-                    obj["device_type"] = f"cpu-m{i}"  # measured under machine i's quota: that device's figures
-                    with open(prof, "w") as f:
-                        json.dump(obj, f)
+                    fid.profile_ops(model, a.batch_size, a.rows, prof, device_type=f"cpu-m{i}",
+                                    wrap=(lambda c, i=i: quota.wrap(i, c)) if quota else None)
                 profs.append(prof)
             profiles_of[name] = profs
-            plans = fid.build_plans(model, topo, profs[0], a.batch_size, work, a.random, a.seed, stem=f"emu-{name}")
+            both = os.path.join(work, f"{name}-profiles.json")
+            write_profile_set(profs, both)
+            plans = fid.build_plans(model, topo, both, a.batch_size, work, a.random, a.seed, stem=f"emu-{name}")
             entries += [(f"{name}/{label}", plan, model) for label, plan in plans.items()]
             log(f"  emulated: planned {name}: {len(plans)} plans")
         # job files named emu-<model>--<plan> so they never overwrite the loopback table's results in `work`
@@ -96,10 +99,10 @@ def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[
             log(f"  {key}: no measurement ({path}.error)")
             continue
         profs = profiles_of[key.split("/")[0]]
-        pred = fid.predict_ms(model, topo, plan, profs)
+        product = predict_as_run(load_job(path)).step_ms  # what `tag deploy` prints
         pred_ov = fid.predict_ms(model, topo, plan, profs, overlap_sync=True)
         pred_c = fid.predict_ms(model, topo, plan, profs, contention=contention)
-        rows.append(fid.Row(*key.split("/"), pred, pred_ov, pred_c, res["measured_step_ms"], res["cpu_ms"]))
-        log(f"  emulated {key:30s} predicted {pred_c:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms")
+        rows.append(fid.Row(*key.split("/"), product, pred_ov, pred_c, res["measured_step_ms"], res["cpu_ms"]))
+        log(f"  emulated {key:30s} predicted {product:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms")
     info.update(contention)
     return rows, info

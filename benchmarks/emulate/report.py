@@ -39,7 +39,7 @@ def mape(pred: list[float], meas: list[float]) -> float:
 class Row:
     """One plan: three predictions and the measured ms. Loopback (`report`): the product path (what `tag deploy`
     prints), the planner's mode, the product path x the benchmark-only drift; emulated cluster (`emulated_report`):
-    deploy mode, the planner's overlap, deploy mode with the benchmark's contention probe."""
+    the product path, the planner's mode, deploy mode with the benchmark-only contention probe."""
 
     model: str
     strategy: str
@@ -61,7 +61,7 @@ def _summary(rows: list[Row], label: str) -> str:
 
 
 LOCAL = ("product", "planner", "product x drift")
-EMULATED = ("pred", "pred overlap", "pred contention")
+EMULATED = ("product", "planner", "bench contention")
 
 
 def report(rows: list[Row], a, load_before: str, load_after: str, probes: dict, seconds: float) -> str:
@@ -94,7 +94,11 @@ def emulated_report(rows: list[Row], info: dict, load_before: str, load_after: s
     lines = ["", "## Emulated heterogeneous cluster", "",
              f"One rank per network namespace; NICs shaped with tc tbf to {info['nic_mbit']} Mbit/s (probe m0->m1: "
              f"{info.get('probe_mbit_0to1', float('nan')):.1f} Mbit/s goodput); CPU quotas {info['quotas']} of a core "
-             f"(cgroup {info['cgroup']}); link delay: {info['delay']}. Each device's ops profiled under its quota; "
+             f"(cgroup {info['cgroup']}); link delay: {info['delay']}. Topology from `tag profile links` run as one "
+             "rank per machine across the namespaces (machine i `--device-type cpu-m<i>`); each machine's ops profiled "
+             "under its quota (`tag profile ops --device-type cpu-m<i>`), joined into one profile set that the plans "
+             "record (`tag plan --profile SET`). Columns: `product` = what `tag deploy` prints "
+             "(`tag.cli.deploy.predict_as_run`); `planner` = the planner's mode; `bench contention` = the benchmark-only "
              f"contention probe across the namespaces: handoff {info['handoff_ms']:.2f} ms, compute stretch per device "
              f"alone {[round(x, 2) for x in info['alone_stretch']]}, all at once "
              f"{[round(x, 2) for x in info['together_stretch']]}. Load before {load_before}, after {load_after}.", ""]
@@ -103,13 +107,11 @@ def emulated_report(rows: list[Row], info: dict, load_before: str, load_after: s
 
 def _tables(rows: list[Row], all_label: str, always: bool, labels: tuple[str, str, str]) -> list[str]:
     """Markdown lines: the per-plan table, then MAPE and tau per model and over all rows (`all_label`; with no rows
-    only when `always`). `labels` name the three predictions; the error column is the first's (loopback: the
-    product path) or the third's (emulated: with the contention probe)."""
-    head = labels[0] if labels == LOCAL else labels[2]
-    lines = [f"| model | strategy | {labels[0]} ms | {labels[1]} ms | {labels[2]} ms | measured ms | cpu ms | err ({head}) % |",
+    only when `always`). `labels` name the three predictions; the error column is the first's (the product path)."""
+    lines = [f"| model | strategy | {labels[0]} ms | {labels[1]} ms | {labels[2]} ms | measured ms | cpu ms | err ({labels[0]}) % |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        err = (r.pred_ms if labels == LOCAL else r.pred_contention_ms) - r.measured_ms
+        err = r.pred_ms - r.measured_ms
         lines.append(f"| {r.model} | {r.strategy} | {r.pred_ms:.2f} | {r.pred_overlap_ms:.2f} | {r.pred_contention_ms:.2f} | "
                      f"{r.measured_ms:.2f} | {r.cpu_ms:.2f} | {100 * err / r.measured_ms:+.1f} |")
     lines += ["", "| model | plans | " + " | ".join(f"MAPE % {x} | tau {x}" for x in labels) + " |",

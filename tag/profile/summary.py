@@ -103,13 +103,14 @@ def _machine_lines(device_type: str, m: dict, cat: dict) -> str:
 def links_summary(topo: dict, path: str, compare_rows: list[dict] | None) -> dict:
     """The --json object of `tag profile links`: the written topology's shape, fits, machine vs catalog."""
     meas = topo["x-measured"]
-    (dtype, entry), = topo["device_types"].items()
+    dtype, entry = next(iter(topo["device_types"].items()))  # the first machine's (one per type: `measured_topology`)
     out = {
         "path": path, "devices": sum(d["count"] for m in topo["machines"] for d in m["devices"]),
         "machines": len(topo["machines"]), "backend": meas["backend"], "device_type": dtype,
         "measured_device_type": entry, "machine": meas["machines"][0],
         "catalog": _catalog(dtype, entry["peak_tflops"], entry["memory_bandwidth_gbps"]),
         "p2p": meas["fits"]["p2p"], "allreduce": meas["fits"].get("allreduce"),
+        "device_types": sorted(topo["device_types"]),
     }
     if compare_rows is not None:
         out["compare"] = compare_rows
