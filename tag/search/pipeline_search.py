@@ -275,7 +275,8 @@ def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: 
     stage count S (the DP's cuts under 1F1B memory) and schedule of `schedule_variants` whose in-flight
     micro-batches fit, then the best of every other stage count, best first. With one stage, m > 1 is gradient
     accumulation (schedules are the same there: 1F1B only). Named ``pipeline-S<S>-m<m>-<schedule>``
-    (``dp-balanced``: one stage, one micro-batch, no pipeline)."""
+    (``dp-balanced``: one stage, one micro-batch, no pipeline); names are unique: a further pipeline of the same
+    S, m and schedule (other cuts or device order) gets ``-v2``, ``-v3``, ... in order."""
     weights = [g.fwd_flops_per_row + g.bwd_flops_per_row for g in gg.groups]
     cross = [sum(e.bytes_per_row for e in gg.edges if e.src < i <= e.dst) for i in range(gg.n_groups)]
     gcuts = sorted(set(group_cut_positions(weights)) | set(cheap_cut_positions(cross, weights)))
@@ -309,5 +310,7 @@ def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: 
             continue
         seen.add(strat)
         tag = schedule if schedule != "kfkb" else f"kfkb{k}"
-        out.append(PipelineCandidate(f"pipeline-S{s}-m{m}-{tag}" if strat.pipeline else "dp-balanced", strat, est))
+        name = f"pipeline-S{s}-m{m}-{tag}" if strat.pipeline else "dp-balanced"
+        uses = sum(1 for c in out if c.name == name or c.name.startswith(name + "-v"))
+        out.append(PipelineCandidate(name if uses == 0 else f"{name}-v{uses + 1}", strat, est))
     return out
