@@ -7,8 +7,11 @@ import math
 from tag.search.budget import WallCap
 from tag.strategy import Strategy
 
-SFB_EXTRA_STARTS = 1  # strategies SFB selection runs on besides the searched plan and the best baseline (2 before
-# the structure tree: each run is one CP-SAT model and its scoring simulations, ~1 s on a GPT-2 medium)
+# strategies SFB selection runs on besides the searched plan and the best baseline (2 before the structure tree, 1
+# until benchmarks/plan_time.md § "SFB's extra start": each run is one CP-SAT model and up to 64 scoring simulations,
+# ~1 s on a GPT-2 medium, and on the 9 datasets cases the extra start, a ZeRO / recomputation twin of the searched
+# plan, never beat it; 19 further cases gave the same plans without it)
+SFB_EXTRA_STARTS = 0
 SFB_SOLVE_LIMIT_S = 600.0  # the CP-SAT solver's time limit without a cap (its solves take milliseconds)
 
 
