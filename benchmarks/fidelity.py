@@ -178,12 +178,13 @@ def loadavg() -> str:
 
 
 def profile_ops(model: str, batch: int, rows: str, out: str, wrap=None, ranks: int = 0,
-                device_type: str | None = None) -> None:
+                device_type: str | None = None, clock: str = "thread") -> None:
     """`tag profile ops` as a user runs it (one thread, thread CPU clock, the contention probe on `ranks` ranks;
     0: none, as under a wrapper: the emulated cluster probes across its namespaces), optionally under a wrapper and
-    for a named device type (an emulated machine's)."""
+    for a named device type (an emulated machine's; `clock` "wall" there: a CPU quota's throttling is not thread
+    CPU time)."""
     cmd = [sys.executable, "-m", "tag.cli", "profile", "ops", model, "--batch-size", str(batch), "--rows", rows,
-           "--clock", "thread", "--ranks", str(ranks), "-o", out, "--json"]
+           "--clock", clock, "--ranks", str(ranks), "-o", out, "--json"]
     cmd += ["--device-type", device_type] if device_type else []
     p = subprocess.run(wrap(cmd) if wrap else cmd, capture_output=True, text=True, timeout=1800)
     if p.returncode != 0:

@@ -6,7 +6,8 @@ as a user measures a real one (issue 27, the product path):
 * the topology: `tag profile links` run as one torchrun rank per machine, inside each machine's namespace and under
   its quota, machine i with ``--device-type cpu-m<i>`` (`launch.run_script`): links, barrier and collective rates
   across the shaped NICs, each machine's own device type and peak;
-* the op times: `tag profile ops --device-type cpu-m<i>` under machine i's quota (thread CPU clock, no contention
+* the op times: `tag profile ops --device-type cpu-m<i> --clock wall` under machine i's quota (wall clock: thread CPU
+  time does not count the quota's throttling, so a 0.3-core device looked as fast as a whole core; no contention
   probe: the probe's ranks would share one quota), joined into one profile set (`tag.profile.profile_set`);
 * the plans: `tag plan --profile SET` (baselines, searched, random), so each plan records the set's path and hash.
 
@@ -61,7 +62,7 @@ def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[
             for i in range(len(quotas)):
                 prof = os.path.join(work, f"{name}-profile-m{i}.json")
                 if not (a.reuse and os.path.exists(prof)):
-                    fid.profile_ops(model, a.batch_size, a.rows, prof, device_type=f"cpu-m{i}",
+                    fid.profile_ops(model, a.batch_size, a.rows, prof, device_type=f"cpu-m{i}", clock="wall",
                                     wrap=(lambda c, i=i: quota.wrap(i, c)) if quota else None)
                 profs.append(prof)
             profiles_of[name] = profs
