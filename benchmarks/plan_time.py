@@ -98,6 +98,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-random", action="store_true", help="skip the random clusters")
     ap.add_argument("--plans-dir", default=None, help="keep the plans here (MODEL-TOPO.json), e.g. to diff two commits'")
     args = ap.parse_args(argv)
+    print("load average (1, 5, 15 min) at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.plans_dir or scratch
         os.makedirs(tmp, exist_ok=True)
@@ -127,6 +128,7 @@ def main(argv=None) -> int:
                   "(issue 20: <= 300 s, >= 100 simulations, <= 200 lines)")
             print(f"- tag simulate --baseline dp-even: {wall:.1f} s wall, {len(proc.stdout.splitlines())} lines "
                   "(issue 20: <= 15 s)")
+    print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     return 0
 
 
