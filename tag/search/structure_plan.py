@@ -10,7 +10,9 @@ the chosen precision by `tag.search.planner.plan`):
 3. polish: the per-group tree (`tag.search.mcts`, `playouts // POLISH_SHARE` playouts, the caller's per-group
    `priors_fn`, the GNN, applies here only, and only on strategies without shards: `unsharded_priors`) from the best strategy so far, and as many from the best start when
    that differs (a group's best decision may differ between the two), then refinement (`tag.search.refine`,
-   `refine_simulations` simulations) of the best, and the memory pass if it still does not fit.
+   `refine_simulations` simulations) of the best and `refine_simulations // OTHER_REFINE_SHARE` of each of the
+   OTHER_STARTS_REFINED fastest other starts (`other_starts`; `--playouts 0` refines them all), and the memory pass
+   if the best still does not fit.
 
 Every strategy goes through the search's Evaluator, whose best-ever is the result.
 """
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tag.search.budget import POLISH_SHARE, WallCap
+from tag.search.budget import OTHER_REFINE_SHARE, OTHER_STARTS_REFINED, POLISH_SHARE, WallCap
 from tag.search.evaluate import Evaluator
 from tag.search.mcts import MCTS, MCTSResult, PriorsFn
 from tag.search.memory_pass import best_fitted
@@ -81,8 +83,29 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
     best = ev.best[1] or best
     if refine:
         refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
+        for start in other_starts(baselines, variants, root, ev.key_fn)[:OTHER_STARTS_REFINED]:
+            # other basins, as `--playouts 0` refines every start: a start slower than the root may refine past it
+            refine_pass(space, ev, start, max_simulations=refine_simulations // OTHER_REFINE_SHARE, cap=cap)
         best = best_fitted(gg, cluster, cost, training, ev, best)
     return StructuredOutcome(best, space, tres, polish)
+
+
+def other_starts(baselines: dict, variants: dict, root: Strategy, key=None) -> list[Strategy]:
+    """The baselines (a baseline that does not fit: its memory variant, when it has one) other than `root`, that
+    fit, fastest first (ties: the baselines' order), each once; `key(strategy)`: what makes two strategies the same
+    plan (the evaluator's simulation key; None: equality), so a start that is the root in another form is left out."""
+    from tag.search.memory_pass import MEMORY_SUFFIX
+
+    same = key or (lambda s: s)
+    starts = [variants.get(name + MEMORY_SUFFIX, sr) for name, sr in baselines.items()]
+    ranked = sorted((r.iteration_ms, i, s) for i, (s, r) in enumerate(starts)
+                    if not r.oom and r.iteration_ms < float("inf"))
+    seen, out = {same(root)}, []
+    for _, _, s in ranked:
+        if same(s) not in seen:
+            seen.add(same(s))
+            out.append(s)
+    return out
 
 
 def make_structure_tree(gg, cluster, cost, training, ev: Evaluator, root: Strategy, baselines: dict, variants: dict,
