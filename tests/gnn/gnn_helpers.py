@@ -42,3 +42,21 @@ def topology(speed: float = 1.0, bw: float = 1.0, latency: float = 1.0) -> dict:
         ],
         "links": [{"between": ["a", "b"], "bandwidth_gbps": 10 * bw, "latency_us": 10 / latency}],
     }
+
+
+def dp_instance(graph, training, k: int):
+    """(gg, cluster, cost, batch, base, space, feats): `graph` coarsened to k groups on `topology()` under
+    `FlopsCost`, the dp-even baseline, its search space and the instance's features (the GNN tests' common setup)."""
+    from tag.gnn.data import InstanceFeatures
+    from tag.graph.coarsen import coarsen
+    from tag.search.baselines import build_baseline
+    from tag.search.space import build_space
+    from tag.topology import parse_topology
+
+    gg = coarsen(graph, k=k, n_devices=4)
+    cluster = parse_topology(topology(), "t.json")
+    cost = FlopsCost(gg)
+    batch = gg.graph.batch_size
+    base = build_baseline("dp-even", gg, cluster, cost, training, batch)
+    space = build_space(gg, cluster, cost, batch, base)
+    return gg, cluster, cost, batch, base, space, InstanceFeatures(gg, cluster, cost, batch, order=space.order)

@@ -9,27 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from gnn_helpers import FlopsCost, topology
-from tag.gnn.data import InstanceFeatures
+from gnn_helpers import dp_instance
 from tag.gnn.graph import batch_graphs
 from tag.gnn.layers import TransformerConv
 from tag.gnn.metrics import kendall_tau
 from tag.gnn.model import TagGNN, policy_log_probs
-from tag.graph.coarsen import coarsen
-from tag.search.baselines import build_baseline
-from tag.search.space import build_space
-from tag.topology import parse_topology
 
 
 @pytest.fixture(scope="module")
 def setup(small_cnn_graph, training):
-    gg = coarsen(small_cnn_graph, k=5, n_devices=4)
-    cluster = parse_topology(topology(), "t.json")
-    cost = FlopsCost(gg)
-    batch = gg.graph.batch_size
-    base = build_baseline("dp-even", gg, cluster, cost, training, batch)
-    space = build_space(gg, cluster, cost, batch, base)
-    feats = InstanceFeatures(gg, cluster, cost, batch, order=space.order)
+    *_, base, space, feats = dp_instance(small_cnn_graph, training, k=5)
     return feats, space, base
 
 

@@ -6,15 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from tag.gnn.data import InstanceFeatures
-from tag.graph.coarsen import coarsen
-from tag.search.baselines import build_baseline
-from tag.search.space import build_space
 from tag.search.shard_search import group_shards
 from tag.strategy import Decision, Shard
-from tag.topology import parse_topology
 
-from gnn_helpers import FlopsCost, topology
+from gnn_helpers import dp_instance
 
 FLOW = ("group", "flow", "group")
 MOVED = 3  # flow edge attributes: [static bytes ms, static fixed ms, transfer ms, share of the batch moved, forward]
@@ -22,13 +17,7 @@ MOVED = 3  # flow edge attributes: [static bytes ms, static fixed ms, transfer m
 
 @pytest.fixture(scope="module")
 def setup(small_cnn_graph, training):
-    gg = coarsen(small_cnn_graph, k=6, n_devices=4)
-    cluster = parse_topology(topology(), "t.json")
-    cost = FlopsCost(gg)
-    batch = gg.graph.batch_size
-    base = build_baseline("dp-even", gg, cluster, cost, training, batch)
-    space = build_space(gg, cluster, cost, batch, base)
-    feats = InstanceFeatures(gg, cluster, cost, batch, order=space.order)
+    gg, _, _, batch, base, space, feats = dp_instance(small_cnn_graph, training, k=6)
     return gg, base, space, feats, batch
 
 

@@ -8,30 +8,19 @@ import math
 import pytest
 import torch
 
-from gnn_helpers import FlopsCost, topology
+from gnn_helpers import dp_instance
 from tag.gnn.graph import batch_graphs
 from tag.gnn.checkpoint import load_checkpoint, save_checkpoint
-from tag.gnn.data import InstanceFeatures
 from tag.gnn.targets import speed_target
 from tag.gnn.metrics import kendall_tau
 from tag.gnn.model import TagGNN
 from tag.gnn.value_fit import fit_value, pair_rank_loss, with_value_trunk
-from tag.graph.coarsen import coarsen
-from tag.search.baselines import build_baseline
-from tag.search.space import build_space
 from tag.sim import simulate
-from tag.topology import parse_topology
 
 
 @pytest.fixture(scope="module")
 def setup(small_cnn_graph, training):
-    gg = coarsen(small_cnn_graph, k=5, n_devices=4)
-    cluster = parse_topology(topology(), "t.json")
-    cost = FlopsCost(gg)
-    batch = gg.graph.batch_size
-    base = build_baseline("dp-even", gg, cluster, cost, training, batch)
-    space = build_space(gg, cluster, cost, batch, base)
-    feats = InstanceFeatures(gg, cluster, cost, batch, order=space.order)
+    gg, cluster, cost, batch, base, space, feats = dp_instance(small_cnn_graph, training, k=5)
     # every single-group change of the baseline that fits, labelled by simulation
     samples, seen = [], set()
     for g in space.order:
