@@ -295,3 +295,9 @@ def best_fitted(gg, cluster, cost, training, ev: Evaluator, fallback: Strategy) 
         fit_memory(gg, cluster, cost, training, best, ev.result)
         best = ev.best[1] or best
     return best
+
+
+def with_variants(baselines: dict, variants: dict) -> dict:
+    """name -> (strategy, SimResult) of each baseline, or of its memory-pass variant when it has one: the starts a
+    search refines (a baseline that does not fit is refined from the variant the memory pass made of it)."""
+    return {name: variants.get(name + MEMORY_SUFFIX, sr) for name, sr in baselines.items()}

@@ -22,7 +22,8 @@ from tag.search.budget import DEFAULT_BUDGET_S, OTHER_REFINE_SHARE, WallCap, def
 from tag.search.baselines import best_baseline  # noqa: F401 (tag.gnn.selfplay imports it from here)
 from tag.search.evaluate import Evaluator
 from tag.search.mcts import MCTS, PriorsFn, VisitRecord
-from tag.search.memory_pass import MEMORY_SUFFIX, best_fitted, decisions_summary, fit_fastest_oom, fit_memory
+from tag.search.memory_pass import (MEMORY_SUFFIX, best_fitted, decisions_summary, fit_fastest_oom, fit_memory,
+                                    with_variants)
 from tag.search.refine import refine as refine_pass
 from tag.search.search_start import PIPELINE_MAX_DEVICES, _shard_candidates, search_start  # noqa: F401 (limit: tag plan)
 from tag.search.sfb_choice import _apply_sfb
@@ -170,7 +171,7 @@ def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, v
         # stops when a sweep gains less than 0.1%
         refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
         # a baseline that does not fit is refined from its memory variant when it has one
-        starts = {name: variants.get(name + MEMORY_SUFFIX, sr) for name, sr in baselines.items()}
+        starts = with_variants(baselines, variants)
         others = sorted((r.iteration_ms, name) for name, (_, r) in starts.items()
                         if name != start_name and starts[name][0] is not base)
         for _, name in others:

@@ -26,7 +26,7 @@ import numpy as np
 from tag.search.budget import OTHER_REFINE_SHARE, OTHER_STARTS_REFINED, POLISH_SHARE, WallCap
 from tag.search.evaluate import Evaluator
 from tag.search.mcts import MCTS, MCTSResult, PriorsFn
-from tag.search.memory_pass import best_fitted
+from tag.search.memory_pass import best_fitted, with_variants
 from tag.search.refine import refine as refine_pass
 from tag.search.shard_search import group_shards
 from tag.search.space import SearchSpace, build_space
@@ -94,10 +94,8 @@ def other_starts(baselines: dict, variants: dict, root: Strategy, key=None) -> l
     """The baselines (a baseline that does not fit: its memory variant, when it has one) other than `root`, that
     fit, fastest first (ties: the baselines' order), each once; `key(strategy)`: what makes two strategies the same
     plan (the evaluator's simulation key; None: equality), so a start that is the root in another form is left out."""
-    from tag.search.memory_pass import MEMORY_SUFFIX
-
     same = key or (lambda s: s)
-    starts = [variants.get(name + MEMORY_SUFFIX, sr) for name, sr in baselines.items()]
+    starts = list(with_variants(baselines, variants).values())
     ranked = sorted((r.iteration_ms, i, s) for i, (s, r) in enumerate(starts)
                     if not r.oom and r.iteration_ms < float("inf"))
     seen, out = {same(root)}, []
