@@ -304,6 +304,7 @@ def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: 
             chosen.append(best_s)
     out: list[PipelineCandidate] = []
     seen = set()
+    uses: dict[str, int] = {}  # candidates named so far per base name
     for est, s, m, schedule, k, _, model, sol, rows in chosen:
         strat = build_strategy(gg, model, sol, rows, m, schedule, k)
         if strat in seen:  # one stage on every device is the same pipeline in either order
@@ -311,6 +312,6 @@ def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: 
         seen.add(strat)
         tag = schedule if schedule != "kfkb" else f"kfkb{k}"
         name = f"pipeline-S{s}-m{m}-{tag}" if strat.pipeline else "dp-balanced"
-        uses = sum(1 for c in out if c.name == name or c.name.startswith(name + "-v"))
-        out.append(PipelineCandidate(name if uses == 0 else f"{name}-v{uses + 1}", strat, est))
+        uses[name] = uses.get(name, 0) + 1
+        out.append(PipelineCandidate(name if uses[name] == 1 else f"{name}-v{uses[name]}", strat, est))
     return out
