@@ -12,6 +12,8 @@ Steps (each a pure function):
    the quotient graph stays acyclic; then single atoms move across boundaries where that cuts fewer bytes
    (coarsen_refine).
 5. `build_group_graph`: group figures (sums over ops), the tensors exchanged, parameter ownership.
+   `cross_tensors` names each exchanged tensor once, with every group that reads it (a tensor read by two
+   groups lies on two edges but is one tensor: a runtime sends it once to a device hosting both).
 
 Deterministic: no random choice anywhere; ties break by op index.
 
@@ -21,6 +23,7 @@ Deterministic: no random choice anywhere; ties break by op index.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -282,3 +285,47 @@ def build_group_graph(graph: OpGraph, atom: list[int], parts: list[list[int]]) -
             raise AssertionError(f"group order is not topological: edge {e.src} -> {e.dst}")
         groups[e.src].out_bytes_per_row += e.bytes_per_row
     return GroupGraph(graph=graph, groups=groups, edges=edges, shared_params=shared)
+
+
+@dataclass(frozen=True)
+class CrossTensor:
+    """One activation tensor that leaves its producer group: `name`, producer group `src`, the groups `dsts` that
+    read it (ascending, src excluded), and its bytes per batch row (batched) or whole (unbatched), at the graph's
+    dtype."""
+
+    name: str
+    src: int
+    dsts: tuple[int, ...]
+    bytes_per_row: float
+    bytes_fixed: float
+
+
+def cross_tensors(gg: GroupGraph) -> list[CrossTensor]:
+    """Every tensor on the group graph's edges once, in edge order of first appearance (so by producer group).
+
+    The edges list a tensor once per consuming group (`GroupEdge.tensors`); here it is one tensor with all its
+    consumer groups, and its bytes are the op graph's. An edge's bytes are the sum of its tensors':
+    ``e.bytes_per_row == sum(t.bytes_per_row for t if e.dst in t.dsts)``; bytes of an edge that the op graph does
+    not name (a group graph built by hand, with made-up tensor names) form one tensor of that edge alone.
+
+    >>> # hidden state h of group 3 read by groups 4 and 5: CrossTensor("h", 3, (4, 5), 4096.0, 0.0)
+    """
+    graph = gg.graph
+    known = graph.tensors if graph is not None else {}
+    found: dict[str, tuple[int, list[int], float, float]] = {}
+    for e in gg.edges:
+        known_row = known_fixed = 0.0
+        named = [t for t in e.tensors if t in known]
+        for t in named:
+            info = known[t]
+            src, dsts, per_row, fixed = found.setdefault(t, (e.src, [], info.bytes_per_row(graph.file_batch),
+                                                             info.bytes_fixed()))
+            if e.dst not in dsts:
+                dsts.append(e.dst)
+            known_row, known_fixed = known_row + per_row, known_fixed + fixed
+        if not named or e.bytes_per_row - known_row > 0 or e.bytes_fixed - known_fixed > 0:
+            # bytes the op graph does not name (a hand-built group graph): the edge's own tensor
+            found[f"<edge g{e.src}->g{e.dst}>"] = (e.src, [e.dst], max(e.bytes_per_row - known_row, 0.0),
+                                                   max(e.bytes_fixed - known_fixed, 0.0))
+    return [CrossTensor(name, src, tuple(sorted(dsts)), per_row, fixed)
+            for name, (src, dsts, per_row, fixed) in found.items()]

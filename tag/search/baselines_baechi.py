@@ -14,6 +14,7 @@ import numpy as np
 from tag.cost.comm import p2p_ms
 from tag.sim.context import sim_context
 from tag.sim.memory import memory_terms, peak_memory_bytes, shared_static_bytes
+from tag.sim.tensor_sends import placement_received_bytes
 from tag.strategy import Decision, Strategy
 
 M_TOPO_SLACK = 0.10  # each device may take 10 % more than its proportional share of the model's memory
@@ -74,29 +75,18 @@ def placement_peak_bytes(ctx, device: list[int], d: int, batch: int, extra: tupl
     """Peak bytes on device d of a whole-group placement (`device[g]` = device or -1 if not placed yet), with
     `extra` = (group, device) placed too: `tag.sim.memory.peak_memory_bytes` on the view of device d (exact for
     whole groups), with its groups at `batch` rows, the shared parameters held there
-    (`tag.sim.memory.shared_static_bytes`) and what d receives (whole batch, `edge_bytes`, at the graph's
-    dtypes as the simulator's transfer pairs): activations on edges from groups placed elsewhere, gradients on
-    edges to groups placed elsewhere or not placed yet (headroom, so later placements cannot push d over; zero
-    once every consumer is placed). Placing a group on one device can raise its predecessors' devices' peaks
+    (`tag.sim.memory.shared_static_bytes`) and what d receives (whole batch, at the graph's dtypes as the
+    simulator's transfer pairs, `tag.sim.tensor_sends.placement_received_bytes`): activations made elsewhere,
+    gradients of tensors read elsewhere or by groups not placed yet (headroom, so later placements cannot push d
+    over; zero once every consumer is placed). Placing a group on one device can raise its predecessors' devices' peaks
     (they receive its gradients), so a placer checks those devices too."""
     gg = ctx.gg
     where = list(device)
     if extra is not None:
         where[extra[0]] = extra[1]
     on, off = _row_decisions(batch)
-    ins, outs = _edges_by_group(gg)
-    recv_fwd, recv_bwd = np.zeros((gg.n_groups, 1)), np.zeros((gg.n_groups, 1))
-    decisions = []
-    for g, x in enumerate(where):
-        decisions.append(on if x == d else off)
-        if x != d:
-            continue
-        for e in ins[g]:
-            if where[e.src] not in (-1, d):
-                recv_fwd[g, 0] += edge_bytes(e, batch)
-        for e in outs[g]:
-            if where[e.dst] != d:  # unplaced consumers count as remote: headroom
-                recv_bwd[g, 0] += edge_bytes(e, batch)
+    decisions = [on if x == d else off for x in where]
+    recv_fwd, recv_bwd = placement_received_bytes(ctx, where, d, batch)  # each tensor once per device (issue 21)
     opt = ctx.training.optimizer
     shared = shared_static_bytes(gg, [(x,) if x >= 0 else () for x in where], opt, len(ctx.dtypes))[d]
     return float(peak_memory_bytes(ctx, decisions, None, opt, shared, _precision(ctx), devices=[d],

@@ -9,7 +9,7 @@ builder code and leaves the event loop (`tag.sim.events`) as it is.
 
 from __future__ import annotations
 
-from tag.sim.build_parts import (BuildOptions, Draft, add_edge_transfers, check_strategy, device_programs, edge_flows,
+from tag.sim.build_parts import (BuildOptions, Draft, add_planned_transfers, check_strategy, device_programs, edge_flows,
                                  sync_units, update_tasks, wire_batch_stats, wire_syncs, with_recompute)
 from tag.sim.context import SimContext
 from tag.sim.gradsync import sfb_compute_ms
@@ -17,6 +17,7 @@ from tag.sim.pipeline_build import build_pipeline_task_graph
 from tag.sim.rendezvous import exchange_gates
 from tag.sim.shard_build import add_tails, wire_collectives
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
+from tag.sim.tensor_sends import transfer_plan
 from tag.sim.zero import add_gathers_after_update, add_weight_gathers
 
 __all__ = ["BuildOptions", "build_task_graph", "check_strategy"]
@@ -55,16 +56,16 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
 
 
 def _transfers(ctx: SimContext, decs, passes, draft: Draft, asynchronous: bool):
-    """Per edge and device pair: the activation slice (producer forward -> consumer forward) and the gradient
-    back (consumer backward -> producer backward) (`add_edge_transfers`); ([Transfer], memory recv list).
+    """Per tensor message (`tag.sim.tensor_sends`): the activation slice (producer forward -> consumer forwards) and
+    the gradient back (consumer backwards -> producer backward) (`add_planned_transfers`); ([Transfer], memory recv list).
     `passes` = (forward heads, forward tails, backward heads, backward tails) per group."""
     fwd_in, fwd_out, bwd_in, bwd_out = passes
     out: list[Transfer] = []
     recv: list[tuple] = []
-    for ei, e in enumerate(ctx.gg.edges):
-        flows = edge_flows(ctx, ei, decs[e.src], decs[e.dst], decs)
-        add_edge_transfers(draft, out, recv, e, flows, (fwd_out[e.src], fwd_in[e.dst], bwd_out[e.dst],
-                                                        bwd_in[e.src]), "", asynchronous)
+    # a tensor crosses to a device once (`tag.sim.tensor_sends`); blocking exchanges (the deploy runtime's
+    # rendezvous per consumer group) keep one message per edge
+    plan = transfer_plan(ctx, decs, edge_flows, per_tensor=asynchronous)
+    add_planned_transfers(draft, out, recv, ctx.gg, plan, (fwd_out, fwd_in, bwd_out, bwd_in), "", asynchronous)
     return out, recv
 
 

@@ -15,6 +15,7 @@ from tag.sim.gradsync import group_sfb_syncs, shared_params, sync_method, tensor
 from tag.sim.memory import shared_static_bytes
 from tag.sim.shards import shard_edge_transfers
 from tag.sim.taskgraph import ComputeTasks, DependentKind, SyncUnit, TaskKind, Transfer
+from tag.sim.tensor_sends import Send
 from tag.sim.zero import bucket_method, count_towards, update_fractions, uses_zero
 
 _TRANSFER, _SYNC = DependentKind.TRANSFER, DependentKind.SYNC
@@ -234,3 +235,37 @@ def add_edge_transfers(draft: Draft, out: list, recv: list | None, e, flows, map
             inputs[k] += 1
     if recv is not None:
         recv += [(e.dst, d, e.src, s, b) for s, d, b in mem]
+
+
+def add_planned_transfers(draft: Draft, out: list, recv: list | None, gg, plan: list, maps, label: str,
+                          asynchronous: bool = True) -> None:
+    """Append the transfers of one pass of `plan` (`tag.sim.tensor_sends.transfer_plan`) to `out` (and, given `recv`,
+    its memory pairs). maps: per group, ({device: task} forward tails, forward heads, backward tails, backward heads).
+    A `Send` is one activation message from the producer's forward tail on src delivering to the forward head of
+    each reader on dst, interleaved with one gradient message that waits for every reader's backward tail on dst and
+    delivers to the producer's backward head on src; its memory pair is held by the lowest reader. An `EdgeFlows`
+    entry is `add_edge_transfers`."""
+    f_out, f_in, b_out, b_in = maps
+    inputs = draft.inputs
+    for x in plan:
+        if not isinstance(x, Send):
+            e = gg.edges[x.edge]
+            add_edge_transfers(draft, out, recv, e, x.flows, (f_out[e.src], f_in[e.dst], b_out[e.dst], b_in[e.src]),
+                               label, asynchronous)
+            continue
+        a, s, d, hs = x.producer, x.src, x.dst, x.readers
+        names = "+".join(f"g{h}" for h in hs)
+        pf, kb = f_out[a][s], b_in[a][s]
+        heads = tuple(f_in[h][d] for h in hs)
+        tails = tuple(b_out[h][d] for h in hs)
+        if asynchronous:
+            draft.depend(pf, (_TRANSFER, len(out)))
+            for t in tails:
+                draft.depend(t, (_TRANSFER, len(out) + 1))
+        out.append(Transfer(x.fwd, pf, heads[0], (pf,), heads, f"act g{a}->{names}{label}"))
+        out.append(Transfer(x.bwd, tails[0], kb, tails, (kb,), f"grad {names}->g{a}{label}"))
+        for k in heads:
+            inputs[k] += 1
+        inputs[kb] += 1
+        if recv is not None:
+            recv.append((hs[0], d, a, s, x.nbytes))

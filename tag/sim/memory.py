@@ -98,6 +98,7 @@ from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
 from tag.sim.gradsync import shared_params, tensor_bytes
 from tag.sim.memory_bytes import cached_group_bytes
 from tag.sim.shards import shard_memory
+from tag.sim.tensor_sends import cached_cross_tensors
 from tag.strategy import Decision
 from tag.strategy.memory_decisions import MIXED_PRECISIONS, compute_bytes
 from tag.strategy.pipeline import stage_order
@@ -212,8 +213,8 @@ def rows_peak_lines(ctx, groups, d: int, precision: str = "fp32") -> PeakLines:
     """`PeakLines` of device d computing r >= 1 rows of every group of `groups` (`memory_terms` at 1 and 2
     rows): each group replicated (a view of
     d twice: its gradients in a bucket for the whole step, an upper bound of one replica's), receiving the
-    activations of its edges from groups outside `groups` and the gradients of its edges to them (r rows and the
-    unbatched bytes each, as from another device)."""
+    tensors that groups outside `groups` make and the gradients of its tensors that they read (r rows and the
+    unbatched bytes each, as from another device; each tensor once, `tag.graph.coarsen.cross_tensors`)."""
     gg = ctx.gg
     inside = set(groups)
     one, two = Decision((1, 1)), Decision((2, 2))
@@ -221,13 +222,13 @@ def rows_peak_lines(ctx, groups, d: int, precision: str = "fp32") -> PeakLines:
     terms = []
     for r, dec in ((1, one), (2, two)):
         recv_fwd, recv_bwd = np.zeros((gg.n_groups, 2)), np.zeros((gg.n_groups, 2))
-        for e in gg.edges:
-            if (e.dst in inside) != (e.src in inside):
-                b = e.bytes_per_row * r + e.bytes_fixed
-                if e.dst in inside:
-                    recv_fwd[e.dst] += b
-                else:
-                    recv_bwd[e.src] += b
+        for t in cached_cross_tensors(ctx):  # a tensor crosses once (`tag.sim.tensor_sends`): held by its lowest reader
+            readers = [h for h in t.dsts if h in inside]
+            b = t.bytes_per_row * r + t.bytes_fixed
+            if t.src not in inside and readers:
+                recv_fwd[readers[0]] += b
+            elif t.src in inside and len(readers) < len(t.dsts):
+                recv_bwd[t.src] += b
         decisions = [dec if g in inside else off for g in range(gg.n_groups)]
         terms.append(memory_terms(ctx, decisions, None, ctx.training.optimizer, precision, devices=[d, d],
                                   received=(recv_fwd, recv_bwd)))

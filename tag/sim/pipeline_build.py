@@ -8,8 +8,9 @@ of the group, lasting the cost model's time at rows[d] / m rows (`SimContext.mic
 stage s runs ``stage_order(schedule, k, S, s, m)``: for ("F", j) the forwards of the stage's groups for
 micro-batch j in group order, for ("B", j) their backwards in reverse group order; then its optimizer step.
 
-Transfers. Per edge and micro-batch j, the slices of `SimContext.edge_transfers` on the micro row maps (the same
-for every j), on the real routes: activations F(src, j) -> F(dst, j), gradients B(dst, j) -> B(src, j). They are
+Transfers. Per micro-batch j, the messages of `tag.sim.tensor_sends.transfer_plan` on the micro row maps (the same
+for every j; a tensor crosses to a device once, however many of its groups there read it), on the real routes:
+activations F(src, j) -> F(readers, j), gradients B(readers, j) -> B(src, j). They are
 asynchronous (a pipeline runtime's isend / irecv): ``blocking_sends`` does not apply to pipelines.
 
 Send work. Between two CPU devices of one machine (ranks on loopback) a message is written by the sending rank's
@@ -41,12 +42,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tag.cost.comm import p2p_ms
-from tag.sim.build_parts import (BuildOptions, Draft, add_edge_transfers, check_strategy, device_programs, edge_flows,
+from tag.sim.build_parts import (BuildOptions, Draft, add_planned_transfers, check_strategy, device_programs, edge_flows,
                                  sync_units, update_tasks, wire_batch_stats, wire_syncs, with_recompute)
 from tag.sim.context import SimContext, micro_decision
 from tag.sim.gradsync import sfb_compute_ms
 from tag.sim.shard_build import add_tails, wire_collectives
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
+from tag.sim.tensor_sends import Send, transfer_plan
 from tag.sim.zero import add_gathers_after_update, add_weight_gathers
 from tag.strategy.pipeline import stage_order
 
@@ -146,14 +148,20 @@ def send_ms(ctx: SimContext, src: int, dst: int, nbytes: float) -> float:
     return p2p_ms(nbytes, min(k.bandwidth_gbps for k in links), 0.0)
 
 
-def send_work(ctx: SimContext, per_edge) -> tuple[list[dict[int, float]], list[dict[int, float]]]:
+def send_work(ctx: SimContext, plan) -> tuple[list[dict[int, float]], list[dict[int, float]]]:
     """Per group g, the send work ms per device of (its forward pass: activations to its consumers, its backward
-    pass: gradients back to its producers), from the per-edge micro-batch flows `per_edge` (`edge_flows`)."""
+    pass: gradients back to its producers), from the micro-batch messages `plan` (`transfer_plan`; a message's
+    gradient leaves with the backward of its lowest reader, the last of them to run)."""
     n = ctx.gg.n_groups
     fwd: list[dict[int, float]] = [{} for _ in range(n)]
     bwd: list[dict[int, float]] = [{} for _ in range(n)]
-    for e, (f_pairs, b_pairs, _, _) in zip(ctx.gg.edges, per_edge):
-        for out, g, pairs in ((fwd, e.src, f_pairs), (bwd, e.dst, b_pairs)):
+    for x in plan:
+        if isinstance(x, Send):
+            msgs = ((fwd, x.producer, [(x.src, x.dst, x.fwd)]), (bwd, x.readers[0], [(x.dst, x.src, x.bwd)]))
+        else:
+            e = ctx.gg.edges[x.edge]
+            msgs = ((fwd, e.src, x.flows[0]), (bwd, e.dst, x.flows[1]))
+        for out, g, pairs in msgs:
             for s, d, spec in pairs:
                 ms = send_ms(ctx, s, d, spec.volume_bytes)
                 if ms > 0.0:
@@ -206,19 +214,18 @@ def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int], pe
     return fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, full
 
 
-def _transfers(ctx: SimContext, strategy, passes, draft: Draft, per_edge):
-    """Per micro-batch, edge and device pair: the activation slice F(src, j) -> F(dst, j) and the gradient
-    B(dst, j) -> B(src, j), at micro rows (`add_edge_transfers`; `passes`: forward heads, forward tails, backward
-    heads, backward tails, per group and micro-batch; `per_edge`: each edge's micro-batch flows, `edge_flows`);
-    ([Transfer], memory recv list of one micro-batch)."""
+def _transfers(ctx: SimContext, strategy, passes, draft: Draft, plan):
+    """Per micro-batch and message of `plan` (`transfer_plan` on the micro row maps, the same for every j): the
+    activation F(src, j) -> F(readers, j) and the gradient B(readers, j) -> B(src, j), at micro rows
+    (`add_planned_transfers`; `passes`: forward heads, forward tails, backward heads, backward tails, per group and
+    micro-batch); ([Transfer], memory recv list of one micro-batch)."""
     fwd_id, fwd_out, bwd_id, bwd_out = passes
     m = strategy.pipeline.micro_batches
     out: list[Transfer] = []
     recv: list[tuple] = []
     for j in range(m):
-        for ei, e in enumerate(ctx.gg.edges):
-            add_edge_transfers(draft, out, recv if j == 0 else None, e, per_edge[ei],
-                               (fwd_out[e.src][j], fwd_id[e.dst][j], bwd_out[e.dst][j], bwd_id[e.src][j]), f" mb{j}")
+        maps = tuple([per_group[j] for per_group in x] for x in (fwd_out, fwd_id, bwd_out, bwd_id))
+        add_planned_transfers(draft, out, recv if j == 0 else None, ctx.gg, plan, maps, f" mb{j}")
     return out, recv
 
 
@@ -233,11 +240,11 @@ def build_pipeline_task_graph(ctx: SimContext, strategy, options: BuildOptions =
     micro: list[int] = []
     pending: list = []
     mdecs = [micro_decision(dc, m) for dc in decs]
-    per_edge = [edge_flows(ctx, ei, mdecs[e.src], mdecs[e.dst], mdecs) for ei, e in enumerate(ctx.gg.edges)]
-    sends = send_work(ctx, per_edge)
+    plan = transfer_plan(ctx, mdecs, edge_flows)
+    sends = send_work(ctx, plan)
     fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, full = _compute_tasks(ctx, strategy, draft, micro, pending, sends)
     devs_of = [pg[0] for pg in full]
-    transfers, recv = _transfers(ctx, strategy, (fwd_id, fwd_out, bwd_id, bwd_out), draft, per_edge)
+    transfers, recv = _transfers(ctx, strategy, (fwd_id, fwd_out, bwd_id, bwd_out), draft, plan)
     units, extra_static = sync_units(ctx, strategy, devs_of)
     upd_id = update_tasks(ctx, units, full, sfb_upd_ms, draft, decs)
     last_bwd = [bwd_id[g][m - 1] for g in range(len(decs))]  # the stage's last backward of each group
