@@ -12,6 +12,10 @@ of its order (`stage_order`), the rank
   loss term (the micro-batch rows' share of the global-batch mean) and output gradients, then posts the sends of
   its input gradients back to the producers.
 
+A slice read by several groups of a rank crosses once (`PipelinePlan.alias`): it is received for the lowest of them
+and the others read that buffer (each through its own leaf); backward, the higher groups run first and add their
+gradients of it into one sum, which the lowest sends back with its own.
+
 Only receives block: sends are non-blocking (`isend`, waited for at the end of the step), receives are posted
 `RECV_AHEAD` passes before the pass that waits for them, and every message of a step has its own tag
 (`PipelinePlan.tag`), so any interleaving of the stages' orders matches sends to receives; a rank waits only for
@@ -50,6 +54,10 @@ class PipelineRankRuntime(RankRuntime):
         self._micro_offset = 0  # global row of the current micro-batch's first row
         self._pending: list[tuple[object, torch.Tensor]] = []  # (send work, its tensor) until the step ends
         self._posted: dict[tuple[str, int, int], tuple] = {}  # (kind, micro-batch, group) -> posted receives
+        # a tensor crosses once (`PipelinePlan.alias`): (micro-batch, group, transfer) -> the buffer its message fills,
+        # and -> the gradient its aliases (higher groups, whose backward runs first) have added for it
+        self._inbox: dict[tuple[int, int, int], torch.Tensor] = {}
+        self._grad_acc: dict[tuple[int, int, int], torch.Tensor] = {}
         # the last step's passes: (kind, micro-batch, start, receive wait, end), seconds from the step's start
         self.pass_times: list[tuple[str, int, float, float, float]] = []
 
@@ -70,8 +78,12 @@ class PipelineRankRuntime(RankRuntime):
         works, got = [], {}
         for k, tr in enumerate(self.s.transfers[g]):
             if tr.dst == self.rank:
-                buf = self._buffer(tr.tensor, tr.rows)
-                works.append(dist.irecv(buf, src=tr.src, tag=self.plan.tag(j, False, g, k)))
+                alias = self.plan.alias_of(g, k)
+                if alias is not None:  # the lower group's message, posted first and taken first
+                    buf = self._inbox[(j, *alias)]
+                else:
+                    buf = self._inbox[(j, g, k)] = self._buffer(tr.tensor, tr.rows)
+                    works.append(dist.irecv(buf, src=tr.src, tag=self.plan.tag(j, False, g, k)))
                 got.setdefault(tr.tensor, []).append((tr.start, buf))
         return works, got
 
@@ -79,7 +91,7 @@ class PipelineRankRuntime(RankRuntime):
         """Post micro-batch j's slices of group p's outputs to every rank that consumes them."""
         for c, k in self.plan.sends_of[p]:
             tr = self.s.transfers[c][k]
-            if tr.src != self.rank:
+            if tr.src != self.rank or self.plan.alias_of(c, k) is not None:
                 continue
             x = self.outs[(p, tr.tensor)]
             if not tr.whole:
@@ -92,7 +104,8 @@ class PipelineRankRuntime(RankRuntime):
         works, got = [], []
         for c, k in self.plan.sends_of[p]:
             tr = self.s.transfers[c][k]
-            if tr.src != self.rank or not self._is_float(tr.tensor) or not tr.grad:
+            if tr.src != self.rank or not self._is_float(tr.tensor) or not tr.grad or \
+                    self.plan.alias_of(c, k) is not None:
                 continue
             buf = self._buffer(tr.tensor, tr.rows)
             works.append(dist.irecv(buf, src=tr.dst, tag=self.plan.tag(j, True, c, k)))
@@ -113,15 +126,26 @@ class PipelineRankRuntime(RankRuntime):
         return got
 
     def _send_input_grads(self, j: int, g: int) -> None:
-        """Post micro-batch j's gradients of group g's received inputs back to the ranks that sent them."""
+        """Post micro-batch j's gradients of group g's received inputs back to the ranks that sent them; an alias's
+        gradient is added into its message's (`PipelinePlan.alias`), which goes back with the lowest reader."""
         off, _ = self._rows(g)
         for k, tr in enumerate(self.s.transfers[g]):
-            if tr.dst != self.rank or not self._is_float(tr.tensor) or not tr.grad:
+            if tr.dst != self.rank:
+                continue
+            alias = self.plan.alias_of(g, k)
+            if alias is None:
+                self._inbox.pop((j, g, k), None)
+            if not self._is_float(tr.tensor) or not tr.grad:
                 continue
             dx = self._leaf_grad(g, tr.tensor)
             if not tr.whole:
                 dx = self._narrow(dx, tr.tensor, tr.start - off, tr.rows)
-            self._post_send(dx, tr.src, self.plan.tag(j, True, g, k))
+            if alias is not None:
+                key = (j, *alias)
+                self._grad_acc[key] = dx if key not in self._grad_acc else self._grad_acc[key] + dx
+                continue
+            more = self._grad_acc.pop((j, g, k), None)
+            self._post_send(dx if more is None else dx + more, tr.src, self.plan.tag(j, True, g, k))
 
     # ---- passes and the step ------------------------------------------------------------------
     def _forward_pass(self, j: int, groups: list[int]) -> float:
@@ -159,7 +183,7 @@ class PipelineRankRuntime(RankRuntime):
         mine = [g for g in self.plan.rank_groups(self.rank) if self.s.rank_rows[g][self.rank] > 0]
         states: dict[int, tuple[dict, dict, dict, dict]] = {}
         local = 0.0
-        self.pass_times, self._posted = [], {}
+        self.pass_times, self._posted, self._inbox, self._grad_acc = [], {}, {}, {}
         order = self.plan.orders[self.rank]
         posted_upto = 0  # passes [0, posted_upto) have their receives posted
         t0 = time.perf_counter()
