@@ -95,19 +95,22 @@ def best_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_stages:
         at: list[list[tuple[int, int] | None]] = [[None] * n_d for _ in range(n_g)]
         prev = f[t - 1]
         for i in range(last):
+            lo, ft_i, at_i = gc[i], ft[i], at[i]
             for j in range(n_d - 1):
+                dlo, j_next = dc[j], j + 1
                 best, best_arg = inf, None
                 for i2 in range(i + 1, last):
-                    row = prev[i2]
-                    for j2 in range(j + 1, n_d - 1):
+                    row, hi = prev[i2], gc[i2]
+                    for j2 in range(j_next, n_d - 1):
                         rest = row[j2]
                         if rest >= best:
                             continue
-                        v = stage_ms(t, gc[i], gc[i2], dc[j], dc[j2])
-                        v = max(v, rest)
+                        v = stage_ms(t, lo, hi, dlo, dc[j2])
+                        if rest > v:  # max(v, rest)
+                            v = rest
                         if v < best:
                             best, best_arg = v, (i2, j2)
-                ft[i][j], at[i][j] = best, best_arg
+                ft_i[j], at_i[j] = best, best_arg
         f.append(ft)
         arg.append(at)
     out: dict[int, CutSolution] = {}
@@ -124,12 +127,15 @@ def best_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_stages:
 
 
 def best_capped_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_stages: int,
-                     steady_ms: StageFn, tail_ms: StageFn, caps: Sequence[float]) -> dict[int, list[CutSolution]]:
+                     steady_ms: StageFn, tail_ms: StageFn, caps: Sequence[float],
+                     parts_ms: Callable[[int, int, int, int, int], tuple[float, float]] | None = None,
+                     ) -> dict[int, list[CutSolution]]:
     """S -> the DP's cuts under every tail cap E of `caps` (distinct cuts only, loosest cap first; a cap the looser
     cap's solutions already meet for every S is skipped, its minima being theirs): the least slowest
     `steady_ms` among S-stage pipelines whose every stage has `tail_ms` <= E, with tail_ms of the solution = its
     largest stage tail. min(two_max_ms) over a list is the least max steady + max tail over the cuts when `caps`
-    holds every distinct tail value (`brute_force_two_max`), an upper bound on it otherwise.
+    holds every distinct tail value (`brute_force_two_max`), an upper bound on it otherwise. `parts_ms`, if given,
+    returns (steady_ms(*args), tail_ms(*args)) at once (memoised by the caller), in place of calling the two.
 
     >>> steady = lambda left, lo, hi, dlo, dhi: float(hi - lo)
     >>> tail = lambda left, lo, hi, dlo, dhi: 5.0 * (lo == 0) * (hi - lo)
@@ -144,6 +150,9 @@ def best_capped_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_
         if x is None:
             x = memo[args] = (steady_ms(*args), tail_ms(*args))
         return x
+
+    if parts_ms is not None:
+        parts = parts_ms
 
     out: dict[int, list[CutSolution]] = {}
     for cap in sorted(caps, reverse=True):

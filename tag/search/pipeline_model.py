@@ -110,6 +110,8 @@ class StageModel:
         self._whole_lists = self.prefix_whole.tolist()
         self._cross: dict = {}
         self._sync: dict = {}
+        self._kind: dict = {}  # (dlo, dhi) -> the block's (device type, usable memory) per position
+        self._rows: dict = {}  # (lo, hi, rows, in-flight, block kind) -> `_compute_part`
 
     # --- group ranges -------------------------------------------------------------------------------------------
 
@@ -210,6 +212,31 @@ class StageModel:
         n = dhi - dlo
         if n < 1 or b < n or hi <= lo:
             return None
+        kind = self._kind.get((dlo, dhi))
+        if kind is None:
+            kind = self._kind[dlo, dhi] = tuple((self.type_of[p], self.usable[p]) for p in range(dlo, dhi))
+        key = (lo, hi, b, in_flight, kind)
+        part = self._rows.get(key, False)
+        if part is False:  # blocks of the same device types and memory in the same order share it
+            part = self._rows[key] = self._compute_part(lo, hi, dlo, dhi, b, in_flight)
+        if part is None:
+            return None
+        rows, compute, host = part
+        into, out = self.cross_bytes_per_row(lo, hi)
+        per_machine: dict = {}
+        per_device = [0.0] * n
+        side = [0.0, 0.0]
+        for k, (q, nbytes) in enumerate(((dlo - 1, into), (dhi, out))):
+            if nbytes > 0 and 0 <= q < len(self.order):
+                side[k] = self._boundary_ms(q, dlo, rows, nbytes, per_machine, per_device)
+        transfer = max(max(per_machine.values(), default=0.0), max(per_device))
+        return StageRows(rows, compute, transfer, self.sync_ms(dlo, dhi, lo, hi), host, side[0], side[1])
+
+    def _compute_part(self, lo: int, hi: int, dlo: int, dhi: int, b: int,
+                      in_flight: int) -> tuple[tuple[int, ...], float, int] | None:
+        """`stage`'s (micro rows, compute_ms, host) of groups [lo, hi) on block positions [dlo, dhi) at b rows per
+        micro-batch; None when the block cannot hold it. It reads the block's device types and usable memory only."""
+        n = dhi - dlo
         fixed, per_row = self.memory(lo, hi)
         devs = range(dlo, dhi)
         caps = []
@@ -221,8 +248,13 @@ class StageModel:
         if min(caps) < 1 or sum(caps) < b:
             return None
         probe = max(1, b // n)
-        speed = [probe / max(1e-12, self.range_ms(self.type_of[p], lo, hi, probe)
-                             + self.range_ms(self.type_of[p], lo, hi, probe, whole=True) / n) for p in devs]
+        by_type: dict[int, float] = {}  # rows per ms at the probe, per device type of the block
+        for p in devs:
+            ti = self.type_of[p]
+            if ti not in by_type:
+                by_type[ti] = probe / max(1e-12, self.range_ms(ti, lo, hi, probe)
+                                          + self.range_ms(ti, lo, hi, probe, whole=True) / n)
+        speed = [by_type[self.type_of[p]] for p in devs]
         rows = _capped_shares(b, speed, caps)
         if rows is None:
             return None
@@ -230,16 +262,7 @@ class StageModel:
         host = max(range(n), key=lambda i: (speed[i], -i))
         if self.any_whole[hi] > self.any_whole[lo]:
             times[host] += self.range_ms(self.type_of[dlo + host], lo, hi, b, whole=True)
-        compute = max(times)
-        into, out = self.cross_bytes_per_row(lo, hi)
-        per_machine: dict = {}
-        per_device = [0.0] * n
-        side = [0.0, 0.0]
-        for k, (q, nbytes) in enumerate(((dlo - 1, into), (dhi, out))):
-            if nbytes > 0 and 0 <= q < len(self.order):
-                side[k] = self._boundary_ms(q, dlo, rows, nbytes, per_machine, per_device)
-        transfer = max(max(per_machine.values(), default=0.0), max(per_device))
-        return StageRows(tuple(rows), compute, transfer, self.sync_ms(dlo, dhi, lo, hi), host, side[0], side[1])
+        return tuple(rows), max(times), host
 
     def sync_ms(self, dlo: int, dhi: int, lo: int, hi: int) -> float:
         """All-reduce of the parameters of groups [lo, hi) over block positions [dlo, dhi) (`_sync_ms`), ms
@@ -262,6 +285,11 @@ def _capped_shares(total: int, weights: list[float], caps: list[int]) -> list[in
     """Integers r_i >= 1, r_i <= caps[i], summing to `total`, in proportion to `weights` where caps allow
     (water filling; largest remainders get the leftover rows). None when the caps cannot hold `total`.
 
+    Water filling: the free replicas share the rows left, share_i = left x w_i / sum of the free w; those whose
+    share exceeds their cap take the cap and leave the free set; repeat. Each free replica then takes
+    max(1, min(cap, floor(share))) rows, and the rows still missing (or in excess) go one at a time to the free
+    replicas by largest fractional part (the excess comes back from the smallest parts first, then the capped).
+
     >>> _capped_shares(8, [3.0, 1.0], [8, 8])
     [6, 2]
     >>> _capped_shares(8, [3.0, 1.0], [5, 8])
@@ -270,26 +298,29 @@ def _capped_shares(total: int, weights: list[float], caps: list[int]) -> list[in
     n = len(weights)
     if sum(caps) < total or total < n:
         return None
-    fixed: dict[int, int] = {}
-    while True:
-        free = [i for i in range(n) if i not in fixed]
-        share = {}
-        if not free:
-            break
-        left = total - sum(fixed.values())
-        w = sum(weights[i] for i in free)
-        share = {i: left * weights[i] / w for i in free}
-        over = [i for i in free if share[i] > caps[i]]
+    capped = [False] * n
+    left = total
+    free = list(range(n))
+    share: list[float] = []  # share of free[k]
+    while free:
+        w = sum([weights[i] for i in free])
+        share = [left * weights[i] / w for i in free]
+        over = [i for i, x in zip(free, share) if x > caps[i]]
         if not over:
             break
         for i in over:
-            fixed[i] = caps[i]
-    rows = [fixed.get(i, 0) for i in range(n)]
-    floors = {i: max(1, min(caps[i], int(math.floor(share[i])))) for i in free}
-    for i in free:
-        rows[i] = floors[i]
+            capped[i] = True
+            left -= caps[i]
+        free = [i for i in free if not capped[i]]
+    else:
+        share = []
+    rows = [caps[i] if capped[i] else 0 for i in range(n)]
+    for i, x in zip(free, share):
+        rows[i] = max(1, min(caps[i], int(math.floor(x))))
     diff = total - sum(rows)
-    order = sorted(free, key=lambda i: (-(share[i] - math.floor(share[i])), i))
+    if diff == 0:
+        return rows
+    order = [i for _, i in sorted(zip([-(x - math.floor(x)) for x in share], free))]
     while diff > 0:
         moved = False
         for i in order:
@@ -301,7 +332,7 @@ def _capped_shares(total: int, weights: list[float], caps: list[int]) -> list[in
             return None
     while diff < 0:
         moved = False
-        for i in list(reversed(order)) + [i for i in range(n) if i not in share]:
+        for i in order[::-1] + [i for i in range(n) if capped[i]]:
             if diff and rows[i] > 1:
                 rows[i] -= 1
                 diff += 1

@@ -172,27 +172,35 @@ def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: l
     memory: the least max steady part + max exposed sync over the ladder of sync caps (`best_capped_cuts`,
     `sync_caps`), and the least slowest stage time (`StageRows.stage_ms`, steady + sync); distinct cuts only."""
     uncapped: dict = {}
-    memo: dict = {}
+    memo: dict = {}  # (in-flight, lo, hi, dlo, dhi) -> (StageRows or None, steady ms, exposed sync ms, stage ms)
+    none = (None, math.inf, math.inf, math.inf)
 
-    def stage(left: int, lo: int, hi: int, dlo: int, dhi: int) -> StageRows | None:
-        k2 = (min(left, m), lo, hi, dlo, dhi)
-        st = memo.get(k2, False)
-        if st is False:
-            st = memo[k2] = _stage_in_flight(model, uncapped, m, *k2)
-        return st
+    def entry(left: int, lo: int, hi: int, dlo: int, dhi: int) -> tuple:
+        k2 = (left if left < m else m, lo, hi, dlo, dhi)  # (min(left, m), ...)
+        e = memo.get(k2)
+        if e is None:
+            st = _stage_in_flight(model, uncapped, m, *k2)
+            e = memo[k2] = none if st is None else (st, st.steady_ms(m), st.exposed_sync_ms(), st.stage_ms(m))
+        return e
 
-    def of(part):
-        def fn(left, lo, hi, dlo, dhi) -> float:
-            st = stage(left, lo, hi, dlo, dhi)
-            return math.inf if st is None else part(st)
-        return fn
+    def steady(*args) -> float:
+        return entry(*args)[1]
 
-    steady, tail = of(lambda st: st.steady_ms(m)), of(StageRows.exposed_sync_ms)
-    sols = best_capped_cuts(group_cuts, device_cuts, max_stages, steady, tail, sync_caps(model))
-    for s, sol in best_cuts(group_cuts, device_cuts, max_stages, of(lambda st: st.stage_ms(m))).items():
+    def tail(*args) -> float:
+        return entry(*args)[2]
+
+    def parts(*args) -> tuple[float, float]:
+        e = entry(*args)
+        return e[1], e[2]
+
+    def stage_ms(*args) -> float:
+        return entry(*args)[3]
+
+    sols = best_capped_cuts(group_cuts, device_cuts, max_stages, steady, tail, sync_caps(model), parts)
+    for s, sol in best_cuts(group_cuts, device_cuts, max_stages, stage_ms).items():
         if all(x.stages != sol.stages for x in sols.setdefault(s, [])):
             sols[s].append(sol)
-    return {s: [(sol, [stage(s - i, c.lo, c.hi, c.dlo, c.dhi) for i, c in enumerate(sol.stages)]) for sol in found]
+    return {s: [(sol, [entry(s - i, c.lo, c.hi, c.dlo, c.dhi)[0] for i, c in enumerate(sol.stages)]) for sol in found]
             for s, found in sols.items()}
 
 

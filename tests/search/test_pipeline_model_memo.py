@@ -1,0 +1,98 @@
+"""The stage model's shortcuts against the plain computations they replace: `_capped_shares` against the
+dict-based water filling it was, and `StageModel.stage` (its compute part memoised per block kind) against a model
+that computes every stage from scratch."""
+
+import math
+import os
+import random
+
+import pytest
+
+from tag.search.pipeline_model import StageModel, _capped_shares
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _capped_shares_reference(total, weights, caps):
+    """The water filling as first written (dicts, full sort), kept as the second method."""
+    n = len(weights)
+    if sum(caps) < total or total < n:
+        return None
+    fixed: dict[int, int] = {}
+    while True:
+        free = [i for i in range(n) if i not in fixed]
+        share = {}
+        if not free:
+            break
+        left = total - sum(fixed.values())
+        w = sum(weights[i] for i in free)
+        share = {i: left * weights[i] / w for i in free}
+        over = [i for i in free if share[i] > caps[i]]
+        if not over:
+            break
+        for i in over:
+            fixed[i] = caps[i]
+    rows = [fixed.get(i, 0) for i in range(n)]
+    floors = {i: max(1, min(caps[i], int(math.floor(share[i])))) for i in free}
+    for i in free:
+        rows[i] = floors[i]
+    diff = total - sum(rows)
+    order = sorted(free, key=lambda i: (-(share[i] - math.floor(share[i])), i))
+    while diff > 0:
+        moved = False
+        for i in order:
+            if diff and rows[i] < caps[i]:
+                rows[i] += 1
+                diff -= 1
+                moved = True
+        if not moved:
+            return None
+    while diff < 0:
+        moved = False
+        for i in list(reversed(order)) + [i for i in range(n) if i not in share]:
+            if diff and rows[i] > 1:
+                rows[i] -= 1
+                diff += 1
+                moved = True
+        if not moved:
+            return None
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_capped_shares_matches_reference(seed):
+    rng = random.Random(seed)
+    for _ in range(2000):
+        n = rng.randint(1, 9)
+        total = rng.randint(1, 80)
+        weights = [rng.choice([1.0, 2.0, 3.0, rng.uniform(0.01, 5.0)]) for _ in range(n)]
+        caps = [rng.randint(1, 40) if rng.random() < 0.5 else total for _ in range(n)]
+        assert _capped_shares(total, weights, caps) == _capped_shares_reference(total, weights, caps)
+
+
+class _Plain(StageModel):
+    """The stage model without the block-kind memo: every call computes from scratch."""
+
+    def stage(self, lo, hi, dlo, dhi, micro_batches, in_flight):
+        self._rows.clear()
+        return super().stage(lo, hi, dlo, dhi, micro_batches, in_flight)
+
+
+def test_stage_memos_match_plain_model():
+    from tag.modelio import load_inputs
+
+    inp = load_inputs(os.path.join(ROOT, "datasets", "models", "resnet50.onnx"),
+                      os.path.join(ROOT, "datasets", "topologies", "modern8.json"))
+    order = [d.index for d in inp.cluster.devices]
+    args = (inp.gg, inp.cluster, inp.cost, "adam", inp.batch_size, order)
+    fast, plain = StageModel(*args), _Plain(*args)
+    rng = random.Random(0)
+    n_g, n_d = inp.gg.n_groups, len(order)
+    for _ in range(600):
+        lo = rng.randrange(n_g)
+        hi = rng.randrange(lo + 1, n_g + 1)
+        dlo = rng.randrange(n_d)
+        dhi = rng.randrange(dlo + 1, n_d + 1)
+        m, k = rng.choice([1, 2, 4, 8]), rng.randint(1, 8)
+        assert fast.stage(lo, hi, dlo, dhi, m, k) == plain.stage(lo, hi, dlo, dhi, m, k)
+    assert len(fast._rows) < 600  # blocks of one kind shared the compute part
