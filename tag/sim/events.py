@@ -80,15 +80,6 @@ class Timeline:
     flows: list[tuple[str, float, float, tuple[int, ...]]]
 
 
-class _SyncState:
-    """Run-time state of one sync unit."""
-
-    __slots__ = ("waiting", "ready_ms", "phase", "outstanding", "copied")
-
-    def __init__(self, waiting: int):
-        self.waiting, self.ready_ms, self.phase, self.outstanding, self.copied = waiting, 0.0, 0, 0, False
-
-
 class _Run:
     """One execution of a task graph (see the module docstring)."""
 
@@ -102,7 +93,14 @@ class _Run:
         self.start = [0.0] * len(self.dur)
         self.ptr = [0] * tg.n_devices
         self.free = [0.0] * tg.n_devices
-        self.syncs = [_SyncState(len(u.wait)) for u in tg.syncs]
+        # run-time state of each sync unit, as parallel lists: tasks still to end, ready time, current phase,
+        # flows of that phase still in flight, whether it has copied out
+        n_syncs = len(tg.syncs)
+        self.s_waiting = [len(u.wait) for u in tg.syncs]
+        self.s_ready = [0.0] * n_syncs
+        self.s_phase = [0] * n_syncs
+        self.s_outstanding = [0] * n_syncs
+        self.s_copied = [False] * n_syncs
         self.xfer_wait = [len(x.wait) for x in tg.transfers]
         self.xfer_ready = [0.0] * len(tg.transfers)
         self.net = Network(link_caps_bytes_per_ms)
@@ -123,7 +121,7 @@ class _Run:
         """Run device d's program from its current position while the next task has all its inputs."""
         prog, i, t = self.tg.programs[d], self.ptr[d], self.free[d]
         pend, ready, start, dur, members = self.pend, self.ready, self.start, self.dur, self.member_ms
-        first, deps, syncs = self.tg.first_sync, self.tg.dependents, self.syncs
+        first, deps, waiting, sready = self.tg.first_sync, self.tg.dependents, self.s_waiting, self.s_ready
         n = len(prog)
         while i < n:
             k = prog[i]
@@ -140,21 +138,19 @@ class _Run:
                     t += ms
             j = first[k]
             if j >= 0:
-                s = syncs[j]
-                s.waiting -= 1
-                if t > s.ready_ms:
-                    s.ready_ms = t
-                if s.waiting == 0:
-                    self.push(s.ready_ms, SyncReady(j))
+                waiting[j] -= 1
+                if t > sready[j]:
+                    sready[j] = t
+                if waiting[j] == 0:
+                    self.push(sready[j], SyncReady(j))
             if deps[k] is not None:  # what this task's end counts towards next, in order
                 for what, j in deps[k]:
                     if what is _SYNC:
-                        s = syncs[j]
-                        s.waiting -= 1
-                        if t > s.ready_ms:
-                            s.ready_ms = t
-                        if s.waiting == 0:
-                            self.push(s.ready_ms, SyncReady(j))
+                        waiting[j] -= 1
+                        if t > sready[j]:
+                            sready[j] = t
+                        if waiting[j] == 0:
+                            self.push(sready[j], SyncReady(j))
                     else:
                         self.xfer_wait[j] -= 1
                         if t > self.xfer_ready[j]:
@@ -185,8 +181,8 @@ class _Run:
 
     # ---- syncs -------------------------------------------------------------------------------------
     def begin_sync(self, j: int, t: float) -> None:
-        u, s = self.tg.syncs[j], self.syncs[j]
-        s.phase = 0
+        u = self.tg.syncs[j]
+        self.s_phase[j] = 0
         if u.copy_in_ms > 0:  # the ranks' memory work on the bucket before the collective
             self.push(t + u.copy_in_ms, SyncStep(j))
         else:
@@ -194,13 +190,15 @@ class _Run:
 
     def next_phase(self, j: int, t: float) -> None:
         """Start sync j's current phase (skipping empty ones) or, after the last, copy out and release."""
-        u, s = self.tg.syncs[j], self.syncs[j]
+        u = self.tg.syncs[j]
         phases = u.phases
-        while s.phase < len(phases) and not phases[s.phase]:
-            s.phase += 1
-        if s.phase >= len(phases):
-            if u.copy_out_ms > 0 and not s.copied:  # the ranks copy the summed bucket back into .grad
-                s.copied = True
+        phase = self.s_phase[j]
+        while phase < len(phases) and not phases[phase]:
+            phase += 1
+        self.s_phase[j] = phase
+        if phase >= len(phases):
+            if u.copy_out_ms > 0 and not self.s_copied[j]:  # the ranks copy the summed bucket back into .grad
+                self.s_copied[j] = True
                 self.push(t + u.copy_out_ms, SyncStep(j))
                 return
             for k in u.release:
@@ -211,8 +209,8 @@ class _Run:
             else:
                 self.comm_busy[u.devices] = False
             return
-        specs = phases[s.phase]
-        s.outstanding = len(specs)
+        specs = phases[phase]
+        self.s_outstanding[j] = len(specs)
         for sp in specs:
             self.start_flow(sp, PhaseFlowArrived(j), u.label, t)
 
@@ -226,11 +224,11 @@ class _Run:
             self.resolve(k, t)
 
     def _on_phase_flow(self, ev: PhaseFlowArrived, t: float) -> None:
-        s = self.syncs[ev.sync]
-        s.outstanding -= 1
-        if s.outstanding == 0:
-            s.phase += 1
-            self.next_phase(ev.sync, t)
+        j = ev.sync
+        self.s_outstanding[j] -= 1
+        if self.s_outstanding[j] == 0:
+            self.s_phase[j] += 1
+            self.next_phase(j, t)
 
     def _on_sync_ready(self, ev: SyncReady, t: float) -> None:
         key = self.tg.syncs[ev.sync].devices
@@ -249,8 +247,8 @@ class _Run:
         for i, w in enumerate(self.xfer_wait):
             if w == 0:  # waits for no task (a blocking exchange before both ranks' first task)
                 self.push(0.0, FlowStart(i))
-        for j, s in enumerate(self.syncs):
-            if s.waiting == 0:  # waits for no task (a weight gather before its ranks' second task)
+        for j, w in enumerate(self.s_waiting):
+            if w == 0:  # waits for no task (a weight gather before its ranks' second task)
                 self.push(0.0, SyncReady(j))
         for d in range(self.tg.n_devices):
             self.advance(d)

@@ -38,8 +38,9 @@ to [f0, u], f0 lasting f0 + f1 + f2 + b2 + b1 + b0 and counting towards sync 0 o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
@@ -176,16 +177,23 @@ def _syncs(units: list[SyncUnit], heads: list[int], lasts: list[int], is_last: n
     out = []
     for j, u in enumerate(units):
         a, b = bounds[j], bounds[j + 1]
-        wait = mapped[a:b][keep[a:b]].tolist()
-        out.append(replace(u, wait=wait))
+        values = list(_sync_fields(u))  # `dataclasses.replace(u, wait=...)`, without its per-field Python loop
+        values[_WAIT_FIELD] = mapped[a:b][keep[a:b]].tolist()
+        out.append(SyncUnit(*values))
     return out
+
+
+_SYNC_FIELD_NAMES = [f.name for f in fields(SyncUnit)]  # every field is an __init__ argument, in this order
+_sync_fields = attrgetter(*_SYNC_FIELD_NAMES)
+_WAIT_FIELD = _SYNC_FIELD_NAMES.index("wait")
 
 
 def _transfers(transfers: list[Transfer], head_of: dict[int, int]) -> list[Transfer]:
     """The transfers, each that waits for a chain's last member waiting for the chain's head instead."""
     out = transfers
+    heads = head_of.keys()
     for i, x in enumerate(transfers):
-        if any(k in head_of for k in x.wait):
+        if not heads.isdisjoint(x.wait):
             if out is transfers:
                 out = list(transfers)
             out[i] = replace(x, wait=tuple(head_of.get(k, k) for k in x.wait))

@@ -34,6 +34,8 @@ class Flow:
     rate: float = 0.0  # bytes per ms of progress
     start_ms: float = 0.0
     seq: int = field(default=0, compare=False)
+    alone_rate: float = field(default=0.0, compare=False, repr=False)  # `_alone`'s rate, computed once ...
+    alone_caps: object = field(default=None, compare=False, repr=False)  # ... for these capacities
 
 
 def max_min_rates(flows: list[Flow], caps_bytes_per_ms: list[float]) -> None:
@@ -46,10 +48,8 @@ def max_min_rates(flows: list[Flow], caps_bytes_per_ms: list[float]) -> None:
     if len(flows) == 1:
         _alone(flows[0], caps_bytes_per_ms)
         return
-    used: set[int] = set()
-    for f in flows:
-        used.update(f.links)
-    if len(used) == sum(len(f.links) for f in flows):  # no link shared: every flow alone
+    links = list(chain.from_iterable(map(_links_of, flows)))
+    if len(set(links)) == len(links):  # no link shared: every flow alone
         for f in flows:
             _alone(f, caps_bytes_per_ms)
         return
@@ -65,9 +65,16 @@ def max_min_rates(flows: list[Flow], caps_bytes_per_ms: list[float]) -> None:
             _max_min_rates_py(comp, caps_bytes_per_ms)
 
 
+_links_of = attrgetter("links")
+
+
 def _alone(f: Flow, caps_bytes_per_ms) -> None:
-    """The rate of a flow that shares none of its links: its narrowest link, min_l cap_l / w_l."""
-    f.rate = min(map(truediv, map(caps_bytes_per_ms.__getitem__, f.links), f.weights), default=INF)
+    """The rate of a flow that shares none of its links: its narrowest link, min_l cap_l / w_l (kept on the flow,
+    which asks again at every recomputation while it is alone)."""
+    if f.alone_caps is not caps_bytes_per_ms:
+        f.alone_rate = min(map(truediv, map(caps_bytes_per_ms.__getitem__, f.links), f.weights), default=INF)
+        f.alone_caps = caps_bytes_per_ms
+    f.rate = f.alone_rate
 
 
 def link_components(flows: list[Flow]) -> list[list[Flow]]:
