@@ -12,7 +12,7 @@ of its order (`stage_order`), the rank
   loss term (the micro-batch rows' share of the global-batch mean) and output gradients, then posts the sends of
   its input gradients back to the producers.
 
-A slice read by several groups of a rank crosses once (`PipelinePlan.alias`): it is received for the lowest of them
+A slice read by several groups of a rank crosses once (`RankRuntime.aliases`): it is received for the lowest of them
 and the others read that buffer (each through its own leaf); backward, the higher groups run first and add their
 gradients of it into one sum, which the lowest sends back with its own.
 
@@ -54,10 +54,6 @@ class PipelineRankRuntime(RankRuntime):
         self._micro_offset = 0  # global row of the current micro-batch's first row
         self._pending: list[tuple[object, torch.Tensor]] = []  # (send work, its tensor) until the step ends
         self._posted: dict[tuple[str, int, int], tuple] = {}  # (kind, micro-batch, group) -> posted receives
-        # a tensor crosses once (`PipelinePlan.alias`): (micro-batch, group, transfer) -> the buffer its message fills,
-        # and -> the gradient its aliases (higher groups, whose backward runs first) have added for it
-        self._inbox: dict[tuple[int, int, int], torch.Tensor] = {}
-        self._grad_acc: dict[tuple[int, int, int], torch.Tensor] = {}
         # the last step's passes: (kind, micro-batch, start, receive wait, end), seconds from the step's start
         self.pass_times: list[tuple[str, int, float, float, float]] = []
 
@@ -78,7 +74,7 @@ class PipelineRankRuntime(RankRuntime):
         works, got = [], {}
         for k, tr in enumerate(self.s.transfers[g]):
             if tr.dst == self.rank:
-                alias = self.plan.alias_of(g, k)
+                alias = self._alias_of(g, k)
                 if alias is not None:  # the lower group's message, posted first and taken first
                     buf = self._inbox[(j, *alias)]
                 else:
@@ -91,7 +87,7 @@ class PipelineRankRuntime(RankRuntime):
         """Post micro-batch j's slices of group p's outputs to every rank that consumes them."""
         for c, k in self.plan.sends_of[p]:
             tr = self.s.transfers[c][k]
-            if tr.src != self.rank or self.plan.alias_of(c, k) is not None:
+            if tr.src != self.rank or self._alias_of(c, k) is not None:
                 continue
             x = self.outs[(p, tr.tensor)]
             if not tr.whole:
@@ -105,7 +101,7 @@ class PipelineRankRuntime(RankRuntime):
         for c, k in self.plan.sends_of[p]:
             tr = self.s.transfers[c][k]
             if tr.src != self.rank or not self._is_float(tr.tensor) or not tr.grad or \
-                    self.plan.alias_of(c, k) is not None:
+                    self._alias_of(c, k) is not None:
                 continue
             buf = self._buffer(tr.tensor, tr.rows)
             works.append(dist.irecv(buf, src=tr.dst, tag=self.plan.tag(j, True, c, k)))
@@ -127,12 +123,12 @@ class PipelineRankRuntime(RankRuntime):
 
     def _send_input_grads(self, j: int, g: int) -> None:
         """Post micro-batch j's gradients of group g's received inputs back to the ranks that sent them; an alias's
-        gradient is added into its message's (`PipelinePlan.alias`), which goes back with the lowest reader."""
+        gradient is added into its message's (`RankRuntime._grad_to_send`), which goes back with the lowest reader."""
         off, _ = self._rows(g)
         for k, tr in enumerate(self.s.transfers[g]):
             if tr.dst != self.rank:
                 continue
-            alias = self.plan.alias_of(g, k)
+            alias = self._alias_of(g, k)
             if alias is None:
                 self._inbox.pop((j, g, k), None)
             if not self._is_float(tr.tensor) or not tr.grad:
@@ -140,12 +136,9 @@ class PipelineRankRuntime(RankRuntime):
             dx = self._leaf_grad(g, tr.tensor)
             if not tr.whole:
                 dx = self._narrow(dx, tr.tensor, tr.start - off, tr.rows)
-            if alias is not None:
-                key = (j, *alias)
-                self._grad_acc[key] = dx if key not in self._grad_acc else self._grad_acc[key] + dx
-                continue
-            more = self._grad_acc.pop((j, g, k), None)
-            self._post_send(dx if more is None else dx + more, tr.src, self.plan.tag(j, True, g, k))
+            dx = self._grad_to_send((j, g, k), alias, dx)
+            if dx is not None:
+                self._post_send(dx, tr.src, self.plan.tag(j, True, g, k))
 
     # ---- passes and the step ------------------------------------------------------------------
     def _forward_pass(self, j: int, groups: list[int]) -> float:

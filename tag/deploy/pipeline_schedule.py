@@ -17,11 +17,12 @@ the global mean, so the terms of all micro-batches and ranks add up to the full-
 - message tags: micro-batch j's transfer k into consumer group c travels forward with tag
   ``tag(j, False, c, k)`` and its gradient back with ``tag(j, True, c, k)``, all distinct, so the runtime can post
   a send as soon as the producer has computed it and a receive when the consumer needs it, in any interleaving.
-- ``alias[c][k]``: a tensor crosses to a rank once (issue 21, as `tag.sim.tensor_sends` models it): transfer k into
-  group c equal to a transfer k0 into a lower group c0 (same tensor, producer, ranks, rows and gradient flag; the
-  schedule lists one per consuming group) is (c0, k0), the lowest such; it sends no message, c reads c0's received
-  slice, and its gradient is added into c0's, which goes back once. None for the transfers that do move. Transfers
-  into a group with a sharded end (`Schedule.sources`) are never aliases.
+
+A tensor crosses to a rank once (issue 21, as `tag.sim.tensor_sends` models it), pipelined or not: transfer k into
+group c equal to a transfer k0 into a lower group c0 (same tensor, producer, ranks, rows and gradient flag; the
+schedule lists one per consuming group) is an alias of (c0, k0), the lowest such (`transfer_aliases`); it sends no
+message, c reads c0's received slice, and its gradient is added into c0's, which goes back once (`tag.deploy.runtime`).
+Transfers into a group with a sharded end (`Schedule.sources`) are never aliases.
 """
 
 from __future__ import annotations
@@ -44,8 +45,7 @@ class PipelinePlan:
     micro_batches: m; micro_batch_rows: B / m; stage_groups[s]: the group ids of stage s, ascending;
     rank_stage[r]: stage of rank r or None; orders[r]: rank r's (kind, micro-batch) passes; transfer_base[c]: the
     number of transfers into groups before c (tags number every transfer of a micro-batch once); n_transfers: their
-    total; sends_of[p]: (consumer group c, index k in ``transfers[c]``) of every transfer group p's outputs feed;
-    alias[c][k]: the (c0, k0) whose message transfer k into c reads, or None (module docstring; () for none at all).
+    total; sends_of[p]: (consumer group c, index k in ``transfers[c]``) of every transfer group p's outputs feed.
     """
 
     micro_batches: int
@@ -58,11 +58,6 @@ class PipelinePlan:
     transfer_base: tuple[int, ...]
     n_transfers: int
     sends_of: tuple[tuple[tuple[int, int], ...], ...]
-    alias: tuple = ()
-
-    def alias_of(self, consumer: int, k: int) -> tuple[int, int] | None:
-        """The (group, index) whose message transfer k into `consumer` reads instead of its own, or None."""
-        return self.alias[consumer][k] if self.alias else None
 
     def tag(self, micro_batch: int, backward: bool, consumer: int, k: int) -> int:
         """Message tag of transfer k into group `consumer` on `micro_batch` (forward activation or its gradient).
@@ -163,10 +158,8 @@ def transfer_aliases(transfers, sharded=frozenset()) -> tuple:
     return tuple(out)
 
 
-def pipeline_plan(pipe: Pipeline, transfers, rank_stage: tuple[int | None, ...], batch_size: int,
-                  sharded=frozenset()) -> PipelinePlan:
-    """The `PipelinePlan` of `pipe` given the micro-batch schedule's transfers (per consumer group, in order);
-    `sharded`: the consumer groups with a sharded end (`transfer_aliases`)."""
+def pipeline_plan(pipe: Pipeline, transfers, rank_stage: tuple[int | None, ...], batch_size: int) -> PipelinePlan:
+    """The `PipelinePlan` of `pipe` given the micro-batch schedule's transfers (per consumer group, in order)."""
     m, n_stages = pipe.micro_batches, len(pipe.stages)
     orders = tuple(() if s is None else tuple(stage_order(pipe.schedule, pipe.k, n_stages, s, m))
                    for s in rank_stage)
@@ -179,8 +172,7 @@ def pipeline_plan(pipe: Pipeline, transfers, rank_stage: tuple[int | None, ...],
         for k, tr in enumerate(lst):
             sends[tr.producer_group].append((c, k))
     plan = PipelinePlan(m, batch_size // m, pipe.schedule, pipe.k, tuple(st.groups for st in pipe.stages),
-                        rank_stage, orders, tuple(base), acc, tuple(tuple(x) for x in sends),
-                        transfer_aliases(transfers, sharded))
+                        rank_stage, orders, tuple(base), acc, tuple(tuple(x) for x in sends))
     if acc and plan.tag(m - 1, True, len(transfers) - 1, len(transfers[-1]) - 1) >= TAG_LIMIT:
         raise ValueError(f"{m} micro-batches x {acc} transfers need more message tags than {TAG_LIMIT}")
     return plan
@@ -207,5 +199,4 @@ def with_pipeline(micro, strategy: Strategy, rank_stage):
     stage plan."""
     batch = sum(strategy.decisions[0].batch_rows) if strategy.decisions else 0  # a shard's replicas once
     return dataclasses.replace(micro, batch_size=batch,
-                               pipeline=pipeline_plan(strategy.pipeline, micro.transfers, rank_stage, batch,
-                                                      frozenset(c for c, _ in micro.sources)))
+                               pipeline=pipeline_plan(strategy.pipeline, micro.transfers, rank_stage, batch))

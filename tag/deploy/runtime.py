@@ -9,7 +9,9 @@ input slices (`Schedule.transfers[g]`); the rank then assembles each input for i
 piece and the received slices, detaches it into a leaf, and runs g's ops. Backward is the mirror, groups
 in reverse order: the rank back-propagates g from its loss term and the output gradients its consumers
 returned, then sends each input leaf's gradient slice back to the rank it came from (the autograd-aware
-half of every transfer). Because all ranks walk the same group order, no exchange can deadlock.
+half of every transfer). Because all ranks walk the same group order, no exchange can deadlock. A slice that
+several groups of a rank read crosses once (`tag.deploy.pipeline_schedule.transfer_aliases`), at the exchange of the
+lowest of them; the others read that buffer, and backward add their gradients of it into the lowest one's message.
 
 Gradients sync by the plan's buckets (`Schedule.buckets`, `tag.deploy.bucket_plan`), overlapped with the backward
 as DDP does: a bucket's sum starts (`Comm.start_sum`) as soon as the backward of every group using its parameters
@@ -35,6 +37,7 @@ from __future__ import annotations
 import torch
 
 from tag.deploy.comm import Comm
+from tag.deploy.pipeline_schedule import transfer_aliases
 from tag.deploy.precision import Precision
 from tag.deploy.recompute import run_recomputed
 from tag.deploy.schedule import Schedule, SFBOp
@@ -74,6 +77,10 @@ class RankRuntime(GradSync):
         self.optimizer = optimizer_factory(trained) if trained else None
         self.scaler = precision.loss_scaler(lambda bad: comm.sum_scalar(float(bad), "max") > 0)
         self.sfb_by_op = {op.op_id: op for op in schedule.sfb}
+        # a tensor crosses to a rank once (`tag.deploy.pipeline_schedule.transfer_aliases`)
+        self.aliases = transfer_aliases(schedule.transfers, frozenset(c for c, _ in schedule.sources))
+        self._inbox: dict = {}  # (group, transfer) -> received buffer its aliases read (pipelines: keyed by micro-batch)
+        self._grad_acc: dict = {}  # the same keys -> the gradient its aliases have added for it
         self.grad_buckets = [(b, *self._bucket_views(b)) for b in schedule.buckets if rank in b.ranks]
         self.sync_items = self._sync_items()
         self._started: list = []  # this step's started sums: (handle, copy-back or None), in sync_items order
@@ -111,6 +118,20 @@ class RankRuntime(GradSync):
     def _is_float(self, t: str) -> bool:
         return torch_dtype(self.g.tensors[t].dtype).is_floating_point
 
+    def _alias_of(self, consumer: int, k: int) -> tuple[int, int] | None:
+        """The (lower group, transfer) whose message transfer k into `consumer` reads instead of its own, or None."""
+        return self.aliases[consumer][k]
+
+    def _grad_to_send(self, key: tuple, alias: tuple | None, dx: torch.Tensor) -> torch.Tensor | None:
+        """The gradient message of a received slice: None for an alias (`dx` is added into its message's, keyed
+        like `key` with the alias's (group, transfer) last), else `dx` plus what its aliases added."""
+        if alias is not None:
+            k = (*key[:-2], *alias)
+            self._grad_acc[k] = dx if k not in self._grad_acc else self._grad_acc[k] + dx
+            return None
+        more = self._grad_acc.pop(key, None)
+        return dx if more is None else dx + more
+
     # ---- forward -------------------------------------------------------------------------------
     def _forward_group(self, g: int) -> None:
         self._forward_compute(g, self._forward_exchange(g))
@@ -119,6 +140,11 @@ class RankRuntime(GradSync):
         """Send and receive group g's input slices; returns tensor -> [(global start row, received piece)]."""
         sends, recvs, got = [], [], {}
         for k, tr in enumerate(self.s.transfers[g]):
+            alias = self._alias_of(g, k)
+            if alias is not None:  # received (and sent) at the lower group's exchange
+                if tr.dst == self.rank:
+                    got.setdefault(tr.tensor, []).append((tr.start, self._inbox[alias]))
+                continue
             if tr.src == self.rank:
                 x = self.outs[(tr.producer_group, tr.tensor)]
                 if not tr.whole:
@@ -130,6 +156,7 @@ class RankRuntime(GradSync):
                                   dtype=self._wire_dtype(tr.tensor), device=self.device)
                 recvs.append((tr.src, buf, k))
                 got.setdefault(tr.tensor, []).append((tr.start, buf))
+                self._inbox[(g, k)] = buf
         if sends or recvs:
             self.comm.exchange(sends, recvs)
         return got
@@ -303,14 +330,19 @@ class RankRuntime(GradSync):
         off, _ = self._rows(g)
         sends, recvs, got = [], [], []
         for k, tr in enumerate(self.s.transfers[g]):
+            alias = self._alias_of(g, k)
+            if alias is None:
+                self._inbox.pop((g, k), None)
             if not self._is_float(tr.tensor) or not tr.grad:
                 continue
             if tr.dst == self.rank:
                 dx = self._leaf_grad(g, tr.tensor)
                 if not tr.whole:
                     dx = self._narrow(dx, tr.tensor, tr.start - off, tr.rows)
-                sends.append((tr.src, dx.to(self.precision.wire_dtype(dx.dtype)), k))
-            if tr.src == self.rank:
+                dx = self._grad_to_send((g, k), alias, dx)
+                if dx is not None:
+                    sends.append((tr.src, dx.to(self.precision.wire_dtype(dx.dtype)), k))
+            if tr.src == self.rank and alias is None:
                 buf = torch.empty(self._shape(tr.tensor, None if tr.whole else tr.rows),
                                   dtype=self._wire_dtype(tr.tensor), device=self.device)
                 recvs.append((tr.dst, buf, k))
@@ -351,6 +383,7 @@ class RankRuntime(GradSync):
     def step(self) -> float:
         """One training step (forward, backward, sync, optimizer update); returns this rank's loss term."""
         self.outs, self.leaves, self.losses, self.grad_buf, self.sfb_store = {}, {}, {}, {}, {}
+        self._inbox, self._grad_acc = {}, {}
         self._zero_grads()
         for g in range(len(self.s.groups)):
             self._forward_group(g)

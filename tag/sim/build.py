@@ -62,9 +62,7 @@ def _transfers(ctx: SimContext, decs, passes, draft: Draft, asynchronous: bool):
     fwd_in, fwd_out, bwd_in, bwd_out = passes
     out: list[Transfer] = []
     recv: list[tuple] = []
-    # a tensor crosses to a device once (`tag.sim.tensor_sends`); blocking exchanges (the deploy runtime's
-    # rendezvous per consumer group) keep one message per edge
-    plan = transfer_plan(ctx, decs, edge_flows, per_tensor=asynchronous)
+    plan = transfer_plan(ctx, decs, edge_flows)  # a tensor crosses to a device once (`tag.sim.tensor_sends`)
     add_planned_transfers(draft, out, recv, ctx.gg, plan, (fwd_out, fwd_in, bwd_out, bwd_in), "", asynchronous)
     return out, recv
 
@@ -86,7 +84,9 @@ def _blocking(transfers: list[Transfer], programs, tasks: ComputeTasks, draft: D
             draft.inputs[k] += 1
         for k in gt.wait:
             draft.depend(k, (_TRANSFER, i))
-        out.append(Transfer(x.spec, x.producer, x.consumer, gt.wait, gt.deliver, x.label))
+        # the other readers of a tensor sent once (at the lowest reader's exchange; counted when built)
+        more = tuple(k for k in x.deliver[1:] if k not in gt.deliver)
+        out.append(Transfer(x.spec, x.producer, x.consumer, gt.wait, gt.deliver + more, x.label))
     return out
 
 

@@ -52,8 +52,7 @@ class Send:
 
 @dataclass(frozen=True)
 class EdgeFlows:
-    """An edge whose transfers stay per edge (`tag.sim.build_parts.edge_flows`): a tensor-sharded end, or
-    per-edge messages asked for."""
+    """An edge whose transfers stay per edge (`tag.sim.build_parts.edge_flows`): a tensor-sharded end."""
 
     edge: int
     flows: tuple
@@ -128,17 +127,16 @@ def producer_sends(ctx, a: int, decisions, readers: tuple[int, ...]) -> list[Sen
     return hit
 
 
-def transfer_plan(ctx, decisions, edge_flows, per_tensor: bool = True) -> list:
+def transfer_plan(ctx, decisions, edge_flows) -> list:
     """The messages of one pass over all groups, in producer order: `Send`s, and `EdgeFlows` for edges with a
-    sharded end (`edge_flows(ctx, ei, producer, consumer, decisions)`, `tag.sim.build_parts.edge_flows`).
-    per_tensor=False: every edge its own transfers (a tensor read by two groups on one device moves twice)."""
+    sharded end (`edge_flows(ctx, ei, producer, consumer, decisions)`, `tag.sim.build_parts.edge_flows`)."""
     out: list = []
     facts = _facts(ctx)["facts"]
     for a in range(len(decisions)):
         edges = facts[a][0]
         if not edges:
             continue
-        plain = per_tensor and decisions[a].shard is None
+        plain = decisions[a].shard is None
         readers = tuple(h for _, h in edges if plain and decisions[h].shard is None)
         sends = producer_sends(ctx, a, decisions, readers) if readers else []
         first = {}

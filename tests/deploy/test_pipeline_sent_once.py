@@ -46,22 +46,31 @@ def two_stage(cut: int, schedule: str, k: int) -> Strategy:
 SCENARIOS = [{"name": f"cut{cut}-{schedule}", "strategy": two_stage(cut, schedule, k), "machines": MACHINES,
               "steps": 3, "optimizer": "momentum", "lr": 0.01}
              for cut, schedule, k in ((3, "gpipe", 1), (3, "1f1b", 1), (3, "kfkb", 2))]
+# the same placement without micro-batches (`tag.deploy.runtime`: blocking exchanges group by group), and with
+# groups 4 and 5 replicated 1:3 over both ranks: rows [4, 16) of the hidden state cross once for both, rows [0, 4)
+# stay on rank 0
+SCENARIOS += [{"name": name, "strategy": Strategy(decs), "machines": MACHINES, "steps": 3, "optimizer": "momentum",
+               "lr": 0.01}
+              for name, decs in (("placed", two_stage(3, "gpipe", 1).decisions),
+                                 ("placed-uneven", tuple(Decision((B, 0)) if g <= 3 else Decision((4, 12), "ring")
+                                                         for g in range(K_GROUPS))))]
 
 
-def test_the_cuts_cross_a_tensor_read_by_two_groups():
+def test_every_case_crosses_a_tensor_read_by_two_groups():
+    from tag.deploy.pipeline_schedule import transfer_aliases
     from tag.deploy.schedule import build_schedule
 
     graph, _, groups = make()
-    want = {3: ("layer_norm_3", (4, 5))}
-    for cut, (tensor, readers) in want.items():
-        sched = build_schedule(graph, groups, two_stage(cut, "1f1b", 1), MACHINES, nproc=2)
+    tensor, readers = "layer_norm_3", (4, 5)
+    for sc in SCENARIOS:
+        sched = build_schedule(graph, groups, sc["strategy"], MACHINES, nproc=2)
         into = {c: [k for k, tr in enumerate(sched.transfers[c]) if tr.tensor == tensor] for c in readers}
         assert all(len(ks) == 1 for ks in into.values()), into  # listed once per reader group
         lo, hi = readers
-        assert sched.pipeline.alias_of(lo, into[lo][0]) is None  # the lower reader's message moves
-        assert sched.pipeline.alias_of(hi, into[hi][0]) == (lo, into[lo][0])  # the higher reads it
-        moved = [tr for c, lst in enumerate(sched.transfers) for k, tr in enumerate(lst)
-                 if sched.pipeline.alias_of(c, k) is None]
+        alias = transfer_aliases(sched.transfers)
+        assert alias[lo][into[lo][0]] is None  # the lower reader's message moves
+        assert alias[hi][into[hi][0]] == (lo, into[lo][0])  # the higher reads it
+        moved = [tr for c, lst in enumerate(sched.transfers) for k, tr in enumerate(lst) if alias[c][k] is None]
         assert len(moved) == sum(map(len, sched.transfers)) - 1  # exactly one message fewer per micro-batch
 
 
