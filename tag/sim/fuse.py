@@ -166,20 +166,35 @@ def run_fused(fused: FusedGraph, link_caps_bytes_per_ms: list[float]) -> Timelin
 
 
 def _syncs(units: list[SyncUnit], heads: list[int], lasts: list[int], is_last: np.ndarray) -> list[SyncUnit]:
-    """Copies of the sync units that list each chain's last task by its head and drop the other members."""
+    """The sync units listing each chain's last task by its head and dropping the other members: a unit whose
+    listing does not change is kept as it is, the others are copies with the new ``wait``."""
     counts = [len(u.wait) for u in units]
     flat = np.fromiter(chain.from_iterable(u.wait for u in units), dtype=np.int64, count=sum(counts))
     rename = np.arange(len(is_last), dtype=np.int64)
     rename[lasts] = heads
     keep = is_last[flat]
     mapped = rename[flat]
-    bounds = np.r_[0, np.cumsum(counts)].tolist()
+    bounds = np.zeros(len(units) + 1, dtype=np.int64)
+    bounds[1:] = np.cumsum(counts, dtype=np.int64)
+    kept_bounds = _prefix_counts(keep)[bounds].tolist()  # the kept listings' bounds per unit
+    changed = _prefix_counts(~keep | (mapped != flat))[bounds]
+    changed = (changed[1:] > changed[:-1]).tolist()
+    kept = mapped[keep].tolist()
     out = []
     for j, u in enumerate(units):
-        a, b = bounds[j], bounds[j + 1]
+        if not changed[j]:
+            out.append(u)
+            continue
         values = list(_sync_fields(u))  # `dataclasses.replace(u, wait=...)`, without its per-field Python loop
-        values[_WAIT_FIELD] = mapped[a:b][keep[a:b]].tolist()
+        values[_WAIT_FIELD] = kept[kept_bounds[j]:kept_bounds[j + 1]]
         out.append(SyncUnit(*values))
+    return out
+
+
+def _prefix_counts(flags: np.ndarray) -> np.ndarray:
+    """c[i] = how many of flags[:i] are true, for i = 0..len(flags)."""
+    out = np.zeros(len(flags) + 1, dtype=np.int64)
+    np.cumsum(flags, out=out[1:])
     return out
 
 
