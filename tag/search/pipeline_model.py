@@ -99,6 +99,7 @@ class StageModel:
         self.param_prefix = np.concatenate([[0.0], np.cumsum([g.param_bytes for g in gg.groups])])
         bw = np.asarray(cluster.bandwidth_gbps, dtype=float)[np.ix_(self.order, self.order)]
         self.bw_bytes_per_ms = bw * 1e9 / 8 / 1e3
+        self._bw = self.bw_bytes_per_ms.tolist()  # the same doubles as Python floats: scalar reads without numpy
         self.usable = [cluster.devices[d].type.usable_memory_bytes * MEMORY_SAFETY for d in self.order]
         self._mem: dict = {}
         self._range: dict = {}
@@ -110,7 +111,8 @@ class StageModel:
         self._whole_lists = self.prefix_whole.tolist()
         self._cross: dict = {}
         self._sync: dict = {}
-        self._kind: dict = {}  # (dlo, dhi) -> the block's (device type, usable memory) per position
+        self._kind: dict = {}  # (dlo, dhi) -> the id of the block's (device type, usable memory) per position
+        self._kind_ids: dict = {}
         self._rows: dict = {}  # (lo, hi, rows, in-flight, block kind) -> `_compute_part`
 
     # --- group ranges -------------------------------------------------------------------------------------------
@@ -168,18 +170,23 @@ class StageModel:
         through its one route from q (its NIC, shared by its devices: `per_machine_ms`). Returns this side's time
         alone (its slowest machine or device)."""
         worst = 0.0
-        by_machine = _group_rows([self.machine[dlo + i] for i in range(len(rows))], rows)
+        machine, bw_q, mq = self.machine, self._bw[q], self.machine[q]
+        by_machine: dict = {}  # rows per machine of the block, in block order
         for i, r in enumerate(rows):
             p = dlo + i
-            if self.machine[p] == self.machine[q]:
-                t = bytes_per_row * r / self.bw_bytes_per_ms[q, p]
+            mp = machine[p]
+            by_machine[mp] = by_machine.get(mp, 0) + r
+            if mp == mq:
+                t = bytes_per_row * r / bw_q[p]
                 per_device_ms[i] += t
-                worst = max(worst, t)
+                if t > worst:
+                    worst = t
         for mach, r in by_machine.items():
-            if mach != self.machine[q]:
-                t = bytes_per_row * r / self.bw_bytes_per_ms[q, self.first_of_machine[mach]]
+            if mach != mq:
+                t = bytes_per_row * r / bw_q[self.first_of_machine[mach]]
                 per_machine_ms[mach] = per_machine_ms.get(mach, 0.0) + t
-                worst = max(worst, t)
+                if t > worst:
+                    worst = t
         return worst
 
     def _sync_ms(self, dlo: int, dhi: int, params_bytes: float) -> float:
@@ -189,8 +196,8 @@ class StageModel:
         n = dhi - dlo
         if n < 2 or params_bytes <= 0:
             return 0.0
-        bw = self.bw_bytes_per_ms
-        ring = 2.0 * (n - 1) / n * params_bytes / min(bw[p, p + 1] for p in range(dlo, dhi - 1))
+        bw = self._bw
+        ring = 2.0 * (n - 1) / n * params_bytes / min(bw[p][p + 1] for p in range(dlo, dhi - 1))
         firsts = [p for p in range(dlo, dhi) if p == dlo or self.machine[p] != self.machine[p - 1]]
         k = len(firsts)
         if k < 2:
@@ -199,8 +206,8 @@ class StageModel:
         for a, b in zip(firsts, firsts[1:] + [dhi]):
             if b - a > 1:
                 inside = max(inside, 2.0 * (b - a - 1) / (b - a) * params_bytes
-                             / min(bw[p, p + 1] for p in range(a, b - 1)))
-        across = 2.0 * (k - 1) / k * params_bytes / min(bw[a, b] for a, b in zip(firsts, firsts[1:]))
+                             / min(bw[p][p + 1] for p in range(a, b - 1)))
+        across = 2.0 * (k - 1) / k * params_bytes / min(bw[a][b] for a, b in zip(firsts, firsts[1:]))
         return min(ring, inside + across)
 
     # --- one stage ----------------------------------------------------------------------------------------------
@@ -213,8 +220,9 @@ class StageModel:
         if n < 1 or b < n or hi <= lo:
             return None
         kind = self._kind.get((dlo, dhi))
-        if kind is None:
-            kind = self._kind[dlo, dhi] = tuple((self.type_of[p], self.usable[p]) for p in range(dlo, dhi))
+        if kind is None:  # blocks alike share an id
+            sig = tuple((self.type_of[p], self.usable[p]) for p in range(dlo, dhi))
+            kind = self._kind[dlo, dhi] = self._kind_ids.setdefault(sig, len(self._kind_ids))
         key = (lo, hi, b, in_flight, kind)
         part = self._rows.get(key, False)
         if part is False:  # blocks of the same device types and memory in the same order share it
@@ -272,13 +280,6 @@ class StageModel:
         if sync is None:
             sync = self._sync[key] = self._sync_ms(dlo, dhi, float(self.param_prefix[hi] - self.param_prefix[lo]))
         return sync
-
-
-def _group_rows(keys, rows) -> dict:
-    out: dict = {}
-    for k, r in zip(keys, rows):
-        out[k] = out.get(k, 0) + r
-    return out
 
 
 def _capped_shares(total: int, weights: list[float], caps: list[int]) -> list[int] | None:

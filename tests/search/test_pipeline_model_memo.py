@@ -1,6 +1,6 @@
 """The stage model's shortcuts against the plain computations they replace: `_capped_shares` against the
-dict-based water filling it was, and `StageModel.stage` (its compute part memoised per block kind) against a model
-that computes every stage from scratch."""
+dict-based water filling it was, and `StageModel.stage` (its compute part memoised per block kind, bandwidths as
+Python floats) against a model that computes every stage from scratch on numpy scalars."""
 
 import math
 import os
@@ -71,7 +71,12 @@ def test_capped_shares_matches_reference(seed):
 
 
 class _Plain(StageModel):
-    """The stage model without the block-kind memo: every call computes from scratch."""
+    """The stage model without the block-kind memo (every call computes from scratch) and with its bandwidths read
+    from the numpy matrix (numpy scalars) instead of the lists of Python floats."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self._bw = self.bw_bytes_per_ms
 
     def stage(self, lo, hi, dlo, dhi, micro_batches, in_flight):
         self._rows.clear()
@@ -88,11 +93,18 @@ def test_stage_memos_match_plain_model():
     fast, plain = StageModel(*args), _Plain(*args)
     rng = random.Random(0)
     n_g, n_d = inp.gg.n_groups, len(order)
+    seen = 0
     for _ in range(600):
         lo = rng.randrange(n_g)
         hi = rng.randrange(lo + 1, n_g + 1)
         dlo = rng.randrange(n_d)
         dhi = rng.randrange(dlo + 1, n_d + 1)
         m, k = rng.choice([1, 2, 4, 8]), rng.randint(1, 8)
-        assert fast.stage(lo, hi, dlo, dhi, m, k) == plain.stage(lo, hi, dlo, dhi, m, k)
+        st, ref = fast.stage(lo, hi, dlo, dhi, m, k), plain.stage(lo, hi, dlo, dhi, m, k)
+        assert st == ref
+        if st is not None:
+            seen += 1
+            assert (st.transfer_ms, st.sync_ms, st.in_ms, st.out_ms) == (ref.transfer_ms, ref.sync_ms, ref.in_ms,
+                                                                         ref.out_ms)
+    assert seen > 100
     assert len(fast._rows) < 600  # blocks of one kind shared the compute part
