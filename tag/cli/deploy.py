@@ -81,7 +81,8 @@ def predict_as_run(job, speed: float = 1.0) -> RunPrediction:
     """Re-simulate `job`'s plan as deploy runs it (`tag.cost.contention.deployed_step_ms`): on its ranks
     (`tag.deploy.job.ranks_strategy`: devices sharing a rank merged), with the plan's profile's cost model, the
     collective rates and barrier `tag profile links` measured into the topology, blocking exchanges, bucket sums
-    overlapping the backward as the runtime starts them, and the profile's contention terms. This is what the
+    overlapping the backward as the runtime starts them (after it when the ranks fill the profile's cores,
+    `tag.cost.contention.sums_overlap`), and the profile's contention terms. This is what the
     fidelity benchmark's headline column measures (`benchmarks/fidelity.py`). `speed` (default 1) multiplies every
     compute time: the machine's speed when the step runs over when the profile was taken, which only a benchmark
     that times a reference step next to its plans knows (its benchmark-only diagnostic column)."""

@@ -118,6 +118,7 @@ def run(args) -> int:
         lines.append(f"as tag deploy runs it on {inp.cluster.n_devices} ranks of this machine: {as_run.step_ms:.2f} ms "
                      f"(the profile's contention terms: compute x{as_run.scale:.3f} at concurrency "
                      f"{as_run.concurrency:.2f}; blocking exchanges"
+                     + ("" if as_run.overlap_sync else "; bucket sums after the backward: the ranks fill the cores")
                      + (f"; without {', '.join(missing)})" if missing else ")"))
     lines.append("")
     rows = []

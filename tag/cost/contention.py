@@ -21,6 +21,13 @@ number of ranks computing at once, (sum of busy ms) / iteration ms, clamped to [
   profile has it (`tag.cost.profiled.ProfileCostModel.collective_call_ms`), as a floor on each collective call's
   latency on CPU ranks (`tag.sim.cpu_calls`).
 
+* **cores** (optional: the cores the probe's machine gave its processes): when the run's ranks are at least as many,
+  every core computes and the runtime's bucket sums, started on a sync thread of each rank while its backward
+  continues, are slowed to a few ms a call (they wait for a core); they end about where they would had they started after the
+  backward (benchmarks/buckets.md run 8: two ranks on two cores, one sum per group in flight, the step within 7 % of
+  "compute, then one call per sum"). `sums_overlap` is then False and the prediction starts every sum after its
+  devices' backward (the simulator's ``overlap_sync=False``).
+
 ``c`` comes from a first simulation without the terms; the second simulation with them is the prediction.
 """
 
@@ -50,6 +57,18 @@ class ContentionTerms:
     together_speed: float
     clock: str = "thread"
     call_ms: tuple[tuple[str, float], ...] | None = None
+    cores: int | None = None
+
+
+def sums_overlap(terms: ContentionTerms | None, n_ranks: int) -> bool:
+    """Whether bucket sums run while the backward continues, for a run of `n_ranks` one-thread ranks on the probe's
+    machine: False when the profile knows its machine's cores and the ranks fill them (module docstring, cores).
+
+    >>> t = ContentionTerms(2, 32, 0.2, 1.0, 1.0, 1.0, cores=2)
+    >>> sums_overlap(t, 2), sums_overlap(t, 1), sums_overlap(None, 8)
+    (False, True, True)
+    """
+    return terms is None or terms.cores is None or n_ranks < terms.cores
 
 
 def concurrency(busy_ms, iteration_ms: float, n_ranks: int) -> tuple[float, int]:
@@ -99,13 +118,15 @@ def with_handoff(cluster, handoff_ms: float):
 class DeployedStep:
     """A plan's predicted step as deploy runs it: step_ms (ms, with the fence); concurrency c of n ranks and the
     compute scale the contention terms gave (1.0 without terms); oom: the simulated memory does not fit (step_ms is
-    then the time ignoring memory: deploy runs it anyway)."""
+    then the time ignoring memory: deploy runs it anyway); overlap_sync: whether the prediction ran bucket sums
+    while the backward continued."""
 
     step_ms: float
     concurrency: float
     n_ranks: int
     scale: float
     oom: bool
+    overlap_sync: bool = True
 
 
 def deployed_step_ms(simulate: Callable, gg, cluster, cost, strategy, training, *, terms: ContentionTerms | None,
@@ -114,10 +135,13 @@ def deployed_step_ms(simulate: Callable, gg, cluster, cost, strategy, training, 
 
     `simulate` is `tag.sim.simulate` (passed in: the cost layer does not import the simulator); it runs with
     blocking exchanges (the runtime's exchanges are rendezvous) and `overlap_sync` (the runtime's bucket sums
-    overlap the backward unless a split training-mode BatchNormalization forbids it). With `terms`, a second run
+    overlap the backward unless a split training-mode BatchNormalization forbids it, or `sums_overlap` says the
+    ranks fill the machine's cores). With `terms`, a second run
     on ``cost.scaled(compute_scale(...))`` and the cluster `with_handoff` is the prediction (module docstring);
     `fence_ms` (the barrier that ends every measured step) is added.
     """
+    overlap_sync = overlap_sync and sums_overlap(terms, n_ranks)
+
     def run(cl, cm):
         res = simulate(gg, cl, cm, strategy, training, overlap_sync=overlap_sync, blocking_sends=True)
         ms = res.fit_iteration_ms if res.oom and res.fit_iteration_ms else res.iteration_ms
@@ -129,4 +153,4 @@ def deployed_step_ms(simulate: Callable, gg, cluster, cost, strategy, training, 
     if terms is not None:
         scale = compute_scale(terms, c, n)
         res, ms = run(with_handoff(cluster, terms.handoff_ms), cost.scaled(scale))
-    return DeployedStep(ms + fence_ms, c, n, scale, bool(res.oom))
+    return DeployedStep(ms + fence_ms, c, n, scale, bool(res.oom), overlap_sync)

@@ -29,7 +29,8 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
         "handoff_ms": 0.2, "alone_stretch": 1.01, "together_stretch": 1.03,   # wall / CPU of compute
         "together_speed": 1.1,            # the model's step CPU ms with every rank stepping at once / alone
         "alone_step_ms": 30.1, "together_step_ms": 33.1,  # the two step figures behind together_speed
-        "call_ms": {"allreduce": 0.8, "p2p": 0.6}   # optional: one small collective call after compute, by kind
+        "call_ms": {"allreduce": 0.8, "p2p": 0.6},  # optional: one small collective call after compute, by kind
+        "cores": 2                        # optional: the cores the probe's processes could use
       }
     }
 
@@ -265,8 +266,12 @@ def contention_from_json(path: str, where: str, c) -> ContentionTerms:
                              + "), e.g. {\"allreduce\": 0.8, \"p2p\": 0.6}; re-run `tag profile ops` to measure it",
                              short_repr(calls))
         calls = tuple((k, _number(path, f"{where}.call_ms.{k}", calls[k])) for k in CALL_KINDS if k in calls)
+    cores = c.get("cores")
+    if cores is not None and (not isinstance(cores, int) or isinstance(cores, bool) or cores < 1):
+        raise InputError(path, f"{where}.cores", "a positive integer (the cores the probe's processes could use) or "
+                         "no key", short_repr(cores))
     return ContentionTerms(c["ranks"], c["rows"], _number(path, f"{where}.handoff_ms", c.get("handoff_ms")),
-                           clock=clock, call_ms=calls or None, **ratios)
+                           clock=clock, call_ms=calls or None, cores=cores, **ratios)
 
 
 def _number(path: str, where: str, v) -> float:
@@ -369,6 +374,8 @@ def to_json(db: ProfileDB) -> dict:
                              "together_stretch": t.together_stretch, "together_speed": t.together_speed}
         if t.call_ms:
             out["contention"]["call_ms"] = dict(t.call_ms)
+        if t.cores is not None:
+            out["contention"]["cores"] = t.cores
     return out
 
 

@@ -21,6 +21,9 @@ measures, for `tag.cost.contention` to apply to every plan predicted with the pr
    warm-up step; ``together_speed`` = median together / median alone (shared caches and memory bandwidth: a
    memory-bound model's ranks slow each other down in CPU time too).
 
+It also records ``cores``, the cores this process may run on (`os.sched_getaffinity`): ranks that fill them leave
+no core for the runtime's sync threads (`tag.cost.contention.sums_overlap`).
+
 Times use the profile's clock for nothing here: stretches are wall over thread CPU time by definition, the speed
 is thread CPU time.
 """
@@ -177,7 +180,7 @@ def measure_contention(model_path: str, graph, groups: list[list[int]], rows: in
                        optimizer: str = "adam", lr: float = 1e-3, clock: str = "thread") -> dict:
     """The profile's ``contention`` block (module docstring) from `ranks` >= 2 local processes stepping `graph`'s
     `groups` at `rows` rows each. Keys: clock, ranks, rows, handoff_ms, alone_stretch, together_stretch,
-    together_speed, alone_step_ms, together_step_ms, call_ms ({"allreduce": ms, "p2p": ms}) (ms; ratios
+    together_speed, alone_step_ms, together_step_ms, call_ms ({"allreduce": ms, "p2p": ms}), cores (ms; ratios
     dimensionless)."""
     import torch.multiprocessing as mp
 
@@ -205,4 +208,12 @@ def measure_contention(model_path: str, graph, groups: list[list[int]], rows: in
             "together_stretch": statistics.mean(r[0] for r in by_rank),
             "together_speed": together_ms / alone_ms if alone_ms > 0 else 1.0,
             "alone_step_ms": alone_ms, "together_step_ms": together_ms,
-            "call_ms": {k: float(v) for k, v in res["call_ms"].items()}}
+            "call_ms": {k: float(v) for k, v in res["call_ms"].items()}, "cores": usable_cores()}
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity; the machine's count where affinity is not offered)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1

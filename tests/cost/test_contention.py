@@ -78,3 +78,18 @@ def test_without_terms_one_pass_and_the_fence():
     cl = SimpleNamespace(latency_us=np.array([[0.0, 100.0], [100.0, 0.0]]))
     res = deployed_step_ms(_fake_simulate(calls), None, cl, _Cost(), None, None, terms=None, n_ranks=2, fence_ms=0.25)
     assert res.step_ms == pytest.approx(30.1 + 0.25) and res.scale == 1.0 and len(calls) == 1
+
+
+@pytest.mark.parametrize("cores,n_ranks,overlap", [(2, 2, False), (2, 3, False), (4, 2, True), (None, 2, True)])
+def test_ranks_that_fill_the_cores_sum_after_the_backward(cores, n_ranks, overlap):
+    """With the probe's cores known and at least as many ranks, both passes run the sums after the backward (the
+    caller's overlap_sync=True is overridden); with spare cores or no figure, the caller's choice stands."""
+    terms = ContentionTerms(2, 32, 0.25, 1.0, 1.0, 1.0, cores=cores)
+    calls = []
+    cl = SimpleNamespace(latency_us=np.array([[0.0, 10.0], [10.0, 0.0]]))
+    res = deployed_step_ms(_fake_simulate(calls), None, cl, _Cost(), None, None, terms=terms, n_ranks=n_ranks)
+    assert [c[2] for c in calls] == [overlap, overlap] and res.overlap_sync is overlap
+    calls.clear()  # a plan that forbids the overlap keeps it off whatever the cores
+    deployed_step_ms(_fake_simulate(calls), None, cl, _Cost(), None, None, terms=terms, n_ranks=n_ranks,
+                     overlap_sync=False)
+    assert [c[2] for c in calls] == [False, False]

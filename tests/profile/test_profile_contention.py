@@ -31,12 +31,16 @@ def test_round_trip_keeps_terms_and_provenance(tmp_path):
     assert again.contention == db.contention
     assert json.loads(path.read_text())["contention"]["together_step_ms"] == 12.0  # provenance kept
     assert "contention" not in to_json(from_json({"version": 1, "device_type": "cpu"}))
+    with_cores = from_json(_obj(cores=4), "p.json")
+    assert with_cores.contention.cores == 4 and to_json(with_cores)["contention"]["cores"] == 4
+    assert db.contention.cores is None and "cores" not in to_json(db)["contention"]
 
 
 @pytest.mark.parametrize("key,value,expected", [
     ("ranks", 0, "a positive integer"), ("rows", 1.5, "a positive integer"),
     ("together_speed", 0, "a positive number"), ("alone_stretch", "x", "a positive number"),
-    ("handoff_ms", -1, "a non-negative number"), ("clock", "cpu", "one of thread, wall")])
+    ("handoff_ms", -1, "a non-negative number"), ("clock", "cpu", "one of thread, wall"),
+    ("cores", 0, "a positive integer"), ("cores", True, "a positive integer")])
 def test_bad_values_name_the_key(key, value, expected):
     with pytest.raises(InputError) as e:
         from_json(_obj(**{key: value}), "p.json")
@@ -80,4 +84,5 @@ def test_probe_on_two_ranks(tmp_path):
     assert 0.5 < c["alone_stretch"] < 20 and 0.5 < c["together_stretch"] < 20
     assert c["together_speed"] == pytest.approx(c["together_step_ms"] / c["alone_step_ms"])
     assert set(c["call_ms"]) == {"allreduce", "p2p"} and all(0 <= v < 50 for v in c["call_ms"].values())
+    assert c["cores"] == len(os.sched_getaffinity(0))
     from_json({"version": 1, "device_type": "cpu", "contention": c}, "p.json")  # a valid block
