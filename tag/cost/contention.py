@@ -28,6 +28,10 @@ number of ranks computing at once, (sum of busy ms) / iteration ms, clamped to [
   "compute, then one call per sum"). `sums_overlap` is then False and the prediction starts every sum after its
   devices' backward (the simulator's ``overlap_sync=False``).
 
+* **the fence** (the barrier that ends every measured step, `fence_ms`: the topology's measured barrier, a hot
+  loop of small all-reduces): it is one small all-reduce right after every rank computed, so with ``call_ms`` it
+  costs at least ``call_ms["allreduce"]`` (`fence_after_compute_ms`).
+
 ``c`` comes from a first simulation without the terms; the second simulation with them is the prediction.
 """
 
@@ -114,6 +118,18 @@ def with_handoff(cluster, handoff_ms: float):
     return out
 
 
+def fence_after_compute_ms(terms: ContentionTerms | None, fence_ms: float) -> float:
+    """The barrier ending a step, ms: `fence_ms`, raised to the profile's all-reduce call cost after compute.
+
+    >>> fence_after_compute_ms(ContentionTerms(2, 32, 0.2, 1.0, 1.0, 1.0, call_ms=(("allreduce", 0.9),)), 0.25)
+    0.9
+    >>> fence_after_compute_ms(None, 0.25)
+    0.25
+    """
+    calls = dict(terms.call_ms or ()) if terms is not None else {}
+    return max(fence_ms, calls.get("allreduce", 0.0))
+
+
 @dataclass(frozen=True)
 class DeployedStep:
     """A plan's predicted step as deploy runs it: step_ms (ms, with the fence); concurrency c of n ranks and the
@@ -138,7 +154,7 @@ def deployed_step_ms(simulate: Callable, gg, cluster, cost, strategy, training, 
     overlap the backward unless a split training-mode BatchNormalization forbids it, or `sums_overlap` says the
     ranks fill the machine's cores). With `terms`, a second run
     on ``cost.scaled(compute_scale(...))`` and the cluster `with_handoff` is the prediction (module docstring);
-    `fence_ms` (the barrier that ends every measured step) is added.
+    `fence_ms` (the barrier that ends every measured step, raised by `fence_after_compute_ms`) is added.
     """
     overlap_sync = overlap_sync and sums_overlap(terms, n_ranks)
 
@@ -153,4 +169,4 @@ def deployed_step_ms(simulate: Callable, gg, cluster, cost, strategy, training, 
     if terms is not None:
         scale = compute_scale(terms, c, n)
         res, ms = run(with_handoff(cluster, terms.handoff_ms), cost.scaled(scale))
-    return DeployedStep(ms + fence_ms, c, n, scale, bool(res.oom), overlap_sync)
+    return DeployedStep(ms + fence_after_compute_ms(terms, fence_ms), c, n, scale, bool(res.oom), overlap_sync)
