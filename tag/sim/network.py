@@ -20,7 +20,7 @@ import numpy as np
 INF = float("inf")
 
 
-@dataclass
+@dataclass(slots=True)
 class Flow:
     """A transfer in flight: `volume_bytes` of progress over weighted directed links."""
 
