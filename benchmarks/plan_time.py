@@ -16,6 +16,11 @@ Run (alone on the machine's cores, as the figures in plan_time.md were taken):
 Each row prints the wall and CPU (user + system) seconds of the process, plan()'s own seconds (plan.json search.seconds), the simulations
 (search.simulations) and the predicted step (predicted.iteration_ms) beside the previous figures (`BEFORE`), and
 whether the step is no worse (within 0.01 ms of the figure before, or faster).
+
+With `--against TREE` (another checkout or worktree, e.g. `git worktree add --detach /tmp/before <rev>`), each of
+the 9 datasets cases also runs there (cwd and PYTHONPATH = TREE), right before or after this tree's run (the order
+alternating by case, so both see the same load), and the table shows both trees' figures side by side; the two
+plan.json files are compared key by key (`search.seconds` and paths aside) and every difference is printed.
 """
 
 from __future__ import annotations
@@ -50,11 +55,13 @@ BIG_FLAGS = ["--batch-size", "65536", "--optimizer", "momentum"]
 NO_WORSE_MS = 0.01  # plan.json rounds iteration_ms to 4 decimals, ablate.md to 2
 
 
-def run_tag(args: list[str]) -> tuple[float, float, subprocess.CompletedProcess]:
-    """Run `tag ARGS` as a process in the repository; (wall s, CPU s of the process, the completed process)."""
+def run_tag(args: list[str], root: str = ROOT) -> tuple[float, float, subprocess.CompletedProcess]:
+    """Run `tag ARGS` as a process in the repository `root` (its `tag` package: cwd and PYTHONPATH); (wall s, CPU s of
+    the process, the completed process)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "tag.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    env = {**os.environ, "PYTHONPATH": root}
+    proc = subprocess.run([sys.executable, "-m", "tag.cli", *args], capture_output=True, text=True, cwd=root, env=env)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0, 3):
@@ -62,18 +69,67 @@ def run_tag(args: list[str]) -> tuple[float, float, subprocess.CompletedProcess]
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc
 
 
-def plan_row(model: str, topo_name: str, topo_path: str, flags: list[str], tmp: str) -> dict:
-    """Plan one case as a process, writing `tmp`/MODEL-TOPO.json; its wall s, plan() s, simulations, step ms and the
-    figures before."""
+def plan_row(model: str, topo_name: str, topo_path: str, flags: list[str], tmp: str, root: str = ROOT) -> dict:
+    """Plan one case as a process of the tree `root`, writing `tmp`/MODEL-TOPO.json; its wall s, plan() s,
+    simulations, step ms and the figures before."""
     out = os.path.join(tmp, f"{model}-{topo_name}.json")
     wall, cpu, proc = run_tag(["plan", os.path.join("datasets", "models", f"{model}.onnx"), topo_path, *flags,
-                               "-o", out])
+                               "-o", out], root)
     plan = json.load(open(out))
     before = BEFORE.get((model, topo_name), (None, None, None))
     ms = plan["predicted"]["iteration_ms"]
     return {"case": f"{model} on {topo_name}", "wall": wall, "cpu": cpu, "plan_s": plan["search"]["seconds"],
             "sims": plan["search"]["simulations"], "ms": ms, "before": before, "lines": len(proc.stdout.splitlines()),
-            "no_worse": before[2] is None or ms <= before[2] + NO_WORSE_MS}
+            "no_worse": before[2] is None or ms <= before[2] + NO_WORSE_MS, "plan": plan}
+
+
+def plan_differences(a, b, path: str = "") -> list[tuple[str, object, object]]:
+    """(JSON path, a's value, b's value) of every leaf where two plan.json documents differ, `search.seconds` and
+    paths (any key `path`, `search.gnn`, `search.structure_gnn`: checkpoint and checkout locations) aside."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b), key=str):
+            p = f"{path}.{k}"
+            if k == "path" or p in (".search.seconds", ".search.gnn", ".search.structure_gnn"):
+                continue
+            if k not in a or k not in b:
+                out.append((p, a.get(k, "<absent>"), b.get(k, "<absent>")))
+            else:
+                out += plan_differences(a[k], b[k], p)
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in plan_differences(x, y, f"{path}[{i}]")]
+    return [] if a == b else [(path, a, b)]
+
+
+def against_rows(other: str, tmp: str) -> None:
+    """The 9 datasets cases in the tree `other` and in this one, back to back (order alternating by case): both
+    trees' figures side by side, their medians and maxima, and the plans compared key by key."""
+    from tag.textfmt import table
+
+    rows, pairs, differing = [], [], 0
+    for i, (m, t) in enumerate((m, t) for m in MODELS for t in TOPOLOGIES):
+        topo = os.path.join("datasets", "topologies", f"{t}.json")
+        runs = {}
+        for name, root in ([("before", other), ("after", ROOT)] if i % 2 == 0 else
+                           [("after", ROOT), ("before", other)]):
+            runs[name] = plan_row(m, t, topo, ["--json"], os.path.join(tmp, name), root)
+        a, b = runs["before"], runs["after"]
+        diffs = plan_differences(a["plan"], b["plan"])
+        differing += bool(diffs)
+        for p, x, y in diffs[:5]:
+            print(f"  {a['case']}: {p}: {str(x)[:60]} -> {str(y)[:60]}")
+        pairs.append((a, b))
+        rows.append([a["case"], f"{a['wall']:.1f} / {b['wall']:.1f}", f"{a['cpu']:.1f} / {b['cpu']:.1f}",
+                     f"{a['plan_s']:.1f} / {b['plan_s']:.1f}", f"{a['sims']} / {b['sims']}",
+                     f"{a['ms']:.2f} / {b['ms']:.2f}", "yes" if not diffs else f"NO ({len(diffs)})"])
+    print(f"before = {other}, after = {ROOT}")
+    print(table(rows, ["case", "wall s before / after", "CPU s", "plan() s", "sims", "step ms", "same plan"]))
+    for k, label in (("wall", "wall s"), ("cpu", "CPU s")):
+        for j, which in ((0, "before"), (1, "after")):
+            v = [pair[j][k] for pair in pairs]
+            print(f"- {label} {which}: median {statistics.median(v):.1f}, max {max(v):.1f}")
+    print(f"- plans identical (key by key, search.seconds and paths aside): {len(rows) - differing} of {len(rows)}\n")
 
 
 def _fmt(x, spec: str) -> str:
@@ -97,12 +153,16 @@ def main(argv=None) -> int:
     ap.add_argument("--only-big", action="store_true", help="only mixed1024")
     ap.add_argument("--no-random", action="store_true", help="skip the random clusters")
     ap.add_argument("--plans-dir", default=None, help="keep the plans here (MODEL-TOPO.json), e.g. to diff two commits'")
+    ap.add_argument("--against", default=None, metavar="TREE",
+                    help="time the 9 datasets cases in TREE too, back to back with this tree, and compare the plans")
     args = ap.parse_args(argv)
     print("load average (1, 5, 15 min) at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.plans_dir or scratch
         os.makedirs(tmp, exist_ok=True)
-        if not args.only_big:
+        if args.against:
+            against_rows(os.path.abspath(args.against), tmp)
+        elif not args.only_big:
             rows = [plan_row(m, t, os.path.join("datasets", "topologies", f"{t}.json"), ["--json"], tmp)
                     for m in MODELS for t in TOPOLOGIES]
             print_rows("datasets models x topologies, default settings", rows)
@@ -117,7 +177,7 @@ def main(argv=None) -> int:
                         for s in (1, 2, 3) for m in ("resnet50", "gpt2_medium")]
                 print_rows("random clusters of benchmarks/ablate.md (seeds 1-3), default settings", rows)
                 print(f"- plans no worse than before: {sum(r['no_worse'] for r in rows)} of {len(rows)}\n")
-        if not args.no_big:
+        if not args.no_big and not args.against:
             topo = os.path.join("datasets", "topologies", "mixed1024.json")
             row = plan_row("resnet50", "mixed1024", topo, BIG_FLAGS, tmp)
             print_rows("mixed1024 (512 V100 + 512 A100, 16 racks, 4:1 spine), resnet50 at batch 65,536, momentum",
