@@ -22,7 +22,7 @@ A tensor crosses to a rank once (issue 21, as `tag.sim.tensor_sends` models it),
 group c equal to a transfer k0 into a lower group c0 (same tensor, producer, ranks, rows and gradient flag; the
 schedule lists one per consuming group) is an alias of (c0, k0), the lowest such (`transfer_aliases`); it sends no
 message, c reads c0's received slice, and its gradient is added into c0's, which goes back once (`tag.deploy.runtime`).
-Transfers into a group with a sharded end (`Schedule.sources`) are never aliases.
+Transfers of a tensor with a sharded end (`Schedule.sources`) are never aliases.
 """
 
 from __future__ import annotations
@@ -140,7 +140,8 @@ def _stages_of_ranks(stage_of_dev: dict[int, int], dev_rank: list[int], nproc: i
 
 def transfer_aliases(transfers, sharded=frozenset()) -> tuple:
     """Per consumer group c and transfer k, the (c0, k0) of the first equal transfer into a lower group, or None
-    (`PipelinePlan.alias`); groups in `sharded` (a sharded end) neither alias nor are aliased.
+    (module docstring); transfers of a (consumer group, tensor) in `sharded` (`Schedule.sources`: a sharded end)
+    neither alias nor are aliased.
 
     >>> from tag.deploy.schedule import Transfer
     >>> h = Transfer("h", 0, 0, 1, 0, 2)
@@ -152,7 +153,7 @@ def transfer_aliases(transfers, sharded=frozenset()) -> tuple:
     for c, lst in enumerate(transfers):
         row = []
         for k, tr in enumerate(lst):
-            hit = None if c in sharded else first.setdefault(tr, (c, k))
+            hit = None if (c, tr.tensor) in sharded else first.setdefault(tr, (c, k))
             row.append(None if hit is None or hit == (c, k) else hit)
         out.append(tuple(row))
     return tuple(out)

@@ -78,7 +78,7 @@ class RankRuntime(GradSync):
         self.scaler = precision.loss_scaler(lambda bad: comm.sum_scalar(float(bad), "max") > 0)
         self.sfb_by_op = {op.op_id: op for op in schedule.sfb}
         # a tensor crosses to a rank once (`tag.deploy.pipeline_schedule.transfer_aliases`)
-        self.aliases = transfer_aliases(schedule.transfers, frozenset(c for c, _ in schedule.sources))
+        self.aliases = transfer_aliases(schedule.transfers, frozenset(schedule.sources))
         self._inbox: dict = {}  # (group, transfer) -> received buffer its aliases read (pipelines: keyed by micro-batch)
         self._grad_acc: dict = {}  # the same keys -> the gradient its aliases have added for it
         self.grad_buckets = [(b, *self._bucket_views(b)) for b in schedule.buckets if rank in b.ranks]
