@@ -14,7 +14,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _capped_shares_reference(total, weights, caps):
-    """The water filling as first written (dicts, full sort), kept as the second method."""
+    """The water filling as first written (dicts, full sort; the leftover rows handed out pass by pass as whole
+    slices), kept as the second method."""
     n = len(weights)
     if sum(caps) < total or total < n:
         return None
@@ -36,26 +37,21 @@ def _capped_shares_reference(total, weights, caps):
     floors = {i: max(1, min(caps[i], int(math.floor(share[i])))) for i in free}
     for i in free:
         rows[i] = floors[i]
-    diff = total - sum(rows)
+    # the leftover rows in passes: each pass gives one row to each of the first |diff| replicas (largest fractional
+    # part first) that can take one, or takes one back from the first that can give (smallest part first, then the
+    # capped ones)
     order = sorted(free, key=lambda i: (-(share[i] - math.floor(share[i])), i))
-    while diff > 0:
-        moved = False
-        for i in order:
-            if diff and rows[i] < caps[i]:
-                rows[i] += 1
-                diff -= 1
-                moved = True
-        if not moved:
+    give_back = order[::-1] + [i for i in range(n) if i not in share]
+    while sum(rows) != total:
+        diff = total - sum(rows)
+        if diff > 0:
+            step = [i for i in order if rows[i] < caps[i]][:diff]
+        else:
+            step = [i for i in give_back if rows[i] > 1][:-diff]
+        if not step:
             return None
-    while diff < 0:
-        moved = False
-        for i in list(reversed(order)) + [i for i in range(n) if i not in share]:
-            if diff and rows[i] > 1:
-                rows[i] -= 1
-                diff += 1
-                moved = True
-        if not moved:
-            return None
+        for i in step:
+            rows[i] += 1 if diff > 0 else -1
     return rows
 
 
