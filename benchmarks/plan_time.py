@@ -113,6 +113,7 @@ def against_rows(other: str, tmp: str) -> None:
         runs = {}
         for name, root in ([("before", other), ("after", ROOT)] if i % 2 == 0 else
                            [("after", ROOT), ("before", other)]):
+            os.makedirs(os.path.join(tmp, name), exist_ok=True)
             runs[name] = plan_row(m, t, topo, ["--json"], os.path.join(tmp, name), root)
         a, b = runs["before"], runs["after"]
         diffs = plan_differences(a["plan"], b["plan"])
