@@ -80,8 +80,9 @@ def report(rows: list[Row], a, load_before: str, load_after: str, probes: dict, 
                                     for m, p in probes.items()) + ".", "",
              "Columns: `product` = what `tag deploy` prints beside its measured step (`tag.cli.deploy.predict_as_run`: "
              "the plan re-simulated for the ranks it runs with its recorded profile's cost model, blocking exchanges, "
-             "bucket sums overlapping the backward, collectives at the rate and the barrier `tag profile links` "
-             "measured, and the profile's contention terms, `tag.cost.contention`); `planner` = the same cost model "
+             "bucket sums overlapping the backward (after it when the ranks fill the profile's cores), collectives "
+             "at the rate and the barrier `tag profile links` measured (at least one all-reduce call after compute), "
+             "and the profile's contention terms, `tag.cost.contention`); `planner` = the same cost model "
              "in the planner's mode (asynchronous sends, no contention, no barrier); `product x drift` = `product` "
              "with compute scaled by the benchmark-only drift below (how much faster or slower the machine ran the "
              "model's reference step while measuring than when profiling); `measured` = median wall step of the "
