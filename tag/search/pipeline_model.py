@@ -114,6 +114,7 @@ class StageModel:
         self._kind: dict = {}  # (dlo, dhi) -> the id of the block's (device type, usable memory) per position
         self._kind_ids: dict = {}
         self._rows: dict = {}  # (lo, hi, rows, in-flight, block kind) -> `_compute_part`
+        self._moved: dict = {}  # (dlo, dhi, micro rows, bytes in, bytes out per row) -> `_transfer_ms`
 
     # --- group ranges -------------------------------------------------------------------------------------------
 
@@ -231,14 +232,24 @@ class StageModel:
             return None
         rows, compute, host = part
         into, out = self.cross_bytes_per_row(lo, hi)
+        tkey = (dlo, dhi, rows, into, out)
+        moved = self._moved.get(tkey)
+        if moved is None:  # stages of other groups with the same rows and boundary bytes share it
+            moved = self._moved[tkey] = self._transfer_ms(dlo, dhi, rows, into, out)
+        transfer, in_ms, out_ms = moved
+        return StageRows(rows, compute, transfer, self.sync_ms(dlo, dhi, lo, hi), host, in_ms, out_ms)
+
+    def _transfer_ms(self, dlo: int, dhi: int, rows: tuple[int, ...], into: float,
+                     out: float) -> tuple[float, float, float]:
+        """(transfer_ms, in_ms, out_ms) of a stage on block positions [dlo, dhi) with these micro rows, receiving
+        `into` and sending `out` bytes per row (`_boundary_ms` on both sides; module docstring)."""
         per_machine: dict = {}
-        per_device = [0.0] * n
+        per_device = [0.0] * (dhi - dlo)
         side = [0.0, 0.0]
         for k, (q, nbytes) in enumerate(((dlo - 1, into), (dhi, out))):
             if nbytes > 0 and 0 <= q < len(self.order):
                 side[k] = self._boundary_ms(q, dlo, rows, nbytes, per_machine, per_device)
-        transfer = max(max(per_machine.values(), default=0.0), max(per_device))
-        return StageRows(rows, compute, transfer, self.sync_ms(dlo, dhi, lo, hi), host, side[0], side[1])
+        return max(max(per_machine.values(), default=0.0), max(per_device)), side[0], side[1]
 
     def _compute_part(self, lo: int, hi: int, dlo: int, dhi: int, b: int,
                       in_flight: int) -> tuple[tuple[int, ...], float, int] | None:

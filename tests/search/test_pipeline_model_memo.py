@@ -1,6 +1,7 @@
 """The stage model's shortcuts against the plain computations they replace: `_capped_shares` against the
-dict-based water filling it was, and `StageModel.stage` (its compute part memoised per block kind, bandwidths as
-Python floats) against a model that computes every stage from scratch on numpy scalars."""
+dict-based water filling it was, and `StageModel.stage` (its compute part memoised per block kind, its transfer
+times per boundary, bandwidths as Python floats) against a model that computes every stage from scratch on numpy
+scalars."""
 
 import math
 import os
@@ -67,8 +68,8 @@ def test_capped_shares_matches_reference(seed):
 
 
 class _Plain(StageModel):
-    """The stage model without the block-kind memo (every call computes from scratch) and with its bandwidths read
-    from the numpy matrix (numpy scalars) instead of the lists of Python floats."""
+    """The stage model without the block-kind and transfer memos (every call computes from scratch) and with its
+    bandwidths read from the numpy matrix (numpy scalars) instead of the lists of Python floats."""
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -76,6 +77,7 @@ class _Plain(StageModel):
 
     def stage(self, lo, hi, dlo, dhi, micro_batches, in_flight):
         self._rows.clear()
+        self._moved.clear()
         return super().stage(lo, hi, dlo, dhi, micro_batches, in_flight)
 
 
@@ -103,4 +105,4 @@ def test_stage_memos_match_plain_model():
             assert (st.transfer_ms, st.sync_ms, st.in_ms, st.out_ms) == (ref.transfer_ms, ref.sync_ms, ref.in_ms,
                                                                          ref.out_ms)
     assert seen > 100
-    assert len(fast._rows) < 600  # blocks of one kind shared the compute part
+    assert len(fast._rows) < 600 and len(fast._moved) < seen  # blocks of one kind / equal boundaries shared
