@@ -60,7 +60,7 @@ def playouts_to_reach(c: list[float], target_ms: float) -> int | None:
     return next((k for k, ms in enumerate(c) if ms <= target_ms / 0.99), None)
 
 
-def run_case(model: str, topology_path: str, name: str, ns: list[int], seed: int) -> dict:
+def run_case(model: str, topology_path: str, name: str, ns: list[int], seed: int, checkpoint: str | None = None) -> dict:
     from tag.bench.data import case_files
     from tag.gnn.checkpoint import default_structure_checkpoint
     from tag.gnn.structure_priors import load_structure_priors_fn
@@ -78,7 +78,7 @@ def run_case(model: str, topology_path: str, name: str, ns: list[int], seed: int
     top = max(ns)
     uni, s_uni = curve(inp, seeds.cost, seeds.training, None, top, seed)
     # the network's features as `tag plan` builds them (the loaded inputs' cost model)
-    gnn_fn = load_structure_priors_fn(default_structure_checkpoint(), inp.gg, inp.cluster, inp.cost, inp.training)
+    gnn_fn = load_structure_priors_fn(checkpoint or default_structure_checkpoint(), inp.gg, inp.cluster, inp.cost, inp.training)
     gnn, s_gnn = curve(inp, seeds.cost, seeds.training, gnn_fn, top, seed)
     row = {"case": f"{model} on {name} ({seeds.training.precision})", "start_ms": uni[0], "seconds_uniform": s_uni, "seconds_gnn": s_gnn}
     for n in ns:
@@ -132,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--random", type=int, default=3, help="random clusters of seeds 1..R (default 3)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--checkpoint", default=None, help="structure network to compare (default: the shipped one)")
     args = ap.parse_args(argv)
     import torch
 
@@ -146,7 +147,7 @@ def main(argv=None) -> int:
             path = random_topology_file(s, tmp)
             cases += [(m, path, f"random-{s}") for m in RANDOM_MODELS]
         for m, path, name in cases:
-            rows.append(run_case(m, path, name, sorted(args.playouts), args.seed))
+            rows.append(run_case(m, path, name, sorted(args.playouts), args.seed, args.checkpoint))
             print(f"{rows[-1]['case']}: " + ", ".join(f"N={n}: U {rows[-1][n]['uniform_ms']:.2f} k_gnn "
                                                         f"{rows[-1][n]['k_gnn']} k_unif {rows[-1][n]['k_unif']}"
                                                         for n in sorted(args.playouts)), file=sys.stderr, flush=True)
