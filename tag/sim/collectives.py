@@ -372,5 +372,6 @@ def sync_phases(method: str, cluster: Cluster, devices: tuple[int, ...], nbytes:
     if call_ms and not uses_nccl(cluster, devices):
         from tag.sim.cpu_calls import cpu_call_kind, with_call_floor
 
-        phases = with_call_floor(phases, call_ms.get(cpu_call_kind(method)))
+        kind = cpu_call_kind(method)
+        phases = with_call_floor(phases, call_ms.get(kind), whole_call=kind == "allreduce")
     return phases

@@ -33,6 +33,9 @@ def test_floor_adds_the_shortfall_to_the_first_phase_only():
     assert [[s.latency_ms for s in ph] for ph in out] == [[pytest.approx(0.7), pytest.approx(0.9)], [0.1]]
     assert with_call_floor([[f], [f]], 0.2) == [[f], [f]]  # already 0.2: unchanged
     assert with_call_floor([[f]], None) == [[f]]
+    # point-to-point chains: only the first phase is floored (0.3 -> 1.0), the second keeps its 0.1
+    out = with_call_floor([[f, g], [f]], 1.0, whole_call=False)
+    assert [[s.latency_ms for s in ph] for ph in out] == [[pytest.approx(0.8), pytest.approx(1.0)], [0.1]]
 
 
 @pytest.mark.parametrize("method, bytes_ms, route_lat, kind", [
@@ -45,8 +48,10 @@ def test_cpu_call_is_its_bytes_plus_the_measured_call(method, bytes_ms, route_la
     cl = make_cluster([2], dtype=CPU)
     plain = algorithm_ms(method, cl, (0, 1), S, 0)
     assert plain == pytest.approx(bytes_ms + route_lat)
-    # the call's latencies (a few us) are raised to the measured call of its kind
-    assert algorithm_ms(method, cl, (0, 1), S, 0, call_ms=CALLS) == pytest.approx(bytes_ms + CALLS[kind])
+    # gloo's all-reduce call: its latencies (a few us) raised to the measured call as a whole; point-to-point
+    # chains (tree, ps: two phases): the first phase's latency raised to one measured exchange, the second keeps LAT
+    later = route_lat - LAT if kind == "p2p" else 0.0
+    assert algorithm_ms(method, cl, (0, 1), S, 0, call_ms=CALLS) == pytest.approx(bytes_ms + CALLS[kind] + later)
 
 
 def test_gpu_calls_are_unchanged():
