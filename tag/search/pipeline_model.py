@@ -9,6 +9,8 @@ For a stage of groups [lo, hi) on devices D and m micro-batches of b = B / m row
 - transfer_ms = the busiest NIC direction of one micro-batch: activations come in from the previous stage and
   gradients go back to it (in_bytes per row each way), activations go out to the next stage and gradients come
   back (out_bytes per row); every link is full duplex, so each direction carries rows x (in_bytes + out_bytes).
+  Each tensor crosses a boundary once however many groups beyond it read it, as the simulator sends it
+  (`tag.graph.coarsen.cross_tensors`, `BoundaryBytes`).
   A device on a neighbour's machine moves its rows over its own pair link; every other machine of the block moves
   the rows of all its devices through its one route (its NIC); in_ms / out_ms are the two sides alone (the
   time one micro-batch's activations take to cross that boundary, which the schedule's round trip pays);
@@ -29,11 +31,12 @@ over the groups at powers of two, so a stage costs O(types) look-ups.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
 
+from tag.graph.coarsen import cross_tensors
 from tag.search.starts import MEMORY_SAFETY, stage_cap_rows
 
 BACKWARD_SHARE = 2.0 / 3.0  # backward's share of forward + backward (twice the forward's FLOPs)
@@ -70,14 +73,57 @@ class StageRows:
         return self.steady_ms(micro_batches) + self.exposed_sync_ms()
 
 
+class BoundaryBytes:
+    """Bytes per row crossing stage boundaries, each tensor once per receiving stage (`cross_tensors`: a tensor
+    read by several groups is one tensor with all its reader groups, and a runtime sends it once to a device
+    hosting several of them). Built once per group graph and shared by the stage models of one search.
+
+    For a stage of groups [lo, hi), with a tensor t made by group src(t) and read by groups dsts(t):
+        into(lo, hi) = sum of bytes_per_row(t) over t with src(t) < lo and some reader in [lo, hi),
+        out(lo, hi)  = sum of bytes_per_row(t) over t with lo <= src(t) < hi and some reader >= hi,
+    and the cut before group i carries across(i) = out(0, i) (t made before i, read at or after i). Per edge
+    (one per consuming group) the same tensor read by two groups beyond the cut counted twice.
+
+    >>> # h of group 0 read by groups 1 and 2 (1e6 bytes per row): into(1, 3) == 1e6 (per edge it was 2e6)
+    """
+
+    def __init__(self, gg):
+        # (src, readers ascending, bytes per row) per tensor
+        self.tensors = [(t.src, t.dsts, t.bytes_per_row) for t in cross_tensors(gg) if t.bytes_per_row > 0]
+        self._memo: dict = {}
+
+    def into_out(self, lo: int, hi: int) -> tuple[float, float]:
+        """(into(lo, hi), out(lo, hi)), bytes per row (memoised)."""
+        key = (lo, hi)
+        v = self._memo.get(key)
+        if v is None:
+            into = out = 0.0
+            for src, dsts, nbytes in self.tensors:
+                if src < lo:
+                    j = bisect_left(dsts, lo)
+                    if j < len(dsts) and dsts[j] < hi:
+                        into += nbytes
+                elif src < hi and dsts[-1] >= hi:
+                    out += nbytes
+            v = self._memo[key] = (into, out)
+        return v
+
+    def across(self, i: int) -> float:
+        """Bytes per row crossing the cut before group i: out(0, i)."""
+        return self.into_out(0, i)[1]
+
+
 class StageModel:
     """Stage costs of one (model, cluster, cost model, optimizer, batch) over a fixed device order.
 
-    order: device indices (topology indices) in the order the DP cuts them into blocks.
+    order: device indices (topology indices) in the order the DP cuts them into blocks; boundary: the group
+    graph's `BoundaryBytes` (shared by the models of one search; built here when not given).
     """
 
-    def __init__(self, gg, cluster, cost, optimizer: str, batch: int, order: list[int]):
+    def __init__(self, gg, cluster, cost, optimizer: str, batch: int, order: list[int],
+                 boundary: BoundaryBytes | None = None):
         self.gg, self.cluster, self.batch, self.order = gg, cluster, batch, list(order)
+        self.boundary = boundary if boundary is not None else BoundaryBytes(gg)
         self.optimizer = optimizer
         types: dict[str, object] = {}
         for d in cluster.devices:
@@ -109,7 +155,6 @@ class StageModel:
             self.first_of_machine.setdefault(mach, p)
         self._split_lists = self.prefix_split.tolist()
         self._whole_lists = self.prefix_whole.tolist()
-        self._cross: dict = {}
         self._sync: dict = {}
         self._kind: dict = {}  # (dlo, dhi) -> the id of the block's (device type, usable memory) per position
         self._kind_ids: dict = {}
@@ -149,14 +194,9 @@ class StageModel:
         return self._mem[key]
 
     def cross_bytes_per_row(self, lo: int, hi: int) -> tuple[float, float]:
-        """(bytes per row of the edges into groups [lo, hi) from earlier groups, bytes per row of the edges out of
-        them to later groups)."""
-        key = (lo, hi)
-        if key not in self._cross:
-            into = sum(e.bytes_per_row for e in self.gg.edges if e.src < lo <= e.dst < hi)
-            out = sum(e.bytes_per_row for e in self.gg.edges if lo <= e.src < hi <= e.dst)
-            self._cross[key] = (into, out)
-        return self._cross[key]
+        """(bytes per row into groups [lo, hi) from earlier groups, bytes per row out of them to later groups),
+        each tensor once (`BoundaryBytes.into_out`)."""
+        return self.boundary.into_out(lo, hi)
 
     def fits(self, lo: int, hi: int, dlo: int, micro_rows, in_flight: int) -> bool:
         """True when every device of the block (from position dlo) holds groups [lo, hi) with its micro rows x

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tag.graph.groups import group_has_params
 from tag.search.pipeline_dp import CutSolution, best_capped_cuts, best_cuts
-from tag.search.pipeline_model import BACKWARD_SHARE, StageModel, StageRows
+from tag.search.pipeline_model import BACKWARD_SHARE, BoundaryBytes, StageModel, StageRows
 from tag.strategy import AUTO, DEFAULT_BUCKET_MB, Decision, Strategy
 from tag.strategy.pipeline import Pipeline, Stage, max_in_flight, stage_order
 
@@ -71,8 +71,9 @@ def group_cut_positions(weights: list[float], limit: int = MAX_GROUP_CUTS) -> li
 def cheap_cut_positions(cross_bytes: list[float], weights: list[float], limit: int = MAX_GROUP_CUTS,
                         slack: float = 1.25, window: int | None = None) -> list[int]:
     """Cut positions preferring cheap boundaries: the interior positions whose crossing bytes per row
-    (cross_bytes[i], i = 1..G-1: edges from groups < i to groups >= i) are within `slack` of the cheapest
-    position among their neighbours within `window` (default max(2, G // (2 limit)): every stretch of the model
+    (cross_bytes[i], i = 1..G-1: tensors made by groups < i and read by groups >= i, each once,
+    `BoundaryBytes.across`) are within `slack` of the cheapest position among their neighbours within
+    `window` (default max(2, G // (2 limit)): every stretch of the model
     offers its locally cheapest cuts, e.g. a transformer's layer boundaries, not only the globally cheapest one),
     thinned to `limit` by the weight quantiles (`group_cut_positions` over the runs between them); 0 and G always.
 
@@ -286,11 +287,12 @@ def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: 
     (``dp-balanced``: one stage, one micro-batch, no pipeline); names are unique: a further pipeline of the same
     S, m and schedule (other cuts or device order) gets ``-v2``, ``-v3``, ... in order."""
     weights = [g.fwd_flops_per_row + g.bwd_flops_per_row for g in gg.groups]
-    cross = [sum(e.bytes_per_row for e in gg.edges if e.src < i <= e.dst) for i in range(gg.n_groups)]
+    boundary = BoundaryBytes(gg)  # each tensor once per cut, shared by both device orders' models
+    cross = [boundary.across(i) for i in range(gg.n_groups)]
     gcuts = sorted(set(group_cut_positions(weights)) | set(cheap_cut_positions(cross, weights)))
     found = []
     for order in device_orders(cluster):
-        model = StageModel(gg, cluster, cost, training.optimizer, batch, order)
+        model = StageModel(gg, cluster, cost, training.optimizer, batch, order, boundary)
         sizes: dict[str, int] = {}
         for i in order:
             mach = cluster.devices[i].machine
