@@ -40,13 +40,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _toy():
-    ops = [Op("op0", "Relu", "", ["x"], ["h"], op_class="elementwise"),
-           Op("op1", "Relu", "", ["h"], ["y"], op_class="elementwise"),
-           Op("op2", "Add", "", ["h", "y"], ["z"], op_class="elementwise")]
-    tensors = {"x": TensorInfo("x", "float32", (1, 250_000), 0, "data", None, [0]),
-               "h": TensorInfo("h", "float32", (1, 250_000), 0, "activation", 0, [1, 2]),
-               "y": TensorInfo("y", "float32", (1, 25_000), 0, "activation", 1, [2]),
-               "z": TensorInfo("z", "float32", (1, 250_000), 0, "activation", 2, [])}
+    """The toy of the module docstring (tests/sim/test_tensor_sent_once.py's, with y 25,000 floats per row)."""
+    width = {"x": 250_000, "h": 250_000, "y": 25_000, "z": 250_000}  # float32 per row
+    reads = [["x"], ["h"], ["h", "y"]]
+    makes = ["h", "y", "z"]
+    ops = [Op(f"op{i}", "Add" if len(r) > 1 else "Relu", "", r, [makes[i]], op_class="elementwise")
+           for i, r in enumerate(reads)]
+    tensors = {t: TensorInfo(t, "float32", (1, n), 0, "data" if t == "x" else "activation",
+                             makes.index(t) if t in makes else None, [i for i, r in enumerate(reads) if t in r])
+               for t, n in width.items()}
     graph = OpGraph("toy.onnx", ops, tensors, ["x"], [], ["z"], 1, 4)
     return build_group_graph(graph, [0, 1, 2], [[0], [1], [2]])
 
