@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-SHIPPED_STRUCTURE_NAME = "tag-structure-v1.pt"
+SHIPPED_STRUCTURE_NAME = "tag-structure-v2.pt"
 
 
 def shipped_checkpoint(name: str) -> str | None:
