@@ -114,12 +114,7 @@ def simulation_key(gg, ctx, strategy: Strategy) -> tuple:
     of `ctx`, a `tag.sim.context.SimContext`). The simulator reads the cap only through the buckets, so two caps
     that fuse the same groups (e.g. 64 and 128 MiB when no two neighbouring groups' gradients exceed 64 MiB) have
     the same key and the same result."""
-    from tag.sim.buckets import derive_buckets
-
-    buckets = strategy.buckets
-    if buckets is None:
-        buckets = derive_buckets(gg, strategy.decisions, strategy.bucket_mb, ctx.choose_algorithm)
-    return strategy.decisions, strategy.pipeline, buckets
+    return strategy.decisions, strategy.pipeline, ctx.buckets(strategy)
 
 
 def compute_floor_ms(gg, cluster, cost, strategy) -> float:

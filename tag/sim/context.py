@@ -42,6 +42,7 @@ class SimContext:
         self._phases: dict = {}
         self.sfb: dict = {}  # (group, rows, sfb ops) -> SFB compute terms (`tag.sim.gradsync.sfb_compute_ms`)
         self._bn_channels: list | None = None  # per group, its training-mode BatchNormalization channel counts
+        self._last_buckets: tuple = (None, None)  # (strategy, its buckets): one simulation asks 2-3 times
 
     def group_costs(self, g: int, decision) -> tuple:
         """(devices, fwd ms per device, bwd ms per device, update ms per device) of group g (a sharded group's:
@@ -163,12 +164,21 @@ class SimContext:
         """`method`, or for ``"auto"`` the cheapest by cost."""
         return self.choose_algorithm(devices, nbytes) if method == AUTO else method
 
+    def buckets(self, strategy) -> tuple:
+        """The strategy's buckets: explicit, or derived from its decisions and bucket_mb with the by-cost algorithms
+        (`tag.sim.buckets.derive_buckets`). The last strategy's are kept: the search's simulation key, the task-graph
+        builder and the memory pass ask for the same strategy object in turn (strategies are immutable)."""
+        if strategy.buckets is not None:
+            return strategy.buckets
+        last, hit = self._last_buckets
+        if last is not strategy:
+            hit = derive_buckets(self.gg, strategy.decisions, strategy.bucket_mb, self.choose_algorithm)
+            self._last_buckets = (strategy, hit)
+        return hit
+
     def bucket_syncs(self, strategy) -> list[BucketSync]:
-        """The strategy's buckets (explicit, or derived from its decisions and bucket_mb) with devices and bytes."""
-        buckets = strategy.buckets
-        if buckets is None:
-            buckets = derive_buckets(self.gg, strategy.decisions, strategy.bucket_mb, self.choose_algorithm)
-        return bucket_syncs(self.gg, strategy, buckets)
+        """The strategy's buckets (`buckets`) with devices and bytes."""
+        return bucket_syncs(self.gg, strategy, self.buckets(strategy))
 
     def phases(self, method: str, devices: tuple, nbytes: float, server) -> list:
         """The cached `sync_phases` of one sync."""
