@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from tag.cli.util import add_model_flags, add_output_flags, add_verb
+from tag.profile.contention import usable_cores as available_cores  # CPU cores this process may run on
 
 
 def add_parser(sub):
@@ -102,16 +103,6 @@ def predict_as_run(job, speed: float = 1.0) -> RunPrediction:
     if res.oom:
         note = "; ".join(x for x in (note, "the simulated memory does not fit: time as if it did") if x)
     return RunPrediction(res.step_ms, inp.cost.name, job.nproc, res.concurrency, res.scale, note)
-
-
-def available_cores() -> int:
-    """CPU cores this process may run on (its affinity mask, else os.cpu_count())."""
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def _has_gpu() -> bool:

@@ -212,8 +212,8 @@ def measure_contention(model_path: str, graph, groups: list[list[int]], rows: in
 
 
 def usable_cores() -> int:
-    """The cores this process may run on (its affinity; the machine's count where affinity is not offered)."""
+    """The cores this process may run on (its affinity mask; os.cpu_count() where affinity is not offered)."""
     try:
         return len(os.sched_getaffinity(0))
-    except AttributeError:
+    except AttributeError:  # not on Linux
         return os.cpu_count() or 1
