@@ -206,9 +206,7 @@ def from_json(obj: dict, path: str = "<profile>") -> ProfileDB:
     dt = obj.get("device_type")
     if not isinstance(dt, str) or not dt:
         raise InputError(path, "device_type", "a device type name", short_repr(dt))
-    threads = obj.get("threads", 1)
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-        raise InputError(path, "threads", "a positive integer", short_repr(threads))
+    threads = _positive_int(path, "threads", obj.get("threads", 1))
     ops_obj = obj.get("ops", {})
     if not isinstance(ops_obj, dict):
         raise InputError(path, "ops", "an object of signature -> measurements", short_repr(ops_obj))
@@ -250,9 +248,7 @@ def contention_from_json(path: str, where: str, c) -> ContentionTerms:
     if clock not in CLOCKS:
         raise InputError(path, f"{where}.clock", "one of " + ", ".join(CLOCKS), short_repr(clock))
     for key in ("ranks", "rows"):
-        v = c.get(key)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise InputError(path, f"{where}.{key}", "a positive integer", short_repr(v))
+        _positive_int(path, f"{where}.{key}", c.get(key))
     ratios = {}
     for key in ("alone_stretch", "together_stretch", "together_speed"):
         v = c.get(key)
@@ -267,11 +263,17 @@ def contention_from_json(path: str, where: str, c) -> ContentionTerms:
                              short_repr(calls))
         calls = tuple((k, _number(path, f"{where}.call_ms.{k}", calls[k])) for k in CALL_KINDS if k in calls)
     cores = c.get("cores")
-    if cores is not None and (not isinstance(cores, int) or isinstance(cores, bool) or cores < 1):
-        raise InputError(path, f"{where}.cores", "a positive integer (the cores the probe's processes could use) or "
-                         "no key", short_repr(cores))
+    if cores is not None:
+        _positive_int(path, f"{where}.cores", cores,
+                      "a positive integer (the cores the probe's processes could use) or no key")
     return ContentionTerms(c["ranks"], c["rows"], _number(path, f"{where}.handoff_ms", c.get("handoff_ms")),
                            clock=clock, call_ms=calls or None, cores=cores, **ratios)
+
+
+def _positive_int(path: str, where: str, v, expected: str = "a positive integer") -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise InputError(path, where, expected, short_repr(v))
+    return v
 
 
 def _number(path: str, where: str, v) -> float:
