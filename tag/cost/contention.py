@@ -23,9 +23,9 @@ number of ranks computing at once, (sum of busy ms) / iteration ms, clamped to [
 
 * **cores** (optional: the cores the probe's machine gave its processes): when the run's ranks are at least as many,
   every core computes and the runtime's bucket sums, started on a sync thread of each rank while its backward
-  continues, are slowed to a few ms a call (they wait for a core); they end about where they would had they started after the
-  backward (benchmarks/buckets.md run 8: two ranks on two cores, one sum per group in flight, the step within 7 % of
-  "compute, then one call per sum"). `sums_overlap` is then False and the prediction starts every sum after its
+  continues, are slowed to a few ms a call (they wait for a core); they end about where they would had they
+  started after the backward (benchmarks/buckets.md run 8: two ranks on two cores, one sum per group in flight,
+  the step within 7 % of "compute, then one call per sum"). `sums_overlap` is then False and the prediction starts every sum after its
   devices' backward (the simulator's ``overlap_sync=False``).
 
 * **the fence** (the barrier that ends every measured step, `fence_ms`: the topology's measured barrier, a hot

@@ -108,7 +108,7 @@ class Evaluator:
         return math.log(ratio) if ratio >= 1 else ratio - 1.0
 
 
-def simulation_key(gg, ctx, strategy: Strategy) -> tuple:
+def simulation_key(ctx, strategy: Strategy) -> tuple:
     """What a simulation of `strategy` reads of it: its decisions, its pipeline and its gradient buckets (explicit,
     or derived from the decisions and the bucket cap, `tag.sim.buckets.derive_buckets`, with the by-cost algorithms
     of `ctx`, a `tag.sim.context.SimContext`). The simulator reads the cap only through the buckets, so two caps

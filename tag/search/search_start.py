@@ -87,7 +87,7 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
         return simulate(gg, cluster, cost, strategy, training)
 
     ctx = sim_context(gg, cluster, cost, training)
-    ev = Evaluator(simulate_fn, reference_ms, usable_gb, key_fn=lambda s: simulation_key(gg, ctx, s),
+    ev = Evaluator(simulate_fn, reference_ms, usable_gb, key_fn=lambda s: simulation_key(ctx, s),
                    floor_fn=(lambda s: compute_floor_ms(gg, cluster, cost, s)) if floors else None)
     for s, r in seeds.cache.items():  # seed the cache and the best-ever with the baselines and memory variants
         ev.add(s, r)

@@ -53,7 +53,7 @@ def test_caps_that_fuse_the_same_groups_share_a_key_and_a_result(small):
     assert total_mib < 64 and with_params >= 2  # every cap >= 64 MiB fuses all gradients into one bucket
     ctx = sim_context(gg, cluster, cost, training)
     caps = {mb: Strategy(base.decisions, mb) for mb in (0.0, 64.0, 128.0, 512.0)}
-    keys = {mb: simulation_key(gg, ctx, s) for mb, s in caps.items()}
+    keys = {mb: simulation_key(ctx, s) for mb, s in caps.items()}
     assert keys[64.0] == keys[128.0] == keys[512.0] != keys[0.0]
     assert len(keys[64.0][2]) == 1 and len(keys[0.0][2]) == with_params  # one bucket; one per group with params
     results = {mb: simulate(gg, cluster, cost, s, training) for mb, s in caps.items()}
