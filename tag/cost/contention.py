@@ -13,7 +13,11 @@ number of ranks computing at once, (sum of busy ms) / iteration ms, clamped to [
   the probe's figures, per rank averaged;
 * **speed** (thread-CPU ms of the model's own step with every rank stepping at once over the same step alone:
   shared caches and memory bandwidth, the host's SMT siblings): ``v(c) = 1 + f x (together_speed - 1)``;
-* every compute and update time is multiplied by ``s(c) x v(c)`` (`compute_scale`);
+* **rank speed** (thread-CPU ms of the model's step in a rank's process, the probe's alone figure, over the same step
+  as the profile's ``step`` block timed it in the profiling process, at the probe's rows, `rank_speed`): deploy runs
+  each rank in its own process, and the probe times the very runtime, groups and rows the step block did there, a
+  minute or so later; 1 when the step block does not span the probe's rows or the clock is ``wall``;
+* every compute and update time is multiplied by ``s(c) x v(c) x rank_speed`` (`compute_scale`);
 * **handoff** (ms a rank that waited for a message pays before it runs again): added to the latency of every
   pair of devices;
 * **call cost** (``call_ms``, optional: ms of one small collective call right after every rank computed, by the
@@ -50,8 +54,8 @@ class ContentionTerms:
     handoff_ms: resume latency after a wait; alone_stretch / together_stretch: wall / thread-CPU ms of compute
     with one rank computing / all at once (1.0 when `clock` is ``wall``: the op times already hold it);
     together_speed: step CPU ms all at once / alone; clock: ``thread`` or ``wall``, how the profile's op times
-    were taken; call_ms: ((call kind, ms), ...) of one small collective call after compute, or None (module
-    docstring)."""
+    were taken; call_ms: ((call kind, ms), ...) of one small collective call after compute, or None; cores: the
+    cores the probe could use, or None; rank_speed: the probe's alone step over the step block's (module docstring)."""
 
     ranks: int
     rows: int
@@ -62,6 +66,7 @@ class ContentionTerms:
     clock: str = "thread"
     call_ms: tuple[tuple[str, float], ...] | None = None
     cores: int | None = None
+    rank_speed: float = 1.0
 
 
 def sums_overlap(terms: ContentionTerms | None, n_ranks: int) -> bool:
@@ -98,13 +103,28 @@ def between(alone: float, together: float, c: float, n: int) -> float:
 
 
 def compute_scale(terms: ContentionTerms, c: float, n: int) -> float:
-    """The factor on every compute and update time at concurrency c of n ranks: stretch x speed.
+    """The factor on every compute and update time at concurrency c of n ranks: stretch x speed x rank speed.
 
     >>> compute_scale(ContentionTerms(2, 32, 0.2, 1.0, 1.2, 1.5), 2.0, 2)
     1.7999999999999998
+    >>> compute_scale(ContentionTerms(2, 32, 0.2, 1.0, 1.0, 1.5, rank_speed=1.2), 1.0, 2)
+    1.2
     """
     stretch = between(terms.alone_stretch, terms.together_stretch, c, n) if terms.clock == "thread" else 1.0
-    return stretch * between(1.0, terms.together_speed, c, n)
+    return stretch * between(1.0, terms.together_speed, c, n) * terms.rank_speed
+
+
+def rank_speed(alone_step_ms: float | None, block_step_ms: float | None, clock: str) -> float:
+    """``alone_step_ms / block_step_ms``: the model's step in a rank's process over the same step in the profile's
+    step block (module docstring); 1 when either figure is missing or not positive, or the clock is ``wall`` (the
+    probe times thread CPU, a wall-clock step block is not comparable).
+
+    >>> rank_speed(36.0, 30.0, "thread"), rank_speed(36.0, None, "thread"), rank_speed(36.0, 30.0, "wall")
+    (1.2, 1.0, 1.0)
+    """
+    if clock != "thread" or not alone_step_ms or not block_step_ms or alone_step_ms <= 0 or block_step_ms <= 0:
+        return 1.0
+    return float(alone_step_ms) / float(block_step_ms)
 
 
 def with_handoff(cluster, handoff_ms: float):

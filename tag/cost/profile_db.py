@@ -28,7 +28,8 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
         "clock": "thread", "ranks": 2, "rows": 32,   # op times' clock; probe ranks; rows each stepped
         "handoff_ms": 0.2, "alone_stretch": 1.01, "together_stretch": 1.03,   # wall / CPU of compute
         "together_speed": 1.1,            # the model's step CPU ms with every rank stepping at once / alone
-        "alone_step_ms": 30.1, "together_step_ms": 33.1,  # the two step figures behind together_speed
+        "alone_step_ms": 30.1, "together_step_ms": 33.1,  # the two step figures behind together_speed; the
+                                          # first over the step block's step at these rows is the rank speed
         "call_ms": {"allreduce": 0.8, "p2p": 0.6},  # optional: one small collective call after compute, by kind
         "cores": 2                        # optional: the cores the probe's processes could use
       }
@@ -64,7 +65,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from tag.cost.contention import ContentionTerms
+from tag.cost.contention import ContentionTerms, rank_speed
 from tag.errors import InputError, short_repr
 from tag.fileio import write_text_atomic
 
@@ -229,7 +230,7 @@ def from_json(obj: dict, path: str = "<profile>") -> ProfileDB:
     settings = obj.get("settings", {})
     step = None if obj.get("step") is None else _step_from_json(path, "step", obj["step"])
     raw = obj.get("contention")
-    terms = None if raw is None else contention_from_json(path, "contention", raw)
+    terms = None if raw is None else contention_from_json(path, "contention", raw, step)
     return ProfileDB(dt, threads, machine if isinstance(machine, dict) else {}, ops, path, groups,
                      None if dispatch is None else float(dispatch), settings if isinstance(settings, dict) else {}, step,
                      terms, dict(raw) if terms is not None else {})
@@ -239,8 +240,24 @@ CLOCKS = ("thread", "wall")
 CALL_KINDS = ("allreduce", "p2p")  # `tag.sim.cpu_calls.cpu_call_kind`
 
 
-def contention_from_json(path: str, where: str, c) -> ContentionTerms:
-    """The `ContentionTerms` of a profile's ``contention`` block (InputError naming `path` and the key if bad)."""
+def step_block_ms(step: StepProfile | None, rows: int) -> float | None:
+    """The step block's whole single-rank step at `rows` rows, ms: every group's fwd + bwd, the optimizer step and
+    the rest of the step, each interpolated between measured row counts; None without a step block or when `rows`
+    lies outside its row counts (no extrapolation: the figure calibrates the block against a measured step).
+
+    >>> st = StepProfile("adam", [8, 16], [StepGroup(["a"], [1.0, 2.0], [2.0, 4.0])], [0.5, 0.5], [0.1, 0.3])
+    >>> step_block_ms(st, 12), step_block_ms(st, 32)
+    (5.2, None)
+    """
+    if step is None or not step.rows or not step.rows[0] <= rows <= step.rows[-1]:
+        return None
+    total = sum(interpolate(step.rows, g.fwd_ms, rows) + interpolate(step.rows, g.bwd_ms, rows) for g in step.groups)
+    return total + interpolate(step.rows, step.update_ms, rows) + interpolate(step.rows, step.other_ms, rows)
+
+
+def contention_from_json(path: str, where: str, c, step: StepProfile | None = None) -> ContentionTerms:
+    """The `ContentionTerms` of a profile's ``contention`` block (InputError naming `path` and the key if bad); with
+    the profile's `step` block, the rank speed of its ``alone_step_ms`` (`tag.cost.contention.rank_speed`)."""
     if not isinstance(c, dict):
         raise InputError(path, where, "an object with ranks, rows, handoff_ms, alone_stretch, together_stretch and "
                          "together_speed", short_repr(c))
@@ -266,8 +283,12 @@ def contention_from_json(path: str, where: str, c) -> ContentionTerms:
     if cores is not None:
         _positive_int(path, f"{where}.cores", cores,
                       "a positive integer (the cores the probe's processes could use) or no key")
+    alone = c.get("alone_step_ms")
+    if alone is not None:
+        alone = _number(path, f"{where}.alone_step_ms", alone)
+    speed = rank_speed(alone, step_block_ms(step, c["rows"]), clock)
     return ContentionTerms(c["ranks"], c["rows"], _number(path, f"{where}.handoff_ms", c.get("handoff_ms")),
-                           clock=clock, call_ms=calls or None, cores=cores, **ratios)
+                           clock=clock, call_ms=calls or None, cores=cores, rank_speed=speed, **ratios)
 
 
 def _positive_int(path: str, where: str, v, expected: str = "a positive integer") -> int:

@@ -17,8 +17,8 @@ measures, for `tag.cost.contention` to apply to every plan predicted with the pr
    start to the call's end - the rank's own compute wall), median of 40 per kind. It holds what a hot loop of calls
    (`tag profile links`) does not: the ranks' compute ending at different moments, their threads waking up.
 4. **speed**: the model's own deploy step (`tag.profile.step`'s single-rank runtime: every group, `rows` rows,
-   the profile's optimizer) in thread-CPU ms, on rank 0 alone and on every rank at once, alternated 3 times after a
-   warm-up step; ``together_speed`` = median together / median alone (shared caches and memory bandwidth: a
+   the profile's optimizer) in thread-CPU ms, on rank 0 alone and on every rank at once, alternated `SPEED_TRIALS`
+   times after a warm-up step; ``together_speed`` = median together / median alone (shared caches and memory bandwidth: a
    memory-bound model's ranks slow each other down in CPU time too).
 
 It also records ``cores``, the cores this process may run on (`os.sched_getaffinity`): ranks that fill them leave
@@ -41,6 +41,7 @@ CALL_WORK_MS = 2.0
 CALL_BYTES = 1024
 CALL_TRIALS = 40
 STRETCH_WORK_MS = 40.0
+SPEED_TRIALS = 5  # alone / together step pairs of the speed probe
 
 
 def _work(a, ms: float) -> float:
@@ -133,7 +134,7 @@ def _speed(dist, rank: int, world: int, rt) -> tuple[float, float]:
 
     step_ms()  # warm-up
     alone, together = [], []
-    for _ in range(3):
+    for _ in range(SPEED_TRIALS):
         dist.barrier()
         if rank == 0:
             alone.append(step_ms())

@@ -16,7 +16,8 @@ those of the code deploy runs. For each row count r:
    update, the rest of the step and the sync-bucket copies (the profile's ``step`` block).
 
 5. with ``contention_ranks`` >= 2 (a CPU step profile), what that many ranks stepping at once do to each other
-   (`tag.profile.contention`: the profile's ``contention`` block), each at the largest row count / ranks.
+   (`tag.profile.contention`: the profile's ``contention`` block), each at `probe_rows` (a measured row count near
+   the largest / ranks, so the step block holds the probe's step and the rank speed can be read off).
 
 Each figure is the median of `repeats` calls after `warmup` untimed ones, ms, with the intra-op thread
 count a rank of the device runs with under deploy (one by default), on the clock `clock` names.
@@ -207,14 +208,25 @@ def profile_ops(model_path: str, graph, gg=None, settings: OpsSettings | None = 
         from tag.cost.profile_db import contention_from_json
         from tag.profile.contention import measure_contention
 
-        raw = measure_contention(model_path, graph, [list(g) for g in group_ids], max(1, rows_list[-1] // s.contention_ranks),
+        raw = measure_contention(model_path, graph, [list(g) for g in group_ids], probe_rows(rows_list, s.contention_ranks),
                                  ranks=s.contention_ranks, seed=s.seed, optimizer=s.optimizer, lr=s.lr, clock=s.clock)
-        terms = contention_from_json(str(model_path), "contention", raw)
+        terms = contention_from_json(str(model_path), "contention", raw, step)
         if progress:
             progress(1)
     return ProfileDB(device_type=s.device_type, threads=s.threads, machine=machine, ops=ops, groups=groups,
                      dispatch_ms=machine["dispatch_ms"], settings=settings_block, step=step, contention=terms,
                      contention_raw=raw)
+
+
+def probe_rows(rows_list: list[int], ranks: int) -> int:
+    """The rows each contention-probe rank steps: the largest measured row count at most max(rows) / ranks (as
+    data-parallel ranks split the largest batch), else the smallest, so the step block holds the probe's step.
+
+    >>> probe_rows([4, 8, 16, 32, 48, 64], 2), probe_rows([16], 2), probe_rows([4, 8, 16], 3)
+    (32, 16, 4)
+    """
+    share = max(1, rows_list[-1] // ranks)
+    return max([r for r in rows_list if r <= share], default=rows_list[0])
 
 
 def _warm_up(prog, graph, rows: int, seed: int, device) -> None:

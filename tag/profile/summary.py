@@ -54,7 +54,8 @@ def ops_summary(db: ProfileDB, graph, path: str) -> dict:
         "machine": m,
         "catalog": _catalog(db.device_type, m.get("peak_tflops", 0.0), m.get("memory_bandwidth_gbps", 0.0)),
         "clock": db.settings.get("clock", "wall"),
-        "contention": dict(db.contention_raw) if db.contention is not None else None,
+        "contention": ({**db.contention_raw, "rank_speed": db.contention.rank_speed}
+                       if db.contention is not None else None),
     }
 
 
@@ -86,7 +87,8 @@ def ops_table(db: ProfileDB, graph, summary: dict) -> str:
     if c:
         lines += ["", f"contention ({c['ranks']} ranks at once, {c['rows']} rows each; op times on the {c['clock']} "
                   f"clock): handoff {c['handoff_ms']:.3f} ms, compute stretch alone x{c['alone_stretch']:.3f} / "
-                  f"together x{c['together_stretch']:.3f}, step CPU together / alone x{c['together_speed']:.3f}"]
+                  f"together x{c['together_stretch']:.3f}, step CPU together / alone x{c['together_speed']:.3f}, "
+                  f"rank step / step block x{c['rank_speed']:.3f}"]
     return "\n".join(lines)
 
 
