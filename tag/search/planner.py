@@ -21,6 +21,7 @@ from typing import Callable
 from tag.search.budget import DEFAULT_BUDGET_S, OTHER_REFINE_SHARE, WallCap, default_counts
 from tag.search.baselines import best_baseline  # noqa: F401 (tag.gnn.selfplay imports it from here)
 from tag.search.evaluate import Evaluator
+from tag.search.gc_pause import gc_paused
 from tag.search.mcts import MCTS, PriorsFn, VisitRecord
 from tag.search.memory_pass import (MEMORY_SUFFIX, best_fitted, decisions_summary, fit_fastest_oom, fit_memory,
                                     with_variants)
@@ -65,6 +66,7 @@ class PlanResult:
     structure: dict = field(default_factory=dict)  # plan.json search.structure (`tag.search.structure_plan`)
 
 
+@gc_paused()  # the cyclic collector's passes cost ~1 s of a plan's CPU and free nothing it needs (tag.search.gc_pause)
 def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = None,
          budget_s: float | None = DEFAULT_BUDGET_S, seed: int = 0, priors_fn: PriorsFn | None = None,
          refine: bool = True, sfb: bool = True, refine_simulations: int | None = None,
