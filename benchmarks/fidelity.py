@@ -181,8 +181,7 @@ def profile_ops(model: str, batch: int, rows: str, out: str, wrap=None, ranks: i
                 device_type: str | None = None, clock: str = "thread") -> None:
     """`tag profile ops` as a user runs it (one thread, thread CPU clock, the contention probe on `ranks` ranks;
     0: none, as under a wrapper: the emulated cluster probes across its namespaces), optionally under a wrapper and
-    for a named device type (an emulated machine's; `clock` "wall" there: a CPU quota's throttling is not thread
-    CPU time)."""
+    for a named device type (an emulated machine's, under its CPU quota, which the profile records)."""
     cmd = [sys.executable, "-m", "tag.cli", "profile", "ops", model, "--batch-size", str(batch), "--rows", rows,
            "--clock", clock, "--ranks", str(ranks), "-o", out, "--json"]
     cmd += ["--device-type", device_type] if device_type else []

@@ -6,9 +6,11 @@ as a user measures a real one (issue 27, the product path):
 * the topology: `tag profile links` run as one torchrun rank per machine, inside each machine's namespace and under
   its quota, machine i with ``--device-type cpu-m<i>`` (`launch.run_script`): links, barrier and collective rates
   across the shaped NICs, each machine's own device type and peak;
-* the op times: `tag profile ops --device-type cpu-m<i> --clock wall` under machine i's quota (wall clock: thread CPU
-  time does not count the quota's throttling, so a 0.3-core device looked as fast as a whole core; no contention
-  probe: the probe's ranks would share one quota), joined into one profile set (`tag.profile.profile_set`);
+* the op times: `tag profile ops --device-type cpu-m<i> --clock thread` under machine i's quota: thread CPU time
+  holds the work, and the profile records the quota it ran under (``cpu_quota_cores``, `tag.profile.quota`), which
+  the cost model divides it by (a wall clock under a 20-ms CFS period saw short ops run inside one period,
+  unthrottled, so a 0.3-core device looked nearly as fast as a whole core); no contention probe: the probe's ranks
+  would share one quota; joined into one profile set (`tag.profile.profile_set`);
 * the plans: `tag plan --profile SET` (baselines, searched, random), so each plan records the set's path and hash.
 
 Each plan is measured with the deploy runtime across the namespaces (`launch.run_script` + `batch_worker.py`) and
@@ -62,7 +64,7 @@ def emulated_rows(fid, models: list[str], rates_mbit: list[float], quotas: list[
             for i in range(len(quotas)):
                 prof = os.path.join(work, f"{name}-profile-m{i}.json")
                 if not (a.reuse and os.path.exists(prof)):
-                    fid.profile_ops(model, a.batch_size, a.rows, prof, device_type=f"cpu-m{i}", clock="wall",
+                    fid.profile_ops(model, a.batch_size, a.rows, prof, device_type=f"cpu-m{i}", clock="thread",
                                     wrap=(lambda c, i=i: quota.wrap(i, c)) if quota else None)
                 profs.append(prof)
             profiles_of[name] = profs

@@ -97,7 +97,7 @@ def emulated_report(rows: list[Row], info: dict, load_before: str, load_after: s
              f"{info.get('probe_mbit_0to1', float('nan')):.1f} Mbit/s goodput); CPU quotas {info['quotas']} of a core "
              f"(cgroup {info['cgroup']}); link delay: {info['delay']}. Topology from `tag profile links` run as one "
              "rank per machine across the namespaces (machine i `--device-type cpu-m<i>`); each machine's ops profiled "
-             "under its quota (`tag profile ops --device-type cpu-m<i> --clock wall`), joined into one profile set that the plans "
+             "under its quota (`tag profile ops --device-type cpu-m<i> --clock thread`, the quota recorded as `cpu_quota_cores`), joined into one profile set that the plans "
              "record (`tag plan --profile SET`). Columns: `product` = what `tag deploy` prints "
              "(`tag.cli.deploy.predict_as_run`); `planner` = the planner's mode; `bench contention` = the benchmark-only "
              f"contention probe across the namespaces: handoff {info['handoff_ms']:.2f} ms, compute stretch per device "

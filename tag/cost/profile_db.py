@@ -12,6 +12,7 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
                          "bwd_ms": [0.21, 0.37, 0.70, 1.35]}
       },
       "dispatch_ms": 0.004,              # optional: per-op launch/dispatch overhead estimate
+      "cpu_quota_cores": 0.5,            # optional: the CFS CPU quota the thread-clock times were taken under
       "settings": {"warmup": 2, ...},    # optional: how the figures were measured (free-form)
       "groups": [                         # optional: measured group-level runs
         {"ops": ["/conv1/Conv", "/relu/Relu"], "rows": [1, 2], "fwd_ms": [..], "bwd_ms": [..],
@@ -43,6 +44,10 @@ its type's profile, `tag.cost.profiled.MultiProfileCostModel`).
 row count (``bwd_ms`` may be omitted: the cost model then uses the roofline's backward for that op).
 A signature is ``op_type|input shapes per row|attribute hash`` (see `op_signature`): the batch axis of
 a batched input is written ``N``, so the same op at any batch has one signature.
+
+``cpu_quota_cores`` (optional; `tag.profile.quota`): a container's CPU limit in cores, recorded with thread-clock
+times (which do not count throttled periods); below 1 the cost model divides every compute and update time on the
+profile's device type by it (`tag.cost.profiled`).
 
 ``contention`` (optional) holds what the machine does to ranks running at once (`tag.cost.contention`, where the
 formulas are); ``clock`` says whether every time in the file is thread CPU time (``thread``: one-thread CPU ranks)
@@ -135,6 +140,7 @@ class ProfileDB:
     step: StepProfile | None = None  # the deploy runtime's step (`tag.profile.step`), when measured
     contention: ContentionTerms | None = None  # ranks at once on this machine (`tag.profile.contention`)
     contention_raw: dict = field(default_factory=dict)  # the block as read (provenance figures kept on save)
+    cpu_quota_cores: float | None = None  # the CFS quota the thread-clock times were taken under (`tag.profile.quota`)
 
     @property
     def name(self) -> str:
@@ -231,9 +237,13 @@ def from_json(obj: dict, path: str = "<profile>") -> ProfileDB:
     step = None if obj.get("step") is None else _step_from_json(path, "step", obj["step"])
     raw = obj.get("contention")
     terms = None if raw is None else contention_from_json(path, "contention", raw, step)
+    quota = obj.get("cpu_quota_cores")
+    if quota is not None and (isinstance(quota, bool) or not isinstance(quota, (int, float)) or not quota > 0):
+        raise InputError(path, "cpu_quota_cores", "a positive number of cores (or no key: no CPU quota)",
+                         short_repr(quota))
     return ProfileDB(dt, threads, machine if isinstance(machine, dict) else {}, ops, path, groups,
                      None if dispatch is None else float(dispatch), settings if isinstance(settings, dict) else {}, step,
-                     terms, dict(raw) if terms is not None else {})
+                     terms, dict(raw) if terms is not None else {}, None if quota is None else float(quota))
 
 
 CLOCKS = ("thread", "wall")
@@ -375,6 +385,8 @@ def to_json(db: ProfileDB) -> dict:
             e["bwd_ms"] = list(p.bwd_ms)
         ops[sig] = e
     out = {"version": VERSION, "device_type": db.device_type, "threads": db.threads, "machine": db.machine, "ops": ops}
+    if db.cpu_quota_cores is not None:
+        out["cpu_quota_cores"] = db.cpu_quota_cores
     if db.dispatch_ms is not None:
         out["dispatch_ms"] = db.dispatch_ms
     if db.settings:

@@ -25,6 +25,10 @@ measured per-step latency of its collectives (`tag.profile.links.collective_step
 `collective_call_ms`: the profile's measured cost of one collective call after compute (``contention.call_ms``), a
 floor on each call's latency on CPU ranks (`tag.sim.cpu_calls`); None without it.
 
+**CPU quota** (`quota_scale`): a profile taken on the thread clock under a CFS quota of q < 1 cores
+(``cpu_quota_cores``, `tag.profile.quota`) holds the work, not the wall it takes; on the profile's device type every
+compute, update and sync-copy time is divided by q (a one-thread rank runs at most q of the wall).
+
 `compute_scale` (default 1) multiplies every compute and update time: the contention of a plan's ranks computing at
 once on a shared machine (`tag.cost.contention.compute_scale` from the profile's ``contention`` block, applied by
 `tag.cost.contention.deployed_step_ms` through `scaled`).
@@ -55,6 +59,7 @@ class ProfileCostModel:
         self.compute_scale = float(compute_scale)
         self.training = training
         self.db = db
+        self.quota_scale = quota_scale(db)
         self.name = f"profile:{db.name}"
         self.roofline = RooflineCostModel(gg, training)
         ops = gg.graph.ops
@@ -86,15 +91,20 @@ class ProfileCostModel:
         out._cache = {}
         return out
 
+    def _k(self, device: DeviceType) -> float:
+        """The factor on a compute, update or copy time on `device`: `compute_scale`, and on the profile's device
+        type also its `quota_scale`."""
+        return self.compute_scale * (self.quota_scale if device.name == self.db.device_type else 1.0)
+
     def _phase_ms(self, gid: int, device: DeviceType, rows: int, phase: str) -> float:
         hits = self._hits[gid]
         if device.name != self.db.device_type or not (hits or self._step_hits[gid]) or rows <= 0:
-            return self.compute_scale * self.roofline._phase_ms(gid, device, rows, phase)
+            return self._k(device) * self.roofline._phase_ms(gid, device, rows, phase)
         key = (phase, gid, device.name, rows)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        t = self.compute_scale * float(self._per_op_ms(gid, device, rows, phase).sum())
+        t = self._k(device) * float(self._per_op_ms(gid, device, rows, phase).sum())
         self._cache[key] = t
         return t
 
@@ -115,9 +125,9 @@ class ProfileCostModel:
         """The part of the group's phase time that the ops `op_ids` (graph indices) take, ms (their per-op
         times, as `_phase_ms` sums them all)."""
         if device.name != self.db.device_type or not (self._hits[gid] or self._step_hits[gid]) or rows <= 0:
-            return self.compute_scale * self.roofline.ops_ms(gid, device, rows, phase, op_ids)
+            return self._k(device) * self.roofline.ops_ms(gid, device, rows, phase, op_ids)
         mask = ops_mask(self.roofline.compute_ops[gid], op_ids)
-        return self.compute_scale * float(self._per_op_ms(gid, device, rows, phase)[mask].sum())
+        return self._k(device) * float(self._per_op_ms(gid, device, rows, phase)[mask].sum())
 
     def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
         """Forward time of a group, ms (measured ops interpolated in rows, others roofline)."""
@@ -133,16 +143,16 @@ class ProfileCostModel:
         roof = self.roofline.update_ms(group_id, device)
         params = self.gg.groups[group_id].params
         if device.name != self.db.device_type or not self._param_upd_ms or not params:
-            return self.compute_scale * roof
+            return self._k(device) * roof
         if self.db.step.optimizer != self.training.optimizer:
-            return self.compute_scale * roof
+            return self._k(device) * roof
         known = [p for p in params if p in self._param_upd_ms]
         t = sum(self._param_upd_ms[p] for p in known)
         if len(known) < len(params):  # parameters the step profile did not see: their share of the roofline
             g = self.gg.groups[group_id]
             missing = sum(_param_bytes(self.gg.graph, p) for p in params if p not in self._param_upd_ms)
             t += roof * missing / max(g.param_bytes, 1.0)
-        return self.compute_scale * t
+        return self._k(device) * t
 
     def collective_hop_gbps(self, device: DeviceType, n_ranks: int) -> float | None:
         """Measured per-hop rate (10^9 bit/s) of a ring collective over `n_ranks` ranks of `device`'s type
@@ -168,9 +178,19 @@ class ProfileCostModel:
         st = self.db.step
         if device.name != self.db.device_type or st is None or not st.copy_bytes or nbytes <= 0:
             return 0.0, 0.0
-        k = self.compute_scale
+        k = self._k(device)
         return (k * interpolate(st.copy_bytes, st.copy_in_ms, nbytes),
                 k * interpolate(st.copy_bytes, st.copy_out_ms, nbytes))
+
+
+def quota_scale(db: ProfileDB) -> float:
+    """1 / q for a profile taken under a CPU quota of q < 1 cores (``cpu_quota_cores``), else 1 (module docstring).
+
+    >>> quota_scale(ProfileDB("cpu", cpu_quota_cores=0.25)), quota_scale(ProfileDB("cpu", cpu_quota_cores=2.0))
+    (4.0, 1.0)
+    """
+    q = db.cpu_quota_cores
+    return 1.0 / q if q is not None and 0 < q < 1 else 1.0
 
 
 def _param_bytes(graph, name: str) -> float:

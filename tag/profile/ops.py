@@ -213,9 +213,14 @@ def profile_ops(model_path: str, graph, gg=None, settings: OpsSettings | None = 
         terms = contention_from_json(str(model_path), "contention", raw, step)
         if progress:
             progress(1)
+    quota = None
+    if s.clock == "thread" and str(device) == "cpu":
+        from tag.profile.quota import cpu_quota_cores
+
+        quota = cpu_quota_cores()
     return ProfileDB(device_type=s.device_type, threads=s.threads, machine=machine, ops=ops, groups=groups,
                      dispatch_ms=machine["dispatch_ms"], settings=settings_block, step=step, contention=terms,
-                     contention_raw=raw)
+                     contention_raw=raw, cpu_quota_cores=quota)
 
 
 def probe_rows(rows_list: list[int], ranks: int) -> int:

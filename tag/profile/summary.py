@@ -83,6 +83,9 @@ def ops_table(db: ProfileDB, graph, summary: dict) -> str:
                          t["achieved_gflops"]] for t in summary["model"]],
                        ["rows", "fwd_ms", "bwd_ms", "group_fwd_ms", "group_bwd_ms", "fwd_gflops"]))
     lines += ["", _machine_lines(db.device_type, summary["machine"], summary["catalog"])]
+    if db.cpu_quota_cores is not None:
+        lines += ["", f"CPU quota: {db.cpu_quota_cores:g} cores (thread-clock times; the cost model divides them by it "
+                  "below one core)"]
     c = summary.get("contention")
     if c:
         lines += ["", f"contention ({c['ranks']} ranks at once, {c['rows']} rows each; op times on the {c['clock']} "
