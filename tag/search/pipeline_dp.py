@@ -158,9 +158,9 @@ def best_capped_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_
     for cap in sorted(caps, reverse=True):
         if out and all(found[-1].tail_ms <= cap for found in out.values()):
             continue  # the looser cap's solutions meet this one: same least slowest for every S
-        def capped(*args, cap=cap):
-            p, e = parts(*args)
-            return p if e <= cap else math.inf
+        def capped(left: int, lo: int, hi: int, dlo: int, dhi: int, cap=cap, inf=math.inf) -> float:
+            p, e = parts(left, lo, hi, dlo, dhi)
+            return p if e <= cap else inf
         for s, sol in best_cuts(group_cuts, device_cuts, max_stages, capped).items():
             n = len(sol.stages)
             tail = max(parts(n - i, c.lo, c.hi, c.dlo, c.dhi)[1] for i, c in enumerate(sol.stages))
