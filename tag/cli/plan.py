@@ -275,7 +275,7 @@ def _sfb_solver_missing() -> str | None:
     try:
         import importlib
 
-        importlib.import_module("ortools.sat.python.cp_model")
+        importlib.import_module("ortools.sat.python.cp_model_helper")  # what tag.compression.cpsat imports (not pandas)
     except ImportError as e:
         return f"{type(e).__name__}: {e}"
     return None

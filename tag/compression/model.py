@@ -54,7 +54,7 @@ class SfbModel:
 
 def build_sfb_model(terms: Terms, exclude: list[list[int]] | None = None) -> SfbModel:
     """Variables, constraints and objective of the module docstring, then a no-good cut per subset of `exclude`."""
-    from ortools.sat.python import cp_model
+    from tag.compression.cpsat import new_model
 
     units, cands = terms.units, terms.cands
     horizon_ms = max([terms.iteration_ms, 1e-6] + [u.ready_ms + u.alone_ms for u in units])
@@ -64,7 +64,7 @@ def build_sfb_model(terms: Terms, exclude: list[list[int]] | None = None) -> Sfb
     def q(ms: float) -> int:
         return int(round(ms * scale))
 
-    m = cp_model.CpModel()
+    m = new_model()
     big = q(4 * horizon_ms) + 10
     x = [m.NewBoolVar(f"x{i}") for i in range(len(cands))]
     z = m.NewIntVar(0, big, "Z")
@@ -133,21 +133,15 @@ def solve_built(terms: Terms, built: SfbModel, *, seed: int = 0, time_limit_s: f
     """Solve a built model of `terms`; returns the chosen candidates (indices). The solve stops at `work_limit`
     (CP-SAT's deterministic time on one worker: the same answer on any machine under any load) or, as a safety cap
     only, after `time_limit_s` of wall-clock time; a stop before optimality gives status FEASIBLE."""
-    from ortools.sat.python import cp_model
+    from tag.compression.cpsat import solve
 
-    solver = cp_model.CpSolver()
-    solver.parameters.random_seed = seed
-    solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.max_deterministic_time = work_limit
-    st = solver.Solve(built.model)
-    status = solver.StatusName(st)
-    if st not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return ModelResult([], status, float("nan"), float("nan"), solver.WallTime() * 1e3)
-    chosen = [i for i in range(len(built.x)) if solver.Value(built.x[i])]
+    out = solve(built.model, seed=seed, num_workers=1, time_limit_s=time_limit_s, work_limit=work_limit)
+    if out.status not in ("OPTIMAL", "FEASIBLE"):
+        return ModelResult([], out.status, float("nan"), float("nan"), out.wall_time_s * 1e3)
+    chosen = [i for i in range(len(built.x)) if out.value(built.x[i])]
     scale = built.scale
     empty = _empty_ms(terms, lambda ms: int(round(ms * scale))) / scale
-    return ModelResult(chosen, status, solver.ObjectiveValue() / scale, empty, solver.WallTime() * 1e3)
+    return ModelResult(chosen, out.status, out.objective_value / scale, empty, out.wall_time_s * 1e3)
 
 
 def solve_sfb_model(terms: Terms, *, seed: int = 0, time_limit_s: float = 10.0, work_limit: float = WORK_LIMIT,

@@ -39,6 +39,7 @@ def test_missing_shipped_checkpoint_is_exit_2(tmp_path, monkeypatch, capsys):
 
 def test_missing_ortools_warns_and_the_plan_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ortools.sat.python.cp_model", None)
+    monkeypatch.setitem(sys.modules, "ortools.sat.python.cp_model_helper", None)  # what SFB imports (tag.compression.cpsat)
 
     def must_not_run(*a, **k):
         raise AssertionError("SFB selection ran without its solver")
