@@ -5,7 +5,8 @@ The search allocates millions of short-lived objects (task graphs, flows, stage 
 tracked object of the process (torch and onnx included), ran 5-7 times inside one `tag plan` and cost ~1 s of its
 CPU while freeing a few hundred objects (benchmarks/plan_time.md, part 12). Reference counting still frees every
 object that is not in a cycle at once; the few cycles made during the search are freed by the first collection
-after it. Nothing the search computes depends on when the collector runs, so plans are unchanged.
+after it. Nothing the search computes depends on when the collector runs, so plans are unchanged. `tag plan`'s
+run() is paused as a whole (loading the model and the networks: ~0.3 s more).
 """
 
 from __future__ import annotations

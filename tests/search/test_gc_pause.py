@@ -60,3 +60,22 @@ def test_plan_runs_with_the_collector_off_and_finds_the_same_plan():
     assert unwrapped.strategy == paused.strategy
     assert unwrapped.result.iteration_ms == paused.result.iteration_ms
     assert unwrapped.simulations == paused.simulations
+
+
+def test_tag_plan_runs_with_the_collector_off():
+    """`tag plan`'s run() (loading the inputs and networks, the search, writing the plan) is paused as a whole."""
+    from tag.cli.plan import run
+
+    class Stop(BaseException):
+        pass
+
+    seen = []
+
+    class Args:  # the first flag run() reads records the collector's state and stops it
+        def __getattr__(self, name):
+            seen.append(gc.isenabled())
+            raise Stop
+
+    with pytest.raises(Stop):
+        run(Args())
+    assert seen == [False] and gc.isenabled()
