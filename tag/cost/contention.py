@@ -13,10 +13,13 @@ number of ranks computing at once, (sum of busy ms) / iteration ms, clamped to [
   the probe's figures, per rank averaged;
 * **speed** (thread-CPU ms of the model's own step with every rank stepping at once over the same step alone:
   shared caches and memory bandwidth, the host's SMT siblings): ``v(c) = 1 + f x (together_speed - 1)``;
-* **rank speed** (thread-CPU ms of the model's step in a rank's process, the probe's alone figure, over the same step
-  as the profile's ``step`` block timed it in the profiling process, at the probe's rows, `rank_speed`): deploy runs
-  each rank in its own process, and the probe times the very runtime, groups and rows the step block did there, a
-  minute or so later; 1 when the step block does not span the probe's rows or the clock is ``wall``;
+* **rank speed** (`rank_speed`: the square root of r = thread-CPU ms of the model's step in a rank's process, the
+  probe's alone figure, over the same step as the profile's ``step`` block timed it in the profiling process, at the
+  probe's rows): deploy runs each rank in its own process, and the probe times the very runtime, groups and rows the
+  step block did, a minute or so later. Each figure is one median of a few steps on a machine whose speed drifts
+  between minutes by as much as r differs from 1, so half of log r is taken as signal (shrunk halfway to 1: the
+  least-squares estimate when signal and noise vary alike); 1 when the step block does not span the probe's rows or
+  the clock is ``wall``;
 * every compute and update time is multiplied by ``s(c) x v(c) x rank_speed`` (`compute_scale`);
 * **handoff** (ms a rank that waited for a message pays before it runs again): added to the latency of every
   pair of devices;
@@ -42,6 +45,7 @@ number of ranks computing at once, (sum of busy ms) / iteration ms, clamped to [
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -115,16 +119,16 @@ def compute_scale(terms: ContentionTerms, c: float, n: int) -> float:
 
 
 def rank_speed(alone_step_ms: float | None, block_step_ms: float | None, clock: str) -> float:
-    """``alone_step_ms / block_step_ms``: the model's step in a rank's process over the same step in the profile's
-    step block (module docstring); 1 when either figure is missing or not positive, or the clock is ``wall`` (the
-    probe times thread CPU, a wall-clock step block is not comparable).
+    """``sqrt(alone_step_ms / block_step_ms)``: the model's step in a rank's process over the same step in the
+    profile's step block, shrunk halfway to 1 in log space (module docstring); 1 when either figure is missing or not
+    positive, or the clock is ``wall`` (the probe times thread CPU, a wall-clock step block is not comparable).
 
-    >>> rank_speed(36.0, 30.0, "thread"), rank_speed(36.0, None, "thread"), rank_speed(36.0, 30.0, "wall")
+    >>> rank_speed(36.0, 25.0, "thread"), rank_speed(36.0, None, "thread"), rank_speed(36.0, 25.0, "wall")
     (1.2, 1.0, 1.0)
     """
     if clock != "thread" or not alone_step_ms or not block_step_ms or alone_step_ms <= 0 or block_step_ms <= 0:
         return 1.0
-    return float(alone_step_ms) / float(block_step_ms)
+    return math.sqrt(float(alone_step_ms) / float(block_step_ms))
 
 
 def with_handoff(cluster, handoff_ms: float):

@@ -1,5 +1,5 @@
-"""The rank speed: the probe's alone step (a rank's own process) over the profile's step block at the probe's rows,
-worked out by hand from the JSON; where it does not apply it is 1; the two-pass prediction carries it."""
+"""The rank speed: the square root of the probe's alone step (a rank's own process) over the profile's step block at
+the probe's rows, worked out by hand from the JSON; where it does not apply it is 1; the two-pass prediction carries it."""
 
 from types import SimpleNamespace
 
@@ -28,13 +28,13 @@ def _terms(step=STEP, **contention):
 
 
 def test_rank_speed_at_a_measured_row_count():
-    # at 16 rows the block's step: groups 2 + 4 + 1 + 2 = 9, update 0.8, rest 0.3 -> 10.1 ms; 12.15 / 10.1
-    assert _terms().rank_speed == pytest.approx(12.15 / 10.1)
+    # at 16 rows the block's step: groups 2 + 4 + 1 + 2 = 9, update 0.8, rest 0.3 -> 10.1 ms; sqrt(12.15 / 10.1)
+    assert _terms().rank_speed == pytest.approx((12.15 / 10.1) ** 0.5)
 
 
 def test_rank_speed_between_row_counts_interpolates_every_part():
     # at 24 rows, halfway between 16 and 32: groups 3 + 6 + 1.5 + 2.5 = 13, update 0.8, rest 0.4 -> 14.2 ms
-    assert _terms(rows=24, alone_step_ms=17.04).rank_speed == pytest.approx(17.04 / 14.2)
+    assert _terms(rows=24, alone_step_ms=20.448).rank_speed == pytest.approx(1.2)  # 20.448 / 14.2 = 1.44
 
 
 @pytest.mark.parametrize("step,contention", [
