@@ -23,7 +23,8 @@ Format (version 1), written by `tag profile ops` and read by `tag.cost.make_cost
         "groups": [{"ops": [..], "fwd_ms": [..], "bwd_ms": [..],   # per group, in the step, per row count
                     "update_ms": 0.4, "param_bytes": 1048576}],   # the optimizer step over its parameters
         "update_ms": [..], "other_ms": [..],   # per row count: the step's optimizer step; the rest of the step
-        "copy_bytes": [..], "copy_in_ms": [..], "copy_out_ms": [..]   # sync bucket memory work before / after the collective, by bucket bytes
+        "copy_bytes": [..], "copy_in_ms": [..], "copy_out_ms": [..],  # sync bucket memory work before / after the collective, by bucket bytes
+        "fill_ms": [..]                   # optional: allocating a fresh zeroed buffer of each copy_bytes size (ZeRO's)
       },
       "contention": {                     # optional: ranks at once on this machine (`tag.profile.contention`)
         "clock": "thread", "ranks": 2, "rows": 32,   # op times' clock; probe ranks; rows each stepped
@@ -123,6 +124,7 @@ class StepProfile:
     copy_bytes: list[int] = field(default_factory=list)
     copy_in_ms: list[float] = field(default_factory=list)
     copy_out_ms: list[float] = field(default_factory=list)
+    fill_ms: list[float] = field(default_factory=list)  # a fresh zeroed buffer of copy_bytes[i] bytes ([]: not measured)
 
 
 @dataclass
@@ -340,9 +342,11 @@ def _step_from_json(path: str, where: str, st) -> StepProfile:
         sizes = _check_series(path, f"{where}.copy_bytes", sizes, None, "rows")
         cin = [float(v) for v in _check_series(path, f"{where}.copy_in_ms", st.get("copy_in_ms"), len(sizes), "ms")]
         cout = [float(v) for v in _check_series(path, f"{where}.copy_out_ms", st.get("copy_out_ms"), len(sizes), "ms")]
+        fill = st.get("fill_ms")
+        fill = [] if fill is None else [float(v) for v in _check_series(path, f"{where}.fill_ms", fill, len(sizes), "ms")]
     else:
-        sizes, cin, cout = [], [], []
-    return StepProfile(opt, rows, groups, upd, other, list(sizes), cin, cout)
+        sizes, cin, cout, fill = [], [], [], []
+    return StepProfile(opt, rows, groups, upd, other, list(sizes), cin, cout, fill)
 
 
 def _step_to_json(st: StepProfile) -> dict:
@@ -350,7 +354,8 @@ def _step_to_json(st: StepProfile) -> dict:
             "groups": [{"ops": list(g.ops), "fwd_ms": list(g.fwd_ms), "bwd_ms": list(g.bwd_ms),
                         "update_ms": g.update_ms, "param_bytes": g.param_bytes} for g in st.groups],
             "update_ms": list(st.update_ms), "other_ms": list(st.other_ms), "copy_bytes": list(st.copy_bytes),
-            "copy_in_ms": list(st.copy_in_ms), "copy_out_ms": list(st.copy_out_ms)}
+            "copy_in_ms": list(st.copy_in_ms), "copy_out_ms": list(st.copy_out_ms),
+            **({"fill_ms": list(st.fill_ms)} if st.fill_ms else {})}
 
 
 def _list(path: str, where: str, value) -> list:

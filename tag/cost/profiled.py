@@ -182,6 +182,14 @@ class ProfileCostModel:
         return (k * interpolate(st.copy_bytes, st.copy_in_ms, nbytes),
                 k * interpolate(st.copy_bytes, st.copy_out_ms, nbytes))
 
+    def fresh_fill_ms(self, device: DeviceType, nbytes: float) -> float:
+        """A fresh zeroed buffer of `nbytes` on one replica, ms: the step profile's ``fill_ms`` interpolated in bytes
+        (what ZeRO's CPU runtime allocates every step, `tag.sim.zero.zero_fill_ms`); 0 without it."""
+        st = self.db.step
+        if device.name != self.db.device_type or st is None or not st.fill_ms or nbytes <= 0:
+            return 0.0
+        return self._k(device) * interpolate(st.copy_bytes, st.fill_ms, nbytes)
+
 
 def quota_scale(db: ProfileDB) -> float:
     """1 / q for a profile taken under a CPU quota of q < 1 cores (``cpu_quota_cores``), else 1 (module docstring).
@@ -309,3 +317,8 @@ class MultiProfileCostModel:
         """(copy-in ms, copy-out ms) of a gradient sync of `nbytes` on `device` (its type's profile; else 0)."""
         fn = getattr(self._model(device), "sync_copy_ms", None)
         return fn(device, nbytes) if fn is not None else (0.0, 0.0)
+
+    def fresh_fill_ms(self, device: DeviceType, nbytes: float) -> float:
+        """A fresh zeroed buffer of `nbytes` on `device` (its type's profile; else 0)."""
+        fn = getattr(self._model(device), "fresh_fill_ms", None)
+        return fn(device, nbytes) if fn is not None else 0.0

@@ -140,6 +140,24 @@ def sync_copy_ms(shapes: list[tuple[int, ...]], *, warmup: int, repeats: int, se
     return _median(t_in), 0.0
 
 
+def fresh_fill_ms(nbytes: int, *, warmup: int, repeats: int) -> float:
+    """A fresh zeroed fp32 buffer of `nbytes` bytes, ms (median of `repeats` after `warmup`): what ZeRO's runtime pays
+    for the buffers it allocates every step (`tag.deploy.zero`: stage 1's master gradient, stage 2's full gradient,
+    stage 3's gathered weights and their gradient); a large one is fresh pages, each faulted in as it is written."""
+    import torch
+
+    n = max(1, nbytes // 4)
+    times = []
+    for i in range(warmup + repeats):
+        t0 = _now_ms()
+        buf = torch.zeros(n)
+        t1 = _now_ms()
+        del buf
+        if i >= warmup:
+            times.append(t1 - t0)
+    return _median(times)
+
+
 def profile_step(model_proto, graph, gg, rows_list: list[int], *, warmup: int, repeats: int, seed: int,
                  optimizer: str = "adam", lr: float = 1e-3, progress=None) -> StepProfile:
     """The `StepProfile` of a model (see the module docstring): per group of `gg` in-step fwd/bwd ms per row
@@ -168,7 +186,8 @@ def profile_step(model_proto, graph, gg, rows_list: list[int], *, warmup: int, r
     return StepProfile(optimizer=optimizer, rows=list(rows_list), groups=out_groups,
                        update_ms=[r[2] for r in per_rows], other_ms=[r[3] for r in per_rows],
                        copy_bytes=sizes, copy_in_ms=[copies[b][0] for b in sizes],
-                       copy_out_ms=[copies[b][1] for b in sizes])
+                       copy_out_ms=[copies[b][1] for b in sizes],
+                       fill_ms=[fresh_fill_ms(b, warmup=warmup, repeats=repeats) for b in sizes])
 
 
 def _numel(shape) -> int:

@@ -18,7 +18,7 @@ from tag.sim.rendezvous import exchange_gates
 from tag.sim.shard_build import add_tails, wire_collectives
 from tag.sim.taskgraph import ComputeTasks, DependentKind, MemoryInputs, TaskGraph, TaskKind, Transfer
 from tag.sim.tensor_sends import transfer_plan
-from tag.sim.zero import add_gathers_after_update, add_weight_gathers
+from tag.sim.zero import add_gathers_after_update, add_weight_gathers, zero_fill_ms
 
 __all__ = ["BuildOptions", "build_task_graph", "check_strategy"]
 
@@ -28,11 +28,20 @@ _TRANSFER, _SYNC = DependentKind.TRANSFER, DependentKind.SYNC
 def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
     """Forward tasks in group order, then backward tasks in reverse group order (SFB: the local dW leaves the
     backward; recompute: the forward runs again at its start, `with_recompute`; a sharded group's collectives: a
-    tail task after each pass, `tag.sim.shard_build`, appended to `pending`). (forward task ids per group
-    {device: task}, the same for what leaves each forward (its tails), backward likewise twice, SFB dW ms per
-    device, the cached per-group costs)."""
+    tail task after each pass, `tag.sim.shard_build`, appended to `pending`; ZeRO's fresh buffers,
+    `tag.sim.zero.zero_fill_ms`). (forward task ids per group {device: task}, the same for what leaves each forward
+    (its tails), backward likewise twice, SFB dW and ZeRO master-gradient ms per device, the per-group costs)."""
     n_grp = len(decs)
-    per_group = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
+    per_group = base = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
+    sfb_upd_ms = [0.0] * len(ctx.dtypes)  # SFB: dW over all replicas' rows, formed before the optimizer step
+    fills = zero_fill_ms(ctx, decs, per_group)
+    if fills is not None:  # ZeRO's fresh buffers on CPU ranks (`tag.sim.zero.zero_fill_ms`)
+        per_group = [pg if fl is None else (pg[0], [a + b for a, b in zip(pg[1], fl[0])],
+                                            [a + b for a, b in zip(pg[2], fl[1])], pg[3])
+                     for pg, fl in zip(per_group, fills)]
+        for pg, fl in zip(per_group, fills):
+            for d, ms in zip(pg[0], fl[2] if fl is not None else ()):
+                sfb_upd_ms[d] += ms  # not a share of the update (`update_fractions`): the replica's own buffer
     fwd_id: list[dict] = [None] * n_grp
     bwd_id: list[dict] = [None] * n_grp
     fwd_out: list[dict] = [None] * n_grp
@@ -41,7 +50,6 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
         devs, fwd, _, _ = per_group[g]
         fwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.FORWARD, g, fwd)))
         fwd_out[g] = add_tails(ctx, decs, g, TaskKind.FORWARD, fwd_id[g], draft, pending)
-    sfb_upd_ms = [0.0] * len(ctx.dtypes)  # SFB: dW over all replicas' rows, formed before the optimizer step
     for g in range(n_grp - 1, -1, -1):
         devs, fwd, bwd, _ = per_group[g]
         if decs[g].sfb:
@@ -49,7 +57,7 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
             bwd = [max(0.0, b - s) for b, s in zip(bwd, saved)]
             for d, a in zip(devs, added):
                 sfb_upd_ms[d] += a
-        bwd = with_recompute(decs[g], fwd, bwd)
+        bwd = with_recompute(decs[g], base[g][1], bwd)  # the forward again, not its gather's fresh buffer
         bwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.BACKWARD, g, bwd)))
         bwd_out[g] = add_tails(ctx, decs, g, TaskKind.BACKWARD, bwd_id[g], draft, pending)
     return fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, per_group

@@ -29,6 +29,14 @@ replicas (the devices with rows). A bucket holds groups of one ZeRO stage (`tag.
   stage's last backward (as every bucket). DeepSpeed's ZeRO-1 with its pipeline engine also reduces once per
   step. So a pipelined stage-3 group moves one all-reduce's volume per step, not 1.5.
 
+* **fresh buffers** (`zero_fill_ms`, whole-batch builder): ZeRO's runtime allocates buffers every step, and on CPU
+  ranks a large fresh buffer costs its pages' faults as it is first written (~0.5 ms per MiB here, ten times zeroing
+  a kept one). With the cost model's ``fresh_fill_ms`` (a CPU profile's step block), per replica of a group of
+  sharded bytes S over n replicas: stage 1 adds fill(S / n) to the optimizer step (the master gradient it
+  zero-fills after the sums); stage 2 adds fill(S) to the backward (the full gradient zeroed before it); stage 3
+  adds fill(S) to the forward (the gathered weights) and 2 fill(S) to the backward (gathered again, and autograd's
+  fresh gradient of them). A sharded group (`Decision.shard`) and the pipelined builder add none.
+
 Example (ring, n = 2, one group of S bytes, zero 3, whole batch): gather S/2 per hop before the forward, again
 before the backward, reduce-scatter S/2 after it: 3 x S/2 per hop in all, against one all-reduce's 2 x S/2.
 """
@@ -81,6 +89,28 @@ def update_fractions(gg, decisions) -> list[float]:
             continue
         f = shard[g] / p
         out.append(1.0 - f + f / len(d.devices))
+    return out
+
+
+def zero_fill_ms(ctx, decisions, per_group) -> list | None:
+    """Per group, (forward, backward, update) ms to add on each of its devices (in `per_group[g]`'s device order)
+    for ZeRO's fresh buffers (module docstring), or None when the cost model has no ``fresh_fill_ms`` or no group
+    uses ZeRO. `per_group`: `SimContext.group_costs` of every group."""
+    fill = getattr(ctx.cost, "fresh_fill_ms", None)
+    if fill is None or not uses_zero(decisions):
+        return None
+    shard = zero_shard_bytes(ctx.gg, decisions)
+    out = []
+    for g, d in enumerate(decisions):
+        devs = per_group[g][0]
+        z, s = getattr(d, "zero", 0), shard[g]
+        if not z or s <= 0 or d.shard is not None:
+            out.append(None)
+            continue
+        n = max(len(devs), 1)
+        f = [fill(ctx.dtypes[k], s / n if z == 1 else s) for k in devs]
+        zeros = [0.0] * len(devs)
+        out.append((zeros, zeros, f) if z == 1 else (zeros, f, zeros) if z == 2 else (f, [2 * x for x in f], zeros))
     return out
 
 

@@ -116,6 +116,7 @@ def test_step_block_measured_and_shared_over_ops(model_path, profiled):
     assert with_params and all(g.update_ms > 0 for g in with_params)
     assert sum(g.param_bytes for g in st.groups) == 4 * (16 * 16 * 2 + 16)
     assert st.copy_bytes == sorted({g.param_bytes for g in with_params}) and all(t > 0 for t in st.copy_in_ms)
+    assert len(st.fill_ms) == len(st.copy_bytes) and all(t > 0 for t in st.fill_ms)  # a fresh buffer per size
     by_name = {op.name: i for i, op in enumerate(graph.ops)}
     own = {n: db.ops[op_signature(graph.ops[i], graph)] for n, i in by_name.items()}
     gg = coarsen(graph, k=2, n_devices=1)

@@ -180,3 +180,38 @@ def test_pipelined_zero1_reduce_scatters_after_the_last_micro_batch():
     st = Strategy((Decision((4, 4), "ring", zero=1),), pipeline=pl)
     r = simulate(gg, cl, FixedCost([1.0], [0.2]), st, TC)
     assert r.iteration_ms == pytest.approx(12 + half(S0) + 0.1 + half(S0))
+
+
+class _FillCost(FixedCost):
+    """FixedCost with ZeRO's fresh buffers at 1 ms per 1e6 bytes (a CPU profile's ``fill_ms``)."""
+
+    def fresh_fill_ms(self, device, nbytes):
+        return nbytes / 1e6
+
+
+def _run_fill(zero):
+    cl = make_cluster([2])
+    gg = make_gg([dict(param_bytes=S0, param_count=int(S0 / 4)), dict(param_bytes=S1, param_count=int(S1 / 4))],
+                 [(0, 1, 0.0, 0.0)])
+    st = Strategy(tuple(Decision((4, 4), "ring", zero=zero) for _ in range(2)))
+    return simulate(gg, cl, _FillCost([1.0, 2.0], list(UPD)), st, TC)
+
+
+def test_fresh_buffers_stage1_lengthen_each_replicas_step():
+    # as test_zero1_and_2...: 36.706, plus each replica's master gradients fill(S0 / 2) + fill(S1 / 2) = 1 + 2 ms
+    # before its (half) update; the update itself is still halved (0.3)
+    assert _run_fill(1).iteration_ms == pytest.approx(36 + half(S0) + sum(UPD) / 2 + 3.0 + half(S0) + half(S1))
+    assert _run_fill(0).iteration_ms == pytest.approx(_run(0).iteration_ms)  # no ZeRO, no fill
+
+
+def test_fresh_buffers_stage2_lengthen_the_backward():
+    # B1 12 -> 12 + 16 + fill(S1) 4 = 32, reduce-scatter g1 32 -> 32.202; B0 32 -> 32 + 8 + fill(S0) 2 = 42,
+    # reduce-scatter g0 42 -> 42.102; step 0.3 -> 42.402; the gathers 0.102 + 0.202 -> 42.706
+    assert _run_fill(2).iteration_ms == pytest.approx(42 + half(S0) + sum(UPD) / 2 + half(S0) + half(S1))
+
+
+def test_fresh_buffers_stage3_in_forward_and_twice_in_backward():
+    # gathers g0 fwd 0 -> 0.102, g1 fwd 0.102 -> 0.304. F0 0.102 -> 0.102 + 4 + 2 = 6.102, F1 -> 6.102 + 8 + 4 =
+    # 18.102; B1 -> 18.102 + 16 + 2 x 4 = 42.102 (its gather 6.102 -> 6.304 long done), B0 -> 42.102 + 8 + 2 x 2 =
+    # 54.102 (gather 18.102 -> 18.204); reduce-scatter g0 54.102 -> 54.204; step 0.3 -> 54.504
+    assert _run_fill(3).iteration_ms == pytest.approx(half(S0) + 54 + half(S0) + sum(UPD) / 2)
