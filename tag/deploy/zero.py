@@ -73,8 +73,14 @@ class _UnitState:
                 p.data = torch.empty(0, dtype=p.dtype, device=p.device)
 
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
-        """The unit's parameters as views of a flat vector laid out like the unit."""
-        return [flat[off: off + k].view(shape) for off, k, shape in zip(self.offsets, self.numels, self.shapes)]
+        """The unit's parameters as views of a flat vector laid out like the unit (the padding past them left out).
+
+        One ``split`` makes them, not a slice each: autograd's backward of k slices of a stage-3 leaf of S elements
+        builds k zero-filled S-element gradients and adds them up, where one split's backward concatenates the k
+        gradients once (what FSDP's flat parameter does)."""
+        pad = flat.numel() - self.total
+        parts = flat.split(list(self.numels) + ([pad] if pad else []))
+        return [part.view(shape) for part, shape in zip(parts, self.shapes)]
 
     def gathered(self, comm) -> torch.Tensor:
         """A fresh flat vector of the whole unit's weights, all-gathered from the master shards."""
