@@ -20,7 +20,10 @@ number of ranks computing at once, (sum of busy ms) / iteration ms, clamped to [
   between minutes by as much as r differs from 1, so half of log r is taken as signal (shrunk halfway to 1: the
   least-squares estimate when signal and noise vary alike); 1 when the step block does not span the probe's rows or
   the clock is ``wall``;
-* every compute and update time is multiplied by ``s(c) x v(c) x rank_speed`` (`compute_scale`);
+* every compute and update time is multiplied by ``s(c) x v(c) x rank_speed`` (`compute_scale`), the stretch
+  divided by the profile's CPU-quota factor (``quota_scale``, 1 / q below one core): the probe's ranks ran under the
+  profile's quota, so their wall / CPU ratios already hold its throttling, which the cost model applies to every time
+  (`tag.cost.profiled`);
 * **handoff** (ms a rank that waited for a message pays before it runs again): added to the latency of every
   pair of devices;
 * **call cost** (``call_ms``, optional: ms of one small collective call right after every rank computed, by the
@@ -59,7 +62,9 @@ class ContentionTerms:
     with one rank computing / all at once (1.0 when `clock` is ``wall``: the op times already hold it);
     together_speed: step CPU ms all at once / alone; clock: ``thread`` or ``wall``, how the profile's op times
     were taken; call_ms: ((call kind, ms), ...) of one small collective call after compute, or None; cores: the
-    cores the probe could use, or None; rank_speed: the probe's alone step over the step block's (module docstring)."""
+    cores the probe could use, or None; rank_speed: the probe's alone step over the step block's; quota_scale: the
+    profile's CPU-quota factor (`tag.cost.profile_db.quota_scale`), which the stretches already hold (module
+    docstring)."""
 
     ranks: int
     rows: int
@@ -71,6 +76,7 @@ class ContentionTerms:
     call_ms: tuple[tuple[str, float], ...] | None = None
     cores: int | None = None
     rank_speed: float = 1.0
+    quota_scale: float = 1.0
 
 
 def sums_overlap(terms: ContentionTerms | None, n_ranks: int) -> bool:
@@ -113,8 +119,11 @@ def compute_scale(terms: ContentionTerms, c: float, n: int) -> float:
     1.7999999999999998
     >>> compute_scale(ContentionTerms(2, 32, 0.2, 1.0, 1.0, 1.5, rank_speed=1.2), 1.0, 2)
     1.2
+    >>> compute_scale(ContentionTerms(2, 32, 0.2, 2.0, 4.0, 1.0, quota_scale=2.0), 2.0, 2)
+    2.0
     """
-    stretch = between(terms.alone_stretch, terms.together_stretch, c, n) if terms.clock == "thread" else 1.0
+    stretch = between(terms.alone_stretch, terms.together_stretch, c, n) / terms.quota_scale \
+        if terms.clock == "thread" else 1.0
     return stretch * between(1.0, terms.together_speed, c, n) * terms.rank_speed
 
 

@@ -237,12 +237,12 @@ def from_json(obj: dict, path: str = "<profile>") -> ProfileDB:
         raise InputError(path, "dispatch_ms", "a non-negative number", short_repr(dispatch))
     settings = obj.get("settings", {})
     step = None if obj.get("step") is None else _step_from_json(path, "step", obj["step"])
-    raw = obj.get("contention")
-    terms = None if raw is None else contention_from_json(path, "contention", raw, step)
     quota = obj.get("cpu_quota_cores")
     if quota is not None and (isinstance(quota, bool) or not isinstance(quota, (int, float)) or not quota > 0):
         raise InputError(path, "cpu_quota_cores", "a positive number of cores (or no key: no CPU quota)",
                          short_repr(quota))
+    raw = obj.get("contention")
+    terms = None if raw is None else contention_from_json(path, "contention", raw, step, quota)
     return ProfileDB(dt, threads, machine if isinstance(machine, dict) else {}, ops, path, groups,
                      None if dispatch is None else float(dispatch), settings if isinstance(settings, dict) else {}, step,
                      terms, dict(raw) if terms is not None else {}, None if quota is None else float(quota))
@@ -267,9 +267,22 @@ def step_block_ms(step: StepProfile | None, rows: int) -> float | None:
     return total + interpolate(step.rows, step.update_ms, rows) + interpolate(step.rows, step.other_ms, rows)
 
 
-def contention_from_json(path: str, where: str, c, step: StepProfile | None = None) -> ContentionTerms:
+def quota_scale(cpu_quota_cores: float | None) -> float:
+    """1 / q for a profile taken under a CPU quota of q < 1 cores (``cpu_quota_cores``), else 1: what the cost model
+    divides by q (`tag.cost.profiled`) and the contention stretches already hold (`tag.cost.contention`).
+
+    >>> quota_scale(0.25), quota_scale(2.0), quota_scale(None)
+    (4.0, 1.0, 1.0)
+    """
+    q = cpu_quota_cores
+    return 1.0 / q if q is not None and 0 < q < 1 else 1.0
+
+
+def contention_from_json(path: str, where: str, c, step: StepProfile | None = None,
+                         cpu_quota_cores: float | None = None) -> ContentionTerms:
     """The `ContentionTerms` of a profile's ``contention`` block (InputError naming `path` and the key if bad); with
-    the profile's `step` block, the rank speed of its ``alone_step_ms`` (`tag.cost.contention.rank_speed`)."""
+    the profile's `step` block, the rank speed of its ``alone_step_ms`` (`tag.cost.contention.rank_speed`); with its
+    CPU quota, the `quota_scale` its stretches hold."""
     if not isinstance(c, dict):
         raise InputError(path, where, "an object with ranks, rows, handoff_ms, alone_stretch, together_stretch and "
                          "together_speed", short_repr(c))
@@ -300,7 +313,8 @@ def contention_from_json(path: str, where: str, c, step: StepProfile | None = No
         alone = _number(path, f"{where}.alone_step_ms", alone)
     speed = rank_speed(alone, step_block_ms(step, c["rows"]), clock)
     return ContentionTerms(c["ranks"], c["rows"], _number(path, f"{where}.handoff_ms", c.get("handoff_ms")),
-                           clock=clock, call_ms=calls or None, cores=cores, rank_speed=speed, **ratios)
+                           clock=clock, call_ms=calls or None, cores=cores, rank_speed=speed,
+                           quota_scale=quota_scale(cpu_quota_cores), **ratios)
 
 
 def _positive_int(path: str, where: str, v, expected: str = "a positive integer") -> int:

@@ -25,7 +25,7 @@ measured per-step latency of its collectives (`tag.profile.links.collective_step
 `collective_call_ms`: the profile's measured cost of one collective call after compute (``contention.call_ms``), a
 floor on each call's latency on CPU ranks (`tag.sim.cpu_calls`); None without it.
 
-**CPU quota** (`quota_scale`): a profile taken on the thread clock under a CFS quota of q < 1 cores
+**CPU quota** (`tag.cost.profile_db.quota_scale`): a profile taken on the thread clock under a CFS quota of q < 1 cores
 (``cpu_quota_cores``, `tag.profile.quota`) holds the work, not the wall it takes; on the profile's device type every
 compute, update and sync-copy time is divided by q (a one-thread rank runs at most q of the wall).
 
@@ -41,7 +41,7 @@ import statistics
 
 import numpy as np
 
-from tag.cost.profile_db import ProfileDB, interpolate, op_signature
+from tag.cost.profile_db import ProfileDB, interpolate, op_signature, quota_scale
 from tag.cost.roofline import RooflineCostModel, ops_mask
 from tag.graph.groups import GroupGraph
 from tag.strategy import TrainingConfig
@@ -59,7 +59,7 @@ class ProfileCostModel:
         self.compute_scale = float(compute_scale)
         self.training = training
         self.db = db
-        self.quota_scale = quota_scale(db)
+        self.quota_scale = quota_scale(db.cpu_quota_cores)
         self.name = f"profile:{db.name}"
         self.roofline = RooflineCostModel(gg, training)
         ops = gg.graph.ops
@@ -189,16 +189,6 @@ class ProfileCostModel:
         if device.name != self.db.device_type or st is None or not st.fill_ms or nbytes <= 0:
             return 0.0
         return self._k(device) * interpolate(st.copy_bytes, st.fill_ms, nbytes)
-
-
-def quota_scale(db: ProfileDB) -> float:
-    """1 / q for a profile taken under a CPU quota of q < 1 cores (``cpu_quota_cores``), else 1 (module docstring).
-
-    >>> quota_scale(ProfileDB("cpu", cpu_quota_cores=0.25)), quota_scale(ProfileDB("cpu", cpu_quota_cores=2.0))
-    (4.0, 1.0)
-    """
-    q = db.cpu_quota_cores
-    return 1.0 / q if q is not None and 0 < q < 1 else 1.0
 
 
 def _param_bytes(graph, name: str) -> float:

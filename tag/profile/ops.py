@@ -203,6 +203,11 @@ def profile_ops(model_path: str, graph, gg=None, settings: OpsSettings | None = 
     settings_block = {"rows": list(rows_list), "warmup": s.warmup, "repeats": s.repeats, "seed": s.seed,
                       "device": str(device), "model": str(model_path), "ops": sum(len(v) for v in sigs.values()),
                       "signatures": len(sigs), "groups": len(groups), "clock": s.clock}
+    quota = None
+    if s.clock == "thread" and str(device) == "cpu":
+        from tag.profile.quota import cpu_quota_cores
+
+        quota = cpu_quota_cores()
     terms, raw = None, {}
     if step is not None and s.contention_ranks >= 2:
         from tag.cost.profile_db import contention_from_json
@@ -210,14 +215,9 @@ def profile_ops(model_path: str, graph, gg=None, settings: OpsSettings | None = 
 
         raw = measure_contention(model_path, graph, [list(g) for g in group_ids], probe_rows(rows_list, s.contention_ranks),
                                  ranks=s.contention_ranks, seed=s.seed, optimizer=s.optimizer, lr=s.lr, clock=s.clock)
-        terms = contention_from_json(str(model_path), "contention", raw, step)
+        terms = contention_from_json(str(model_path), "contention", raw, step, quota)
         if progress:
             progress(1)
-    quota = None
-    if s.clock == "thread" and str(device) == "cpu":
-        from tag.profile.quota import cpu_quota_cores
-
-        quota = cpu_quota_cores()
     return ProfileDB(device_type=s.device_type, threads=s.threads, machine=machine, ops=ops, groups=groups,
                      dispatch_ms=machine["dispatch_ms"], settings=settings_block, step=step, contention=terms,
                      contention_raw=raw, cpu_quota_cores=quota)

@@ -78,3 +78,21 @@ def test_a_quarter_core_makes_the_profiles_device_four_times_slower():
     assert ProfileCostModel(gg, tc, dataclasses.replace(_db(gg), cpu_quota_cores=2.0)).group_fwd_ms(0, CPU, 2) == \
         pytest.approx(free.group_fwd_ms(0, CPU, 2))
     assert limited.scaled(1.5).group_fwd_ms(0, CPU, 2) == pytest.approx(6 * free.group_fwd_ms(0, CPU, 2))
+
+
+def test_the_probes_stretch_is_not_charged_twice_under_a_quota():
+    """Two ranks under one 0.5-core quota: wall / CPU is 2 with one computing, 4 with both (they share it). The cost
+    model already divides every time by 0.5, so the prediction's stretch is 1 alone and 2 together: x2 and x4 in all."""
+    from tag.cost.contention import compute_scale
+
+    block = {"clock": "thread", "ranks": 2, "rows": 32, "handoff_ms": 0.2, "alone_stretch": 2.0,
+             "together_stretch": 4.0, "together_speed": 1.0}
+    limited = from_json({"version": 1, "device_type": "cpu", "cpu_quota_cores": 0.5, "contention": block}, "p.json")
+    free = from_json({"version": 1, "device_type": "cpu", "contention": block}, "p.json")
+    assert limited.contention.quota_scale == 2.0 and free.contention.quota_scale == 1.0
+    gg, tc = _gg(), TrainingConfig(optimizer="adam")
+    model = ProfileCostModel(gg, tc, dataclasses.replace(_db(gg), cpu_quota_cores=0.5))
+    base = ProfileCostModel(gg, tc, _db(gg)).group_fwd_ms(0, CPU, 2)
+    for c, total in ((1.0, 2.0), (2.0, 4.0)):
+        assert model.scaled(compute_scale(limited.contention, c, 2)).group_fwd_ms(0, CPU, 2) == pytest.approx(total * base)
+    assert compute_scale(free.contention, 2.0, 2) == pytest.approx(4.0)  # without a quota the stretch is all there is
