@@ -32,16 +32,17 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
     `tag.sim.zero.zero_fill_ms`). (forward task ids per group {device: task}, the same for what leaves each forward
     (its tails), backward likewise twice, SFB dW and ZeRO master-gradient ms per device, the per-group costs)."""
     n_grp = len(decs)
-    per_group = base = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
-    sfb_upd_ms = [0.0] * len(ctx.dtypes)  # SFB: dW over all replicas' rows, formed before the optimizer step
-    fills = zero_fill_ms(ctx, decs, per_group)
-    if fills is not None:  # ZeRO's fresh buffers on CPU ranks (`tag.sim.zero.zero_fill_ms`)
-        per_group = [pg if fl is None else (pg[0], [a + b for a, b in zip(pg[1], fl[0])],
-                                            [a + b for a, b in zip(pg[2], fl[1])], pg[3])
-                     for pg, fl in zip(per_group, fills)]
-        for pg, fl in zip(per_group, fills):
-            for d, ms in zip(pg[0], fl[2] if fl is not None else ()):
-                sfb_upd_ms[d] += ms  # not a share of the update (`update_fractions`): the replica's own buffer
+    base = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
+    per_group = list(base)
+    # before each device's optimizer step, not shares of the update (`update_fractions`): SFB's dW over all
+    # replicas' rows, ZeRO stage 1's fresh master gradients
+    extra_upd_ms = [0.0] * len(ctx.dtypes)
+    for g, fill in enumerate(zero_fill_ms(ctx, decs, base) or ()):  # ZeRO's fresh buffers on CPU ranks
+        if fill is not None:
+            devs, fwd, bwd, upd = base[g]
+            per_group[g] = (devs, [a + b for a, b in zip(fwd, fill[0])], [a + b for a, b in zip(bwd, fill[1])], upd)
+            for d, ms in zip(devs, fill[2]):
+                extra_upd_ms[d] += ms
     fwd_id: list[dict] = [None] * n_grp
     bwd_id: list[dict] = [None] * n_grp
     fwd_out: list[dict] = [None] * n_grp
@@ -56,11 +57,11 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
             saved, added = sfb_compute_ms(ctx, g, decs[g])
             bwd = [max(0.0, b - s) for b, s in zip(bwd, saved)]
             for d, a in zip(devs, added):
-                sfb_upd_ms[d] += a
+                extra_upd_ms[d] += a
         bwd = with_recompute(decs[g], base[g][1], bwd)  # the forward again, not its gather's fresh buffer
         bwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.BACKWARD, g, bwd)))
         bwd_out[g] = add_tails(ctx, decs, g, TaskKind.BACKWARD, bwd_id[g], draft, pending)
-    return fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, per_group
+    return fwd_id, fwd_out, bwd_id, bwd_out, extra_upd_ms, per_group
 
 
 def _transfers(ctx: SimContext, decs, passes, draft: Draft, asynchronous: bool):
@@ -107,11 +108,11 @@ def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOpt
     check_strategy(strategy, ctx.gg.n_groups, n_dev)
     draft = Draft(ComputeTasks(), [], [], [])
     pending: list = []
-    fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, per_group = _compute_tasks(ctx, decs, draft, pending)
+    fwd_id, fwd_out, bwd_id, bwd_out, extra_upd_ms, per_group = _compute_tasks(ctx, decs, draft, pending)
     devs_of = [pg[0] for pg in per_group]
     transfers, recv = _transfers(ctx, decs, (fwd_id, fwd_out, bwd_id, bwd_out), draft, not options.blocking_sends)
     units, extra_static = sync_units(ctx, strategy, devs_of)
-    upd_id = update_tasks(ctx, units, per_group, sfb_upd_ms, draft, decs)
+    upd_id = update_tasks(ctx, units, per_group, extra_upd_ms, draft, decs)
     wire_syncs(units, devs_of, bwd_id, upd_id, draft, options.overlap_sync)
     add_gathers_after_update(ctx, decs, units, upd_id, draft)
     programs = device_programs(draft.tasks.device, n_dev)

@@ -114,15 +114,16 @@ def sync_units(ctx: SimContext, strategy, devs_of) -> tuple[list[SyncUnit], list
         u.copy_in_ms, u.copy_out_ms = ctx.sync_copy_ms(u.method, u.devices, u.nbytes)
     return units, extra_static
 
-def update_tasks(ctx: SimContext, units, per_group, sfb_upd_ms, draft: Draft, decisions) -> list[int]:
+def update_tasks(ctx: SimContext, units, per_group, extra_upd_ms, draft: Draft, decisions) -> list[int]:
     """One optimizer step per device that holds parameters (as optimizer.step() after backward and sync), lasting
-    its SFB dW products plus the update of every group it computes that has parameters or syncs (under ZeRO, the
-    replica's share of it, `tag.sim.zero.update_fractions`); task id per device (-1: none)."""
+    its `extra_upd_ms` (SFB dW products, ZeRO stage 1's fresh master gradients) plus the update of every group it
+    computes that has parameters or syncs (under ZeRO, the replica's share of it, `tag.sim.zero.update_fractions`);
+    task id per device (-1: none)."""
     n_dev = len(ctx.dtypes)
     groups = ctx.gg.groups
     in_unit = {g for u in units for g in u.groups}
-    upd_ms = list(sfb_upd_ms)
-    has_upd = [a > 0 for a in sfb_upd_ms]
+    upd_ms = list(extra_upd_ms)
+    has_upd = [a > 0 for a in extra_upd_ms]
     frac = update_fractions(ctx.gg, decisions) if uses_zero(decisions) else None
     for g in range(len(per_group)):
         if groups[g].param_count > 0 or g in in_unit:

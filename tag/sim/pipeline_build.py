@@ -180,7 +180,7 @@ def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int], pe
     full = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
     per_mb = [ctx.micro_group_costs(g, decs[g], m) for g in range(n_grp)]
     bwd_ms = []
-    sfb_upd_ms = [0.0] * len(ctx.dtypes)
+    extra_upd_ms = [0.0] * len(ctx.dtypes)  # SFB dW products (`update_tasks`)
     for g in range(n_grp):
         devs, fwd, bwd, _ = per_mb[g]
         if decs[g].sfb:  # each micro-batch skips its local dW; the step forms dW over the whole batch
@@ -188,7 +188,7 @@ def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int], pe
             _, added = sfb_compute_ms(ctx, g, decs[g])
             bwd = [max(0.0, b - s) for b, s in zip(bwd, saved)]
             for d, a in zip(devs, added):
-                sfb_upd_ms[d] += a
+                extra_upd_ms[d] += a
         bwd_ms.append(with_recompute(decs[g], fwd, bwd))
     fwd_id: list[list] = [[None] * m for _ in range(n_grp)]
     bwd_id: list[list] = [[None] * m for _ in range(n_grp)]
@@ -211,7 +211,7 @@ def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int], pe
                 draft.add_tasks(list(work), TaskKind.FORWARD if kind == "F" else TaskKind.BACKWARD, g,
                                 list(work.values()))
             micro += [j] * (len(draft.tasks) - len(micro))
-    return fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, full
+    return fwd_id, fwd_out, bwd_id, bwd_out, extra_upd_ms, full
 
 
 def _transfers(ctx: SimContext, strategy, passes, draft: Draft, plan):
@@ -242,11 +242,11 @@ def build_pipeline_task_graph(ctx: SimContext, strategy, options: BuildOptions =
     mdecs = [micro_decision(dc, m) for dc in decs]
     plan = transfer_plan(ctx, mdecs, edge_flows)
     sends = send_work(ctx, plan)
-    fwd_id, fwd_out, bwd_id, bwd_out, sfb_upd_ms, full = _compute_tasks(ctx, strategy, draft, micro, pending, sends)
+    fwd_id, fwd_out, bwd_id, bwd_out, extra_upd_ms, full = _compute_tasks(ctx, strategy, draft, micro, pending, sends)
     devs_of = [pg[0] for pg in full]
     transfers, recv = _transfers(ctx, strategy, (fwd_id, fwd_out, bwd_id, bwd_out), draft, plan)
     units, extra_static = sync_units(ctx, strategy, devs_of)
-    upd_id = update_tasks(ctx, units, full, sfb_upd_ms, draft, decs)
+    upd_id = update_tasks(ctx, units, full, extra_upd_ms, draft, decs)
     last_bwd = [bwd_id[g][m - 1] for g in range(len(decs))]  # the stage's last backward of each group
     wire_syncs(units, devs_of, last_bwd, upd_id, draft, options.overlap_sync)
     add_gathers_after_update(ctx, decs, units, upd_id, draft)
