@@ -52,15 +52,23 @@ class StructureNet(nn.Module):
         return self.state(pooled)
 
     def forward(self, data):
-        s = self.state_embedding(data)
         x = data[ACT].x
-        ab = _batch_vec(data[ACT], x.shape[0])
+        return self.heads(self.state_embedding(data), x, _batch_vec(data[ACT], x.shape[0]), data.v_prior.reshape(-1))
+
+    def heads(self, s: torch.Tensor, x: torch.Tensor, ab: torch.Tensor, v_prior: torch.Tensor):
+        """(action logits [A], values [B]) from the state embeddings s [B, hidden], the action features x
+        [A, ACTION_DIM], each action's decision point ab [A] and the value priors [B] (`forward` past the encoder:
+        a caller holding a point's s scores other actions of the same state without encoding it again)."""
         logits = self.policy(torch.cat([s[ab], x], dim=1)).squeeze(-1)
-        value = self.value(s).squeeze(-1) + data.v_prior.reshape(-1)
+        value = self.value(s).squeeze(-1) + v_prior
         return logits, value
 
 
 def action_log_probs(data, logits: torch.Tensor) -> torch.Tensor:
     """Log-softmax of action logits within each decision point of a batch, [A]."""
-    ab = _batch_vec(data[ACT], logits.shape[0])
+    return log_softmax_by(logits, _batch_vec(data[ACT], logits.shape[0]))
+
+
+def log_softmax_by(logits: torch.Tensor, ab: torch.Tensor) -> torch.Tensor:
+    """Log-softmax of action logits [A] within each decision point ab [A] (`action_log_probs`)."""
     return torch.log(softmax(logits, ab) + 1e-12)

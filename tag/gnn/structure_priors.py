@@ -13,7 +13,7 @@ import torch
 
 from tag.gnn.data import InstanceFeatures
 from tag.gnn.structure_features import ActionFeaturizer
-from tag.gnn.structure_model import ACT, StructureNet, action_log_probs
+from tag.gnn.structure_model import ACT, StructureNet, log_softmax_by
 from tag.strategy import Strategy
 
 UNIFORM_MIX = 0.2  # share of the uniform distribution in the priors `tag plan` uses (as the per-group priors)
@@ -43,17 +43,28 @@ def make_structure_priors_fn(net: StructureNet, points: PointBuilder, *, uniform
     if noise > 0 and rng is None:
         raise ValueError("noise needs an rng (every random choice takes a seed)")
 
+    # strategy -> (its state embedding s [1, hidden], its value prior [1]): the tree asks for several levels of the
+    # same strategy (about half its calls on the datasets cases); the encoder reads the state graph only, so the
+    # same s scores every level's actions (`StructureNet.heads`), as a forward of the whole point would
+    encoded: dict = {}
+
     def priors_fn(strategy: Strategy, level: str, names: Sequence[str]):
         k = len(names)
         if k <= 1:
             return np.full(k, 1.0 / max(k, 1)), None
+        state = encoded.get(strategy)
         try:
-            data = points.point(strategy, level, names)
+            data = points.features.state(strategy) if state is None else None
+            x = torch.from_numpy(points.actions.featurize(level, names))
         except (ValueError, IndexError, KeyError, ZeroDivisionError):
             return np.full(k, 1.0 / k), None
+        ab = torch.zeros(k, dtype=torch.long)
         with torch.no_grad():
-            logits, value = net(data)
-            p = action_log_probs(data, logits).exp().double().numpy()
+            if state is None:
+                data[ACT].x = x
+                state = encoded[strategy] = (net.state_embedding(data), data.v_prior.reshape(-1))
+            logits, value = net.heads(state[0], x, ab, state[1])
+            p = log_softmax_by(logits, ab).exp().double().numpy()
         p = (1 - uniform_mix) * p / p.sum() + uniform_mix / k
         if noise > 0:
             p = (1 - noise) * p + noise * rng.dirichlet(np.full(k, 0.3))
