@@ -182,8 +182,7 @@ def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: l
         k2 = (left if left < m else m, lo, hi, dlo, dhi)  # (min(left, m), ...)
         e = memo.get(k2)
         if e is None:
-            st = _stage_in_flight(model, uncapped, m, *k2)
-            e = memo[k2] = none if st is None else (st, (st.steady_ms(m), st.exposed_sync_ms()), st.stage_ms(m))
+            e = memo[k2] = _stage_entry(model, uncapped, m, *k2)
         return e
 
     def steady(left: int, lo: int, hi: int, dlo: int, dhi: int) -> float:
@@ -208,17 +207,36 @@ def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: l
             for s, found in sols.items()}
 
 
-def _stage_in_flight(model: StageModel, uncapped: dict, m: int, in_flight: int, lo: int, hi: int, dlo: int,
-                     dhi: int) -> StageRows | None:
-    """The stage with `in_flight` micro-batches alive: its rows without that limit (memoised in `uncapped` by
-    (lo, hi, dlo, dhi)) when they fit, else rows sized for it."""
+def _entry_of(st: StageRows | None, m: int) -> tuple:
+    """`search_cuts`' memo entry of a stage: (StageRows or None, (steady ms, exposed sync ms), stage ms)."""
+    if st is None:
+        return None, (math.inf, math.inf), math.inf
+    return st, (st.steady_ms(m), st.exposed_sync_ms()), st.stage_ms(m)
+
+
+def _stage_entry(model: StageModel, uncapped: dict, m: int, in_flight: int, lo: int, hi: int, dlo: int,
+                 dhi: int) -> tuple:
+    """The memo entry (`_entry_of`) of the stage with `in_flight` micro-batches alive: its rows without that limit
+    (in_flight 1) when they fit, else rows sized for it.
+
+    `uncapped` keeps per (lo, hi, dlo, dhi) [entry of the rows without the limit, the most micro-batches known to
+    fit them, the fewest known not to]: fitting (`StageModel.fits`: fixed + per_row x rows x in_flight <= usable)
+    is monotone in in_flight (IEEE multiplication and addition are monotone), so every in_flight at or below the
+    first bound fits and every one at or above the second does not, without asking again; stages of every stage
+    count the DP tries share the one entry of the unlimited rows."""
     key = (lo, hi, dlo, dhi)
-    base = uncapped.get(key, False)
-    if base is False:
-        base = uncapped[key] = model.stage(lo, hi, dlo, dhi, m, 1)
-    if base is None or in_flight == 1 or model.fits(lo, hi, dlo, base.micro_rows, in_flight):
+    u = uncapped.get(key)
+    if u is None:
+        u = uncapped[key] = [_entry_of(model.stage(lo, hi, dlo, dhi, m, 1), m), 1, math.inf]
+    base = u[0]
+    if base[0] is None or in_flight <= u[1]:
         return base
-    return model.stage(lo, hi, dlo, dhi, m, in_flight)
+    if in_flight < u[2]:
+        if model.fits(lo, hi, dlo, base[0].micro_rows, in_flight):
+            u[1] = in_flight
+            return base
+        u[2] = in_flight
+    return _entry_of(model.stage(lo, hi, dlo, dhi, m, in_flight), m)
 
 
 def build_strategy(gg, model: StageModel, sol: CutSolution, rows: list[StageRows], m: int,
