@@ -1,9 +1,9 @@
 """The gradient sums, the optimizer update and the trained state of a rank's step (a mixin of `RankRuntime`).
 
 Gradients sync by the plan's buckets, overlapped with the backward (see `tag.deploy.runtime`), and the ZeRO units of
-stages 2-3 by one reduce-scatter call per plan bucket (`tag.deploy.zero`, `zero_plan.scatter_batches`), all in one
+stages 1-3 by one reduce-scatter call per plan bucket (`tag.deploy.zero`, `zero_plan.scatter_batches`), all in one
 order on every rank (`zero_plan.sync_order`).
-After the sums: stage 1 shards, the optimizer step (through the fp16 loss scaler), the ZeRO 1-2 all-gathers.
+After the sums: the optimizer step (through the fp16 loss scaler), the ZeRO 1-2 all-gathers.
 `trained_weights`, `optimizer_state` and `load_state` give and take the full per-parameter values checkpoints hold.
 """
 
@@ -104,11 +104,12 @@ class GradSync:
         return flat, views
 
     def _zero_grads(self) -> None:
-        """Clear the step's gradients: bucketed parameters' .grad become views of their zeroed bucket buffer."""
+        """Clear the step's gradients: bucketed parameters' .grad become views of their zeroed bucket buffer, ZeRO
+        stage 1 parameters' views of their unit's (`ZeroShards.start_step`)."""
         self.correct = 0
-        self.zero.start_step()
         for n in self.my_params:
             self.p.param(n).grad = None
+        self.zero.start_step()
         for _, flat, views in self.grad_buckets:
             if flat is not None:
                 flat.zero_()
@@ -118,7 +119,6 @@ class GradSync:
     def _sync_and_update(self) -> None:
         """Sum the gradients, step the optimizer (through the fp16 loss scaler), all-gather ZeRO 1-2 weights."""
         self._sync()
-        self.zero.after_sums()
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
         elif self.optimizer is not None:

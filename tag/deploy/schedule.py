@@ -10,7 +10,7 @@ topology order), so the rank holds the sum of its devices' rows. Activation slic
 exactly `tag.strategy.slices` of the rank-level row maps, the function the simulator charges. A rank
 belongs to the machine of its first device (for `hierarchical` and `leader`); a `ps` server device's rank is the
 server. Gradients sync by the plan's buckets (`tag.deploy.bucket_plan`), in the plan's bucket order; the parameters
-of groups at ZeRO stage 2 or 3 leave their buckets and are reduce-scattered, one call per bucket (`tag.deploy.zero_plan`).
+of groups at ZeRO stages 1-3 leave their buckets and are reduce-scattered, one call per bucket (`tag.deploy.zero_plan`).
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ def build_schedule(graph: OpGraph, groups: list[list[int]], strategy: Strategy, 
             users.setdefault(prm, set()).update(r for r, n in enumerate(rrows[g]) if n > 0)
     buckets = plan_buckets(graph, groups, strategy, plan_file)
     units = zero_units([io.params for io in ios], strategy.decisions, rrows, sfb_params, shards, buckets)
-    scattered = {p for u in units if u.stage >= 2 for p in u.params}  # leave their buckets (reduce-scattered)
+    scattered = {p for u in units if u.stage >= 1 for p in u.params}  # leave their buckets (reduce-scattered)
     blist = sync_buckets([io.params for io in ios], strategy, _without(buckets, shards), rrows, dev_rank,
                          sfb_params | scattered | {p for g, sg in shards.items() for p in ios[g].params
                                                    if p not in sg.tied}, plan_file)

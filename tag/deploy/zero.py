@@ -6,15 +6,17 @@ Per unit of n ranks, with N parameter elements padded to n s (s = ceil(N / n)), 
 flattened parameters is the update of the whole parameters.
 
 * Stage 1: the unit's weights live in one flat fp32 buffer (the program's parameters are views of it) and the master
-  shard is a view of its owned slice. Gradients sum in the plan's buckets as before; after the sum the rank copies its
-  slice of the summed gradients into the master shard's ``.grad``. After the optimizer step the shards are
-  all-gathered into the flat buffer (``all_gather_single``): every replica again holds the full weights.
-  Persistent: P + S/n + G (the buckets).
-* Stage 2: as stage 1, but the unit's gradients are not in a bucket: just before the group's backward the rank
-  allocates one zeroed flat gradient buffer (the parameters' ``.grad`` are views of it, autograd adds into them),
-  and once the backward of the plan bucket's lowest group has run, the buffers of the bucket's units are
-  reduce-scattered (``reduce_scatter_single``) into their master shards' ``.grad``, one call for the bucket
-  (`zero_plan.scatter_batches`); each buffer is dropped when the call completes. Persistent: P + S/n + G/n.
+  shard is a view of its owned slice. The unit's gradients leave the plan's buckets: they accumulate in one flat
+  gradient buffer kept from step to step (zeroed at the start of each; the parameters' ``.grad`` are views of it,
+  autograd adds into them), which is reduce-scattered into the master shard's ``.grad`` with the stage 2-3 units of
+  its bucket (below), so the sums move what the simulator charges (`tag.sim.zero`: a reduce-scatter, not an
+  all-reduce and a slice). After the optimizer step the shards are all-gathered into the flat buffer
+  (``all_gather_single``): every replica again holds the full weights. Persistent: P + S/n + G.
+* Stage 2: as stage 1, but the gradient buffer is not kept: just before the group's backward the rank
+  allocates one zeroed flat gradient buffer, and once the backward of the plan bucket's lowest group has run, the
+  buffers of the bucket's units are reduce-scattered (``reduce_scatter_single``) into their master shards' ``.grad``,
+  one call for the bucket (`zero_plan.scatter_batches`); each buffer is dropped when the call completes.
+  Persistent: P + S/n + G/n.
 * Stage 3: the master shard is the only persistent copy of the weights (the program's parameters are emptied). Before
   the group's forward, and again before its backward, the shards are all-gathered into a flat leaf tensor whose
   slices the group's ops read; after each, its storage is freed (``untyped_storage().resize_(0)``, as FSDP frees a
@@ -59,7 +61,8 @@ class _UnitState:
         with torch.no_grad():
             for p, off, k in zip(params, self.offsets, self.numels):
                 flat[off: off + k].copy_(p.reshape(-1))
-        self.grad_flat: torch.Tensor | None = None  # stage 2: this step's full gradient, until its reduce-scatter
+        self.grad_flat: torch.Tensor | None = None  # stages 1-2: this step's full gradient, until its reduce-scatter
+        self.grad_kept: torch.Tensor | None = None  # stage 1: the gradient buffer kept from step to step
         if unit.stage < 3:
             self.flat = flat
             for p, view in zip(params, self.views(flat)):
@@ -126,8 +129,19 @@ class ZeroShards:
         return [s.master for s in self.units]
 
     def start_step(self) -> None:
+        """Clear the step's gradients: stage 1 parameters' .grad become views of their unit's kept buffer, zeroed (once
+        a step, so a pipeline's micro-batches accumulate into it); the other units' gradients are made per pass."""
         for s in self.units:
             s.master.grad = None
+            if s.unit.stage != 1:
+                continue
+            if s.grad_kept is None:
+                s.grad_kept = torch.zeros_like(s.flat)
+            else:
+                s.grad_kept.zero_()
+            s.grad_flat = s.grad_kept
+            for name, view in zip(s.unit.params, s.views(s.grad_flat)):
+                s.program.param(name).grad = view
 
     # ---- stage 3 weights and stage 2-3 gradients around a group's forward and backward ----------------------------
     def weights_for(self, g: int) -> dict[str, torch.Tensor]:
@@ -168,7 +182,7 @@ class ZeroShards:
         s.all_gather_into(s.flat.data, self.comm)  # .data: the write is not an in-place op autograd tracks
 
     def start_reduce_scatter(self, groups: tuple[int, ...]):
-        """Stage 2-3: start one reduce-scatter call for the full gradients of groups `groups` (one plan bucket's units
+        """Stages 1-3: start one reduce-scatter call for the full gradients of groups `groups` (one plan bucket's units
         on this rank, in the same order on every rank) into their master shards' .grad; the full gradients are
         dropped here and freed once the call has completed. Returns the handle to wait for."""
         todo = [(s, self._take_full_grad(s)) for s in (self.by_group[g] for g in groups)]
@@ -199,20 +213,7 @@ class ZeroShards:
         s.master.grad = torch.empty_like(s.master)
         return full
 
-    # ---- after the gradient sums: stage 1 shards, the update, stage 1-2 weights ------------------------------------
-    def after_sums(self) -> None:
-        """Stage 1: each master shard's .grad = this rank's slice of its unit's summed gradients (zeros past N)."""
-        for s in self.units:
-            if s.unit.stage != 1:
-                continue
-            grad = torch.zeros_like(s.master)  # only the owned slice is copied (not the whole unit)
-            for name, off, k in zip(s.unit.params, s.offsets, s.numels):
-                gr = s.program.param(name).grad
-                a, b = max(off, s.lo), min(off + k, s.hi)
-                if gr is not None and a < b:
-                    grad[a - s.lo: b - s.lo].copy_(gr.reshape(-1)[a - off: b - off])
-            s.master.grad = grad
-
+    # ---- after the update: stage 1-2 weights ------------------------------------
     def after_step(self) -> None:
         """Stages 1-2: all-gather the updated shards into every replica's full weights. On CPU ranks every unit's
         messages are posted as one batch (`p2p_collectives.post_gathers`, units in the same order on every rank):

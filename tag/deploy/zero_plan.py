@@ -15,11 +15,11 @@ less a row half's Gemm bias at positions above 0 (position 0 alone holds it) and
 reads (their gradients are partial sums over the whole grid, `shard_plan.shard_syncs`: they stay whole, summed by
 their bucket). With one replica nothing is sharded.
 
-Stage 1 units keep their gradients in the plan's buckets (all-reduced as before; each rank then takes its shard of
-the sum); stage 2 and 3 units leave their buckets' sums, as SFB weights do, and are reduce-scattered: one call per
-plan bucket for all its units (`scatter_batches`), started once the backward of the bucket's lowest group has run
-(`sync_order`), which is the one reduce-scatter per bucket the simulator charges (`tag.sim.zero`). A unit whose group
-is in no plan bucket is a call of its own.
+Every unit leaves its buckets' sums, as SFB weights do, and is reduce-scattered: one call per plan bucket for all
+its units (`scatter_batches`), started once the backward of the bucket's lowest group has run (`sync_order`), which
+is the one reduce-scatter per bucket the simulator charges (`tag.sim.zero`). A unit whose group is in no plan bucket
+is a call of its own. (Stage 1 keeps its full gradient buffer from step to step, stage 2 makes it per step,
+`tag.deploy.zero`.)
 """
 
 from __future__ import annotations
@@ -82,16 +82,16 @@ def zero_units(group_params: list[list[str]], decisions, rank_rows: list[tuple[i
 
 
 def scatter_batches(units: list[ZeroUnit]) -> list[tuple[int, ...]]:
-    """The reduce-scatter calls of a step (module docstring): indices of the stage 2-3 `units`, one tuple per plan
+    """The reduce-scatter calls of a step (module docstring): indices of the stage 1-3 `units`, one tuple per plan
     bucket (a unit of no bucket alone), each in unit order, the tuples in unit order of their first unit.
 
     >>> u = lambda g, b, stage=2: ZeroUnit(g, stage, (0, 1), ("w",), b)
     >>> scatter_batches([u(0, 1), u(1, 1, 1), u(2, 0), u(3, 0), u(4, -1), u(5, -1)])
-    [(0,), (2, 3), (4,), (5,)]
+    [(0, 1), (2, 3), (4,), (5,)]
     """
     batches: dict[object, list[int]] = {}
     for j, unit in enumerate(units):
-        if unit.stage >= 2:
+        if unit.stage >= 1:
             batches.setdefault(unit.bucket if unit.bucket >= 0 else ("alone", j), []).append(j)
     return [tuple(js) for js in batches.values()]
 
