@@ -57,9 +57,27 @@ def replica_key(decision):
     return decision.devices if sh is None else ("shard", sh.replicas, sh.ratios)
 
 
+_last_own: list = [None, None, ()]  # (gg, decisions, own_sync_bytes) of the last call
+
+
 def own_sync_bytes(gg, decisions) -> list[float]:
     """Per group, the bytes of its own gradient sync (module docstring); 0 for groups on one device. A sharded
-    group's are the sum over its positions (`position_bytes`; 0 with one replica)."""
+    group's are the sum over its positions (`position_bytes`; 0 with one replica).
+
+    The last call's answer is kept: the bucket derivation, the bucket syncs and ZeRO's shard bytes of one
+    simulation ask for the same decisions tuple in turn (decisions and group graphs are not changed once made; the
+    kept pair is held, so its identity cannot pass to another object)."""
+    last = _last_own
+    if last[1] is decisions and last[0] is gg:
+        return list(last[2])
+    out = _own_sync_bytes(gg, decisions)
+    if type(decisions) is tuple:  # a list may change under the same identity
+        last[:] = gg, decisions, tuple(out)
+    return out
+
+
+def _own_sync_bytes(gg, decisions) -> list[float]:
+    """`own_sync_bytes` computed."""
     owned_shared: dict[int, float] = {}
     for name, gids in shared_params(gg).items():
         owned_shared[gids[0]] = owned_shared.get(gids[0], 0.0) + tensor_bytes(gg, name)
