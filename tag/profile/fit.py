@@ -1,6 +1,7 @@
-"""Alpha-beta fits of measured transfer times: t = alpha + S / B (p2p) and the ring all-reduce form.
+"""Alpha-beta fits of measured transfer times: t = alpha + S / B (p2p, by regime: `fit_p2p`) and the ring
+all-reduce form.
 
-The fit is a least-squares line through (bytes, ms) weighted by 1/t, so each size counts by its relative
+The whole-sweep fit (`fit_line`) is a least-squares line through (bytes, ms) weighted by 1/t, so each size counts by its relative
 error (sizes span decades; an unweighted fit would ignore the latency of small messages). The intercept
 is clamped at 0 and the slope at a tiny positive value. Units: bytes, ms, `_us`, `_gbps` = 10^9 bits/s,
 as in `tag.cost.comm`.
@@ -51,9 +52,36 @@ def _rel_error(x, t_ms, a, b) -> float:
     return float(np.max(np.abs(pred - t) / np.maximum(t, 1e-9)))
 
 
+BIG_MESSAGE_BYTES = 1 << 20  # sizes at or above this fit a link's bandwidth (transfer-dominated)
+TINY_MESSAGE_BYTES = 64  # a size at most this is a latency probe (its transfer term is negligible)
+
+
 def fit_p2p(sizes_bytes: list[int], one_way_ms: list[float]) -> AlphaBeta:
-    """Latency and bandwidth of a link from one-way transfer times: t = alpha + S / B (`comm.p2p_ms`)."""
-    a, b = fit_line(sizes_bytes, one_way_ms)
+    """Latency and bandwidth of a link from one-way transfer times: t = alpha + S / B (`comm.p2p_ms`), fitted
+    by regime (Hockney's t0 and r_inf) when the sweep spans both:
+
+    * alpha = t0 - S0 / B from the smallest size S0, when it is at most `TINY_MESSAGE_BYTES` (a latency probe);
+    * 1 / B = least squares in ms through that point over the sizes S of at least `BIG_MESSAGE_BYTES`:
+      ``sum S (t - t0) / (sum S^2 - S0 sum S)``, which the largest sizes decide, as they decide a gradient bucket's
+      time.
+
+    The middle sizes decide neither: a shaped NIC (a token bucket) passes them in bursts above its rate, and on
+    loopback they fit in caches, so a line through every size overstates the rate of large messages. Without a
+    tiny and a big size, the whole-sweep line of `fit_line`.
+
+    >>> f = fit_p2p([4, 1024, 16384, 2 ** 20, 2 ** 22], [0.10032, 1.7, 0.7, 83.98608, 335.64432])  # 0.1 ms + S /
+    >>> round(f.latency_us, 3), round(f.bandwidth_gbps, 6)  # 12500 B/ms, the middle sizes bursty as a shaped NIC
+    (100.0, 0.1)
+    """
+    x = [float(s) for s in sizes_bytes]
+    t = [float(v) for v in one_way_ms]
+    big = [(s, v) for s, v in zip(x, t) if s >= BIG_MESSAGE_BYTES]
+    if not big or not x or min(x) > TINY_MESSAGE_BYTES:
+        a, b = fit_line(sizes_bytes, one_way_ms)
+    else:
+        s0, t0 = min(x), t[x.index(min(x))]  # alpha = t0 - s0 b, solved with b's normal equation
+        b = max(sum(s * (v - t0) for s, v in big) / (sum(s * s for s, _ in big) - s0 * sum(s for s, _ in big)), 1e-15)
+        a = max(t0 - s0 * b, 0.0)
     return AlphaBeta(a * 1e3, _gbps_from_ms_per_byte(b), _rel_error(sizes_bytes, one_way_ms, a, b))
 
 
