@@ -46,3 +46,19 @@ def test_ring_allreduce_fit_gives_per_hop_figures(n):
     f = fit_ring_allreduce(SIZES, times, n)
     assert f.latency_us == pytest.approx(30.0, rel=1e-6)
     assert f.bandwidth_gbps == pytest.approx(16.0, rel=1e-6)
+
+
+def test_p2p_fit_takes_the_rate_of_large_messages_over_bursty_middle_sizes():
+    """A shaped NIC (token bucket) passes the middle sizes above its rate: the rate comes from >= 1 MiB messages
+    and the latency from the 4-byte probe. By hand: 100 Mbit/s = 12,500 bytes per ms, latency 0.1 ms."""
+    sizes = [4, 1024, 16384, 262144, 1 << 20, 1 << 22, 1 << 24]
+    exact = [0.1 + s / 12500.0 for s in sizes]
+    times = list(exact)
+    times[2] = exact[2] / 3  # 16 KiB and 256 KiB in a burst at three times the rate
+    times[3] = exact[3] / 3
+    f = fit_p2p(sizes, times)
+    assert f.bandwidth_gbps == pytest.approx(0.1, rel=1e-9)
+    assert f.latency_us == pytest.approx(100.0, rel=1e-9)
+    # the whole-sweep line the fit used before is pulled well above the rate by the burst
+    a, b = fit_line(sizes, times)
+    assert 1.0 / b / 12500.0 > 1.1
