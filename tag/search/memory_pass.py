@@ -208,7 +208,7 @@ def carry_memory(has_params: bool, old: Decision, new: Decision) -> Decision:
     apply: the stage when the group has parameters and stays replicated, recomputation always.
 
     >>> carry_memory(True, Decision((2, 2), zero=2, recompute=True), Decision((4, 0)))
-    Decision(rows=(4, 0), sync=None, server=None, sfb=(), zero=0, recompute=True)
+    Decision(rows=(4, 0), sync=None, server=None, sfb=(), zero=0, recompute=True, shard=None)
     """
     zero = old.zero if has_params and new.replicated else 0
     if (new.zero, new.recompute) == (zero, old.recompute):
