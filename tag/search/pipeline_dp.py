@@ -129,13 +129,15 @@ def best_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_stages:
 def best_capped_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_stages: int,
                      steady_ms: StageFn, tail_ms: StageFn, caps: Sequence[float],
                      parts_ms: Callable[[int, int, int, int, int], tuple[float, float]] | None = None,
-                     ) -> dict[int, list[CutSolution]]:
+                     capped_ms: Callable[[float], StageFn] | None = None) -> dict[int, list[CutSolution]]:
     """S -> the DP's cuts under every tail cap E of `caps` (distinct cuts only, loosest cap first; a cap the looser
     cap's solutions already meet for every S is skipped, its minima being theirs): the least slowest
     `steady_ms` among S-stage pipelines whose every stage has `tail_ms` <= E, with tail_ms of the solution = its
     largest stage tail. min(two_max_ms) over a list is the least max steady + max tail over the cuts when `caps`
     holds every distinct tail value (`brute_force_two_max`), an upper bound on it otherwise. `parts_ms`, if given,
-    returns (steady_ms(*args), tail_ms(*args)) at once (memoised by the caller), in place of calling the two.
+    returns (steady_ms(*args), tail_ms(*args)) at once (memoised by the caller), in place of calling the two;
+    `capped_ms(E)`, if given, is the DP's stage function under cap E (steady_ms, or inf where tail_ms > E), one call
+    per stage in place of two (the caller reading its memo directly).
 
     >>> steady = lambda left, lo, hi, dlo, dhi: float(hi - lo)
     >>> tail = lambda left, lo, hi, dlo, dhi: 5.0 * (lo == 0) * (hi - lo)
@@ -161,6 +163,8 @@ def best_capped_cuts(group_cuts: Sequence[int], device_cuts: Sequence[int], max_
         def capped(left: int, lo: int, hi: int, dlo: int, dhi: int, cap=cap, inf=math.inf) -> float:
             p, e = parts(left, lo, hi, dlo, dhi)
             return p if e <= cap else inf
+        if capped_ms is not None:
+            capped = capped_ms(cap)
         for s, sol in best_cuts(group_cuts, device_cuts, max_stages, capped).items():
             n = len(sol.stages)
             tail = max(parts(n - i, c.lo, c.hi, c.dlo, c.dhi)[1] for i, c in enumerate(sol.stages))

@@ -199,7 +199,14 @@ def search_cuts(model: StageModel, m: int, group_cuts: list[int], device_cuts: l
         e = memo.get((left if left < m else m, lo, hi, dlo, dhi))
         return (e if e is not None else entry(left, lo, hi, dlo, dhi))[2]
 
-    sols = best_capped_cuts(group_cuts, device_cuts, max_stages, steady, tail, sync_caps(model), parts)
+    def capped_under(cap: float):
+        def capped(left: int, lo: int, hi: int, dlo: int, dhi: int, inf=math.inf) -> float:
+            e = memo.get((left if left < m else m, lo, hi, dlo, dhi))
+            p, t = (e if e is not None else entry(left, lo, hi, dlo, dhi))[1]
+            return p if t <= cap else inf
+        return capped
+
+    sols = best_capped_cuts(group_cuts, device_cuts, max_stages, steady, tail, sync_caps(model), parts, capped_under)
     for s, sol in best_cuts(group_cuts, device_cuts, max_stages, stage_ms).items():
         if all(x.stages != sol.stages for x in sols.setdefault(s, [])):
             sols[s].append(sol)

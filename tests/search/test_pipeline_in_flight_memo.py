@@ -48,3 +48,29 @@ def test_stage_entries_match_the_rule_in_any_order():
             base = model.stage(*blk, m, 1)
             kinds["none" if got[0] is None else "base" if got[0] == base else "sized"] += 1
     assert min(kinds.values()) > 20, kinds  # all three cases were exercised
+
+
+def test_capped_stage_function_gives_the_same_cuts_as_the_two_parts():
+    """`best_capped_cuts` with `capped_ms` (one call per stage, as `search_cuts` passes it) against the same DP on
+    steady_ms and tail_ms, on random stage times with infeasible stages."""
+    from tag.search.pipeline_dp import best_capped_cuts
+
+    for seed in range(8):
+        rng = random.Random(seed)
+        table: dict = {}
+
+        def parts(*args):
+            if args not in table:
+                table[args] = (math.inf if rng.random() < 0.1 else rng.choice([1.0, 2.0, rng.uniform(0, 9)]),
+                               rng.choice([0.0, 1.0, rng.uniform(0, 5)]))
+            return table[args]
+
+        def capped_ms(cap):
+            return lambda *args: parts(*args)[0] if parts(*args)[1] <= cap else math.inf
+
+        gcuts, dcuts = [0, 2, 3, 5, 7, 8], [0, 1, 2, 4]
+        caps = [math.inf, 4.0, 1.0, 0.5]
+        plain = best_capped_cuts(gcuts, dcuts, 3, lambda *a: parts(*a)[0], lambda *a: parts(*a)[1], caps, parts)
+        flat = best_capped_cuts(gcuts, dcuts, 3, lambda *a: parts(*a)[0], lambda *a: parts(*a)[1], caps, parts,
+                                capped_ms)
+        assert flat == plain and plain
