@@ -160,13 +160,16 @@ class _Run:
             i += 1
         self.ptr[d], self.free[d] = i, t
 
-    def resolve(self, k: int, t: float) -> None:
-        """One input of task k arrived at t."""
-        self.pend[k] -= 1
-        if t > self.ready[k]:
-            self.ready[k] = t
-        if self.pend[k] == 0:
-            self.advance(self.tdev[k])
+    def arrive(self, tasks, t: float) -> None:
+        """One input of each task of `tasks` arrived at t (in order: a task whose last input this is runs its
+        device's program on at once)."""
+        pend, ready, tdev = self.pend, self.ready, self.tdev
+        for k in tasks:
+            pend[k] -= 1
+            if t > ready[k]:
+                ready[k] = t
+            if pend[k] == 0:
+                self.advance(tdev[k])
 
     # ---- network -----------------------------------------------------------------------------------
     def start_flow(self, spec: FlowSpec, arrival, label: str, t: float) -> None:
@@ -201,8 +204,7 @@ class _Run:
                 self.s_copied[j] = True
                 self.push(t + u.copy_out_ms, SyncStep(j))
                 return
-            for k in u.release:
-                self.resolve(k, t)
+            self.arrive(u.release, t)
             q = self.comm_queue[u.devices]
             if q:
                 self.begin_sync(q.popleft(), t)
@@ -220,8 +222,7 @@ class _Run:
         self.start_flow(x.spec, TransferArrived(ev.transfer), x.label, t)
 
     def _on_transfer(self, ev: TransferArrived, t: float) -> None:
-        for k in self.tg.transfers[ev.transfer].deliver:
-            self.resolve(k, t)
+        self.arrive(self.tg.transfers[ev.transfer].deliver, t)
 
     def _on_phase_flow(self, ev: PhaseFlowArrived, t: float) -> None:
         j = ev.sync
