@@ -5,7 +5,9 @@ block, read into `ContentionTerms`), and the prediction of a plan as deploy runs
 `tag deploy` prints and the fidelity benchmark's headline column) applies them. The one place of these formulas.
 
 With n = the ranks the plan runs (at least 2) and c = the plan's simulated concurrency (`concurrency`: the mean
-number of ranks computing at once, (sum of busy ms) / iteration ms, clamped to [1, n]), the share of the way from
+number of ranks computing at once while any computes, (sum of busy ms) / (ms in which at least one rank computes,
+`compute_span_ms` of the simulated trace), clamped to [1, n]; the terms scale compute only, so time in which no rank
+computes, a data-parallel step's gradient sums, counts for neither), the share of the way from
 "one rank computes, the others wait" to "every rank computes" is ``f = (c - 1) / (n - 1)``, and
 
 * **stretch** (wall ms per thread-CPU ms of compute; only for a profile timed in thread CPU time, which does not
@@ -90,17 +92,47 @@ def sums_overlap(terms: ContentionTerms | None, n_ranks: int) -> bool:
     return terms is None or terms.cores is None or n_ranks < terms.cores
 
 
-def concurrency(busy_ms, iteration_ms: float, n_ranks: int) -> tuple[float, int]:
-    """(c, n): n = max(n_ranks, 2) and c = sum(busy_ms) / iteration_ms clamped to [1, n] (1 when the iteration
-    takes no time). `busy_ms`: per device compute-stream busy ms (a dict or a sequence).
+def concurrency(busy_ms, span_ms: float, n_ranks: int) -> tuple[float, int]:
+    """(c, n): n = max(n_ranks, 2) and c = sum(busy_ms) / span_ms clamped to [1, n] (1 when the span is 0).
+    `busy_ms`: per device compute-stream busy ms (a dict or a sequence); `span_ms`: the ms in which at least one
+    device computes (`compute_span_ms`; the iteration's ms bounds it from above).
 
     >>> concurrency({"a": 30.0, "b": 15.0}, 30.0, 2)
     (1.5, 2)
     """
     busy = list(busy_ms.values()) if isinstance(busy_ms, dict) else list(busy_ms)
     n = max(int(n_ranks), 2)
-    c = min(max(sum(busy) / iteration_ms, 1.0), float(n)) if iteration_ms > 0 else 1.0
+    c = min(max(sum(busy) / span_ms, 1.0), float(n)) if span_ms > 0 else 1.0
     return c, n
+
+
+def compute_span_ms(trace_events: list[dict]) -> float | None:
+    """The ms in which at least one device computes: the length of the union of the compute process's task
+    intervals in a simulated trace (Chrome trace events, times in us; the process named "compute"), None when the
+    trace has none.
+
+    >>> ev = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "compute"}},
+    ...       {"ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 3000.0}, {"ph": "X", "pid": 0, "tid": 1, "ts": 1000.0,
+    ...       "dur": 3000.0}, {"ph": "X", "pid": 0, "tid": 0, "ts": 6000.0, "dur": 1000.0},
+    ...       {"ph": "X", "pid": 1, "tid": 0, "ts": 4000.0, "dur": 2000.0}]
+    >>> compute_span_ms(ev)  # [0, 4] and [6, 7] ms; the network process's [4, 6] is no compute
+    5.0
+    """
+    pids = {e.get("pid") for e in trace_events if e.get("ph") == "M" and e.get("name") == "process_name"
+            and (e.get("args") or {}).get("name") == "compute"}
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in trace_events
+                   if e.get("ph") == "X" and e.get("pid") in pids and float(e.get("dur", 0.0)) > 0.0)
+    if not spans:
+        return None
+    total, end = 0.0, -float("inf")
+    for a, b in spans:
+        if a > end:
+            total += b - a
+            end = b
+        elif b > end:
+            total += b - end
+            end = b
+    return total / 1e3
 
 
 def between(alone: float, together: float, c: float, n: int) -> float:
@@ -191,13 +223,14 @@ def deployed_step_ms(simulate: Callable, gg, cluster, cost, strategy, training, 
     """
     overlap_sync = overlap_sync and sums_overlap(terms, n_ranks)
 
-    def run(cl, cm):
-        res = simulate(gg, cl, cm, strategy, training, overlap_sync=overlap_sync, blocking_sends=True)
+    def run(cl, cm, trace=False):
+        res = simulate(gg, cl, cm, strategy, training, overlap_sync=overlap_sync, blocking_sends=True, trace=trace)
         ms = res.fit_iteration_ms if res.oom and res.fit_iteration_ms else res.iteration_ms
         return res, float(ms)
 
-    res, ms = run(cluster, cost)
-    c, n = concurrency(res.busy_ms, ms, n_ranks)
+    res, ms = run(cluster, cost, trace=terms is not None)
+    span = compute_span_ms(res.trace_events) if terms is not None else None
+    c, n = concurrency(res.busy_ms, min(span, ms) if span else ms, n_ranks)
     scale = 1.0
     if terms is not None:
         scale = compute_scale(terms, c, n)

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tag.cost.contention import (ContentionTerms, between, compute_scale, concurrency, deployed_step_ms,
+from tag.cost.contention import (ContentionTerms, between, compute_scale, compute_span_ms, concurrency, deployed_step_ms,
                                  with_handoff)
 
 TERMS = ContentionTerms(ranks=2, rows=32, handoff_ms=0.25, alone_stretch=1.02, together_stretch=1.10,
@@ -50,11 +50,14 @@ class _Cost:
 def _fake_simulate(calls):
     """A 'simulator' of two ranks: rank 0 computes 30 ms x k, rank 1 15 ms x k, then a message of latency L
     (the cluster's [0][1] latency, us) ends the step: iteration = 30 k + L / 1000."""
-    def simulate(gg, cluster, cost, strategy, training, *, overlap_sync, blocking_sends):
+    def simulate(gg, cluster, cost, strategy, training, *, overlap_sync, blocking_sends, trace=False):
         calls.append((cost.k, float(cluster.latency_us[0][1]), overlap_sync, blocking_sends))
         it = 30.0 * cost.k + cluster.latency_us[0][1] / 1e3
+        events = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "compute"}},
+                  {"ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 30e3 * cost.k},
+                  {"ph": "X", "pid": 0, "tid": 1, "ts": 0.0, "dur": 15e3 * cost.k}] if trace else []
         return SimpleNamespace(iteration_ms=it, fit_iteration_ms=it, oom=False,
-                               busy_ms={"a": 30.0 * cost.k, "b": 15.0 * cost.k})
+                               busy_ms={"a": 30.0 * cost.k, "b": 15.0 * cost.k}, trace_events=events)
     return simulate
 
 
@@ -63,8 +66,8 @@ def test_two_pass_prediction_by_hand():
     cl = SimpleNamespace(latency_us=np.array([[0.0, 100.0], [100.0, 0.0]]))
     res = deployed_step_ms(_fake_simulate(calls), None, cl, _Cost(), None, None, terms=TERMS, n_ranks=2,
                            fence_ms=0.5, overlap_sync=False)
-    # pass 1: iteration 30.1 ms, busy 45 ms: c = 45 / 30.1; f = c - 1
-    c = 45.0 / 30.1
+    # pass 1: someone computes during [0, 30] ms (the message after it is no compute), busy 45 ms: c = 45 / 30
+    c = 45.0 / 30.0
     k = (1.02 + (c - 1) * 0.08) * (1 + (c - 1) * 0.30)
     assert res.concurrency == pytest.approx(c) and res.n_ranks == 2 and res.scale == pytest.approx(k)
     # pass 2: compute 30 k, latency 100 us + 250 us; plus the 0.5 ms fence
@@ -105,3 +108,21 @@ def test_the_fence_costs_at_least_one_call_after_compute():
         res = deployed_step_ms(_fake_simulate([]), None, cl, _Cost(), None, None, terms=terms, n_ranks=2,
                                fence_ms=fence)
         assert res.step_ms == pytest.approx(30.0 + added)  # the fake's 30 ms x k (k = 1: no stretch) + the fence
+
+
+def test_concurrency_counts_only_the_time_someone_computes():
+    """Data parallelism by hand: both ranks compute [0, 20] ms, then a 20 ms sum in which neither does. Over the
+    40 ms iteration that is one rank on average, but while anyone computes both do: c = 40 / 20 = 2."""
+    ev = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "compute"}},
+          {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "network"}},
+          {"ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 20e3}, {"ph": "X", "pid": 0, "tid": 1, "ts": 0.0, "dur": 20e3},
+          {"ph": "X", "pid": 1, "tid": 0, "ts": 20e3, "dur": 20e3}]
+    assert compute_span_ms(ev) == pytest.approx(20.0)
+    assert concurrency([20.0, 20.0], compute_span_ms(ev), 2) == (2.0, 2)
+    assert concurrency([20.0, 20.0], 40.0, 2) == (1.0, 2)  # the iteration's ms instead: one rank
+    # a pipeline by hand: rank 0 [0, 10], rank 1 [10, 20], rank 0 [15, 25]: union [0, 25], busy 30 -> c = 1.2
+    ev2 = ev[:1] + [{"ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 10e3},
+                    {"ph": "X", "pid": 0, "tid": 1, "ts": 10e3, "dur": 10e3},
+                    {"ph": "X", "pid": 0, "tid": 0, "ts": 15e3, "dur": 10e3}]
+    assert compute_span_ms(ev2) == pytest.approx(25.0)
+    assert compute_span_ms(ev[:2]) is None

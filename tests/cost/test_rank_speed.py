@@ -75,9 +75,9 @@ def test_the_prediction_scales_compute_by_the_rank_speed():
         def scaled(self, f):
             return Cost(self.k * f)
 
-    def simulate(gg, cluster, cost, strategy, training, *, overlap_sync, blocking_sends):
+    def simulate(gg, cluster, cost, strategy, training, *, overlap_sync, blocking_sends, trace=False):
         return SimpleNamespace(iteration_ms=30.0 * cost.k, fit_iteration_ms=None, oom=False,
-                               busy_ms={"a": 30.0 * cost.k, "b": 15.0 * cost.k})
+                               busy_ms={"a": 30.0 * cost.k, "b": 15.0 * cost.k}, trace_events=[])
 
     t = ContentionTerms(2, 16, 0.0, 1.0, 1.0, 1.0, rank_speed=1.2)
     cl = SimpleNamespace(latency_us=np.zeros((2, 2)))
