@@ -38,7 +38,7 @@ def value_prior(net: TagGNN, features: InstanceFeatures, strategy: Strategy, gro
     a predicted ln(time_scale_ms / iteration_ms)).
     """
     b = batch_graphs([features.state(strategy.replace(group_id, c)) for c in candidates])
-    with torch.no_grad():
+    with torch.inference_mode():
         v = net(b, with_policy=False)[1].double().numpy()
     z = np.exp((v - v.max()) / temperature)
     return z / z.sum(), float(v.max())
@@ -68,12 +68,12 @@ def make_priors_fn(net: TagGNN, features: InstanceFeatures, *, noise: float = 0.
     def priors_fn(strategy: Strategy, group_id: int, candidates: Sequence[Decision]):
         if mode == "value":
             p, _ = value_prior(net, features, strategy, group_id, candidates, temperature)
-            with torch.no_grad():
+            with torch.inference_mode():
                 value = net(features.state(strategy), with_policy=False)[1]
         else:
             # the separate value encoder is skipped below, so its critical-path features are not needed
             data = features.state(strategy, group_id, candidates, value_features=net.vtrunk is None)
-            with torch.no_grad():
+            with torch.inference_mode():  # no_grad's results, with less per-op bookkeeping
                 h = net.embed(data)
                 logits = net.policy_logits(data, h)
                 p = policy_log_probs(data, logits).exp().double().numpy()

@@ -59,7 +59,7 @@ def make_structure_priors_fn(net: StructureNet, points: PointBuilder, *, uniform
         except (ValueError, IndexError, KeyError, ZeroDivisionError):
             return np.full(k, 1.0 / k), None
         ab = torch.zeros(k, dtype=torch.long)
-        with torch.no_grad():
+        with torch.inference_mode():  # no_grad's results, with less per-op bookkeeping
             if state is None:
                 data[ACT].x = x
                 state = encoded[strategy] = (net.state_embedding(data), data.v_prior.reshape(-1))
