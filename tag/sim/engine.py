@@ -12,7 +12,7 @@ from tag.sim.build import BuildOptions, build_task_graph
 from tag.sim.context import SimContext, sim_context
 from tag.sim.events import Timeline, run_task_graph
 from tag.sim.fuse import fuse_chains, run_fused
-from tag.sim.memory import strategy_peak_memory_bytes
+from tag.sim.peak_memory import strategy_peak_memory_bytes
 from tag.sim.network import INF
 from tag.sim.result import SimResult
 from tag.sim.taskgraph import TaskGraph, TaskKind

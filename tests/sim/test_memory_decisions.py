@@ -8,7 +8,8 @@ import pytest
 
 from simkit_builders import FixedCost, make_cluster, make_gg
 from tag.sim.context import SimContext
-from tag.sim.memory import peak_memory_bytes, pipeline_peak_memory_bytes
+from tag.sim.memory import peak_memory_bytes
+from tag.sim.peak_memory import pipeline_peak_memory_bytes
 from tag.strategy import Decision, Strategy, TrainingConfig
 
 N = 1_000_000  # one Linear 1000 x 1000 (no bias): 1e6 fp32 weights
