@@ -115,7 +115,7 @@ class LiveTensorBytes(TorchDispatchMode):
 
 def runtime_state_tensors(rt) -> list[torch.Tensor]:
     """The persistent tensors of a `RankRuntime` between steps: its parameters and their gradients, its
-    optimizer's state tensors, and its gradient buckets' flat buffers."""
+    optimizer's state tensors, its gradient buckets' flat buffers and ZeRO stage 1's kept gradient buffers."""
     out: list[torch.Tensor] = []
     for n in rt.my_params:
         p = rt.p.param(n)
@@ -129,6 +129,9 @@ def runtime_state_tensors(rt) -> list[torch.Tensor]:
     for _b, flat, _views in getattr(rt, "grad_buckets", []):
         if flat is not None:
             out.append(flat)
+    for unit in getattr(getattr(rt, "zero", None), "units", []):  # ZeRO stage 1's kept gradient buffers
+        if getattr(unit, "grad_kept", None) is not None:
+            out.append(unit.grad_kept)
     return out
 
 

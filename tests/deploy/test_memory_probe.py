@@ -37,3 +37,20 @@ def test_storage_resized_in_place_counts_its_new_size():
         assert m.live_bytes == 0
         w.untyped_storage().resize_(4000)
     assert m.live_bytes == m.peak_bytes == 4000
+
+
+def test_runtime_state_counts_zero_stage1_kept_gradient_buffers():
+    """A ZeRO stage-1 unit's kept flat gradient buffer is persistent state between steps (its parameters' .grad are
+    None then, and it is in no bucket): the probe's starting bytes must hold it, or stage 1 reads a gradient short."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from tag.deploy.memory_probe import runtime_state_tensors
+
+    w = torch.nn.Parameter(torch.zeros(10))
+    kept = torch.zeros(10)
+    rt = SimpleNamespace(my_params=["w"], p=SimpleNamespace(param=lambda n: w), optimizer=None, grad_buckets=[],
+                         zero=SimpleNamespace(units=[SimpleNamespace(grad_kept=kept), SimpleNamespace(grad_kept=None)]))
+    got = runtime_state_tensors(rt)
+    assert any(t is kept for t in got) and any(t is w for t in got) and len(got) == 2
