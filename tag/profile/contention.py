@@ -10,12 +10,17 @@ measures, for `tag.cost.contention` to apply to every plan predicted with the pr
 2. **stretch**: wall / thread-CPU ms of 40 ms of compute with one rank computing while the others wait
    (``alone_stretch``, median of 3 per rank) and with every rank computing at once (``together_stretch``, median
    of 5); means over the ranks. Other tenants of the machine and ranks outnumbering cores show here.
-3. **call cost** (``call_ms``): every rank computes 2 ms of thread CPU time at once, then makes one small call
-   (1 KiB): gloo's ``all_reduce`` (``allreduce``, what deploy's ``ring`` sums call) or a point-to-point exchange
-   with its ring neighbours (``p2p``: isend to the next rank, irecv from the previous, both waited; what deploy's
-   tree, ps and ZeRO collectives are made of on CPU ranks). Per call: the ranks' mean of (wall from a common
-   start to the call's end - the rank's own compute wall), median of 40 per kind. It holds what a hot loop of calls
-   (`tag profile links`) does not: the ranks' compute ending at different moments, their threads waking up.
+3. **call cost** (``call_ms``): every rank computes at once, then makes one small call (1 KiB): gloo's
+   ``all_reduce`` (``allreduce``, what deploy's ``ring`` sums and the step's closing barrier call) after
+   `CALL_WORK_MS` ["allreduce"] of thread CPU time, as a bucket sum or the barrier follows a backward or an update
+   of several ms, or a point-to-point exchange with its ring neighbours (``p2p``: isend to the next rank, irecv from
+   the previous, both waited; what deploy's tree, ps and ZeRO collectives and pipeline exchanges are made of on CPU
+   ranks) after `CALL_WORK_MS` ["p2p"], as a ZeRO-3 gather follows one group's pass. Per call: the ranks' mean of
+   (wall from a common start to the call's end - the rank's own compute wall); per kind the **mean** of 40, not the
+   median: a step makes several such calls and pays each one's stalls (on the 2-core VM after 10 ms of compute
+   the median was 2.1 ms, the mean 2.9, the 75th percentile 5.0; after 2 ms 1.1 and 1.7), and the longer the ranks
+   computed, the further apart their compute ends. It holds what a hot loop of calls (`tag profile links`) does
+   not: the ranks' compute ending at different moments, their threads waking up.
 4. **speed**: the model's own deploy step (`tag.profile.step`'s single-rank runtime: every group, `rows` rows,
    the profile's optimizer) in thread-CPU ms, on rank 0 alone and on every rank at once, alternated `SPEED_TRIALS`
    times after a warm-up step; ``together_speed`` = median together / median alone (shared caches and memory bandwidth: a
@@ -37,7 +42,7 @@ import tempfile
 import time
 
 HANDOFF_WORK_MS = 2.0
-CALL_WORK_MS = 2.0
+CALL_WORK_MS = {"allreduce": 10.0, "p2p": 2.0}  # thread CPU ms each rank computes before the call, per kind
 CALL_BYTES = 1024
 CALL_TRIALS = 40
 STRETCH_WORK_MS = 40.0
@@ -112,13 +117,13 @@ def _call_costs(dist, torch, rank: int, world: int) -> dict[str, float]:
         for kind, call in calls.items():
             dist.barrier()
             t0 = time.perf_counter()
-            spent = _work(a, CALL_WORK_MS)
+            spent = _work(a, CALL_WORK_MS[kind])
             call()
             mine = torch.tensor([(time.perf_counter() - t0) * 1e3 - spent], dtype=torch.float64)
             dist.all_reduce(mine)
             if k >= 5:
                 per[kind].append(float(mine) / world)
-    return {kind: max(0.0, statistics.median(v)) for kind, v in per.items()}
+    return {kind: max(0.0, statistics.mean(v)) for kind, v in per.items()}
 
 
 def _speed(dist, rank: int, world: int, rt) -> tuple[float, float]:
