@@ -65,7 +65,7 @@ class ContentionTerms:
     together_speed: step CPU ms all at once / alone; clock: ``thread`` or ``wall``, how the profile's op times
     were taken; call_ms: ((call kind, ms), ...) of one small collective call after compute, or None; cores: the
     cores the probe could use, or None; rank_speed: the probe's alone step over the step block's; quota_scale: the
-    profile's CPU-quota factor (`tag.cost.profile_db.quota_scale`), which the stretches already hold (module
+    profile's CPU-quota factor (`tag.cost.profile_types.quota_scale`), which the stretches already hold (module
     docstring)."""
 
     ranks: int
@@ -125,12 +125,9 @@ def compute_span_ms(trace_events: list[dict]) -> float | None:
     if not spans:
         return None
     total, end = 0.0, -float("inf")
-    for a, b in spans:
-        if a > end:
-            total += b - a
-            end = b
-        elif b > end:
-            total += b - end
+    for a, b in spans:  # sorted by start: each interval adds what it reaches past the union so far
+        if b > end:
+            total += b - max(a, end)
             end = b
     return total / 1e3
 

@@ -25,7 +25,7 @@ measured per-step latency of its collectives (`tag.profile.links.collective_step
 `collective_call_ms`: the profile's measured cost of one collective call after compute (``contention.call_ms``), a
 floor on each call's latency on CPU ranks (`tag.sim.cpu_calls`); None without it.
 
-**CPU quota** (`tag.cost.profile_db.quota_scale`): a profile taken on the thread clock under a CFS quota of q < 1 cores
+**CPU quota** (`tag.cost.profile_types.quota_scale`): a profile taken on the thread clock under a CFS quota of q < 1 cores
 (``cpu_quota_cores``, `tag.profile.quota`) holds the work, not the wall it takes; on the profile's device type every
 compute, update and sync-copy time is divided by q (a one-thread rank runs at most q of the wall).
 

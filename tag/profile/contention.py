@@ -17,10 +17,9 @@ measures, for `tag.cost.contention` to apply to every plan predicted with the pr
    the previous, both waited; what deploy's tree, ps and ZeRO collectives and pipeline exchanges are made of on CPU
    ranks) after `CALL_WORK_MS` ["p2p"], as a ZeRO-3 gather follows one group's pass. Per call: the ranks' mean of
    (wall from a common start to the call's end - the rank's own compute wall); per kind the **mean** of 40, not the
-   median: a step makes several such calls and pays each one's stalls (on the 2-core VM after 10 ms of compute
-   the median was 2.1 ms, the mean 2.9, the 75th percentile 5.0; after 2 ms 1.1 and 1.7), and the longer the ranks
-   computed, the further apart their compute ends. It holds what a hot loop of calls (`tag profile links`) does
-   not: the ranks' compute ending at different moments, their threads waking up.
+   median: a step makes several such calls and pays each one's stalls, and the longer the ranks computed, the
+   further apart their compute ends (figures: benchmarks/fidelity.md, runs P and Q). It holds what a hot loop of
+   calls (`tag profile links`) does not: the ranks' compute ending at different moments, their threads waking up.
 4. **speed**: the model's own deploy step (`tag.profile.step`'s single-rank runtime: every group, `rows` rows,
    the profile's optimizer) in thread-CPU ms, on rank 0 alone and on every rank at once, alternated `SPEED_TRIALS`
    times after a warm-up step; ``together_speed`` = median together / median alone (shared caches and memory bandwidth: a

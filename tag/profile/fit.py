@@ -76,10 +76,11 @@ def fit_p2p(sizes_bytes: list[int], one_way_ms: list[float]) -> AlphaBeta:
     x = [float(s) for s in sizes_bytes]
     t = [float(v) for v in one_way_ms]
     big = [(s, v) for s, v in zip(x, t) if s >= BIG_MESSAGE_BYTES]
-    if not big or not x or min(x) > TINY_MESSAGE_BYTES:
+    s0 = min(x, default=0.0)
+    if not big or s0 > TINY_MESSAGE_BYTES:
         a, b = fit_line(sizes_bytes, one_way_ms)
     else:
-        s0, t0 = min(x), t[x.index(min(x))]  # alpha = t0 - s0 b, solved with b's normal equation
+        t0 = t[x.index(s0)]  # alpha = t0 - s0 b, solved with b's normal equation
         b = max(sum(s * (v - t0) for s, v in big) / (sum(s * s for s, _ in big) - s0 * sum(s for s, _ in big)), 1e-15)
         a = max(t0 - s0 * b, 0.0)
     return AlphaBeta(a * 1e3, _gbps_from_ms_per_byte(b), _rel_error(sizes_bytes, one_way_ms, a, b))

@@ -4,7 +4,7 @@ A process in a cgroup with a CFS quota gets at most ``quota / period`` cores of 
 its threads. Thread CPU time does not count the periods it was throttled, so op times taken on the thread clock
 (`tag.profile.timing`) hold the work, not the wall it takes under the limit; `tag profile ops` records the quota
 beside them (the profile's ``cpu_quota_cores``) and the cost model divides every compute and update time on the
-profile's device type by it when it is below one core (`tag.cost.profile_db.quota_scale`).
+profile's device type by it when it is below one core (`tag.cost.profile_types.quota_scale`).
 
 The effective quota is the smallest along the cgroup path (a child cannot exceed its parents):
 

@@ -30,8 +30,8 @@ replicas (the devices with rows). A bucket holds groups of one ZeRO stage (`tag.
   step. So a pipelined stage-3 group moves one all-reduce's volume per step, not 1.5.
 
 * **fresh buffers** (`zero_fill_ms`, whole-batch builder): ZeRO's runtime allocates buffers every step, and on CPU
-  ranks a large fresh buffer costs its pages' faults as it is first written (~0.5 ms per MiB here, ten times zeroing
-  a kept one). With the cost model's ``fresh_fill_ms`` (a CPU profile's step block), per replica of a group of
+  ranks a large fresh buffer costs its pages' faults as it is first written (several times zeroing a kept one).
+  With the cost model's ``fresh_fill_ms`` (a CPU profile's step block), per replica of a group of
   sharded bytes S over n replicas: stage 1 adds fill(S / n) to the optimizer step (the fresh master gradient
   the reduce-scatter writes); stage 2 adds fill(S) to the backward (the full gradient zeroed before it); stage 3
   adds fill(S) to the forward (the gathered weights) and 2 fill(S) to the backward (gathered again, and autograd's
