@@ -44,6 +44,9 @@ def add_parser(sub):
                         "at the default counts); if it cuts the search short, plan.json says search.capped: true "
                         "and the plan may differ run to run")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
+    p.add_argument("--jobs", type=int, default=None, metavar="J",
+                   help="processes that simulate (default: one per CPU this process may use). The others simulate "
+                        "the moves the search will try next; the plan is the same with any number (1: one process)")
     gnn = p.add_mutually_exclusive_group()
     gnn.add_argument("--gnn", metavar="CKPT", default=None,
                      help="GNN checkpoint for the per-group polish's priors (default: the shipped one)")
@@ -90,6 +93,7 @@ def run(args) -> int:
 
     from tag.cli.inputs import load_verb_inputs, precision_costs
     from tag.search.budget import default_counts
+    from tag.search.prefetch import default_workers
     from tag.search.planner import (GNN_MAX_DEVICES, PIPELINE_MAX_DEVICES, SFB_MAX_DEVICES, SHARD_MAX_DEVICES,
                                     memory_report, plan)
     from tag.strategy.planfile import baselines_summary, plan_to_json, predicted_from_result, write_plan
@@ -99,6 +103,8 @@ def run(args) -> int:
         raise InputError("--playouts", "N", "a non-negative integer", str(args.playouts))
     if args.simulations is not None and args.simulations < 0:
         raise InputError("--simulations", "N", "a non-negative integer", str(args.simulations))
+    if args.jobs is not None and args.jobs < 1:
+        raise InputError("--jobs", "J", "a positive integer (1: simulate in this process only)", str(args.jobs))
     if args.budget is not None and args.budget <= 0:
         raise InputError("--budget", "SECONDS", "a positive number", str(args.budget))
     check_outputs(args, {"output": "-o/--output", "trace": "--trace", "report": "--report"},
@@ -169,7 +175,8 @@ def run(args) -> int:
                        seed=args.seed, priors_fn=priors_fn, refine=not args.no_refine,
                        sfb=use_sfb, on_progress=tick, pipeline=not args.no_pipeline,
                        cost_for=precision_costs(args, inp), shard=not args.no_shard,
-                       structure_priors_fn=structure_priors_fn)
+                       structure_priors_fn=structure_priors_fn,
+                       workers=default_workers() if args.jobs is None else args.jobs - 1)
         finally:
             bar.close()
     inp = replace(inp, training=res.training, cost=res.cost)  # the precision searched under

@@ -36,7 +36,7 @@ def no_sfb_report(iteration_ms: float, candidates: int = 0) -> dict:
 
 def select_sfb(gg, cluster, cost, training, strategy: Strategy, simulate_fn=None, *, seed: int = 0,
                time_limit_s: float = 10.0, pool: int = 6, polish_passes: int = 2,
-               max_simulations: int = 64) -> tuple[Strategy, dict]:
+               max_simulations: int = 64, ahead_fn=None) -> tuple[Strategy, dict]:
     """The strategy with SFB lists chosen by the CP-SAT model, and a report dict.
 
     simulate_fn(strategy) -> SimResult scores strategies (default: `tag.sim.simulate`, uncached). Report
@@ -44,6 +44,8 @@ def select_sfb(gg, cluster, cost, training, strategy: Strategy, simulate_fn=None
     bytes per iteration, no SFB minus SFB, from the simulator; may be negative), ms_saved (iteration ms),
     iteration_ms_without / iteration_ms_with, model (status, predicted ms, solve ms, subsets scored),
     per_group (per group: ops, replicas, weight bytes out of the all-reduce, factor bytes gathered).
+    ahead_fn(strategies): told the strategies about to be scored, in order (`tag.search.evaluate.Evaluator.ahead`,
+    which simulates them on other cores); None: nothing.
     """
     from tag.sim import simulate
 
@@ -66,23 +68,33 @@ def select_sfb(gg, cluster, cost, training, strategy: Strategy, simulate_fn=None
             scored[sub] = (_ms(res), res)
         return scored[sub][0]
 
+    def tell(subsets) -> None:
+        if ahead_fn is not None:
+            ahead_fn([with_sfb(plain, [cands[i] for i in sorted(sub)]) for sub in subsets if sub not in scored])
+
     seen: list[list[int]] = []
     first = None
+    solutions = []
     for mres in solve_sfb_pool(terms, max(1, min(pool, 2 ** len(cands))), seed=seed, time_limit_s=time_limit_s):
         if not mres.status in ("OPTIMAL", "FEASIBLE"):
             break
+        solutions.append(mres)
+    tell(frozenset(m.chosen) for m in solutions)
+    for mres in solutions:
         first = first or mres
         seen.append(mres.chosen)
         score(frozenset(mres.chosen))
     best = min(scored, key=lambda k: (scored[k][0], sorted(k)))
     for _ in range(polish_passes):
         improved = False
+        tell(best ^ {i} for i in range(len(cands)))
         for i in range(len(cands)):
             if len(scored) >= max_simulations:
                 break
             nb = best ^ {i}
             if score(nb) < scored[best][0]:
                 best, improved = nb, True
+                tell(best ^ {j} for j in range(i + 1, len(cands)))
         if not improved:
             break
     report["model"] = {"status": first.status if first else "NONE",

@@ -43,6 +43,26 @@ class Evaluator:
     floor_fn: Callable[[Strategy], float] | None = None  # a lower bound on a strategy's iteration ms (`can_exceed`)
     floored: int = 0  # strategies `can_exceed` ruled out without simulating
     floors: dict = field(default_factory=dict)  # strategy -> its floor ms, for those ruled out (counted already)
+    prefetch: Callable[[list], None] | None = None  # `tag.search.prefetch.Prefetcher.ahead` of simulate_fn's
+
+    @property
+    def looks_ahead(self) -> bool:
+        """Whether `ahead` does anything (callers skip building its lists when it does not)."""
+        return self.prefetch is not None
+
+    def ahead(self, strategies) -> None:
+        """Say which strategies the search will ask for next, in order, so that those it would simulate are simulated
+        ahead on other cores (`prefetch`; nothing without it). Changes no result and no count."""
+        if self.prefetch is None:
+            return
+        todo = []
+        for s in strategies:
+            if s in self.cache or s in self.floors:
+                continue
+            if self.key_fn is not None and self.key_fn(s) in self.aliases:
+                continue
+            todo.append(s)
+        self.prefetch(todo)
 
     def can_exceed(self, strategy: Strategy, value: float) -> bool:
         """False when `strategy` provably scores at most `value`: the value of its `floor_fn` time (a lower bound on

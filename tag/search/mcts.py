@@ -124,6 +124,8 @@ class MCTS:
             if child is None:
                 gid = self.space.order[node.depth]
                 strat = node.strategy.replace(gid, self.space.candidates[gid][a])
+                if self.ev.looks_ahead:
+                    self._ahead(node, a)
                 child = self._make_node(node.depth + 1, strat, self.ev.value(strat))
                 node.children[a] = child
                 value = child.value
@@ -134,6 +136,15 @@ class MCTS:
         for n, a in path:
             n.visits[a] += 1
             n.total[a] += value
+
+    def _ahead(self, node: Node, a: int) -> None:
+        """Tell the evaluator the children of `node` a later playout may expand: `a`, then the others not expanded,
+        highest prior first (`Evaluator.ahead`; results and counts do not change)."""
+        gid = self.space.order[node.depth]
+        cands = self.space.candidates[gid]
+        rest = sorted((b for b in range(len(cands)) if b != a and b not in node.children),
+                      key=lambda b: (-node.prior[b], b))
+        self.ev.ahead(node.strategy.replace(gid, cands[b]) for b in [a] + rest)
 
     def run(self, playouts: int, cap: WallCap | None = None,
             on_playout: Callable[[int, float], None] | None = None) -> MCTSResult:

@@ -133,9 +133,10 @@ def covering_prefix(ranked: list[RecomputeMove], over: dict[int, float]) -> list
 
 
 def fit_memory(gg, cluster, cost, training, strategy: Strategy, result_fn: Callable[[Strategy], object], *,
-               max_simulations: int = DEFAULT_PASS_SIMULATIONS) -> MemoryFit:
+               max_simulations: int = DEFAULT_PASS_SIMULATIONS, ahead_fn=None) -> MemoryFit:
     """Make `strategy` fit (module docstring); `result_fn(strategy) -> SimResult` (the search's cached evaluator).
-    Returns the input unchanged when it fits, or when nothing makes it fit within the budget."""
+    Returns the input unchanged when it fits, or when nothing makes it fit within the budget. ahead_fn(strategies):
+    told the polish's moves before it tries them (`tag.search.evaluate.Evaluator.ahead`); None: nothing."""
     spent = [0]
 
     def simulate(s: Strategy):
@@ -188,10 +189,18 @@ def fit_memory(gg, cluster, cost, training, strategy: Strategy, result_fn: Calla
         if spent[0] >= max_simulations:
             break
         better(current.replace(g, replace(current.decisions[g], recompute=False)))
+    def group_moves(first: int) -> list[Strategy]:  # the polish's one-group moves from group `first` on
+        top = max_zero(current.pipeline is not None)
+        return [current.replace(g, dec) for g in range(first, len(current.decisions))
+                for dec in memory_neighbours(current.decisions[g], has_params[g], top)]
+
     improved = True
     while improved and spent[0] < max_simulations:  # polish: a whole stage's, then one group's memory decisions
         improved = False
-        for cand in stage_memory_neighbours(current, has_params):
+        stage_moves = stage_memory_neighbours(current, has_params)
+        if ahead_fn is not None:
+            ahead_fn(stage_moves + group_moves(0))
+        for cand in stage_moves:
             if spent[0] >= max_simulations:
                 break
             improved = better(cand) or improved
@@ -199,7 +208,10 @@ def fit_memory(gg, cluster, cost, training, strategy: Strategy, result_fn: Calla
             for dec in memory_neighbours(current.decisions[g], has_params[g], max_zero(current.pipeline is not None)):
                 if spent[0] >= max_simulations:
                     break
-                improved = better(current.replace(g, dec)) or improved
+                if better(current.replace(g, dec)):
+                    improved = True
+                    if ahead_fn is not None:
+                        ahead_fn(group_moves(g + 1))
     return MemoryFit(current, cur_res, True, spent[0])
 
 
@@ -284,7 +296,7 @@ def fit_fastest_oom(gg, cluster, cost, training, ev: Evaluator, *, retries: int 
     for _, _, s in ooms[:retries]:
         if cap is not None and cap.reached():
             break
-        fit_memory(gg, cluster, cost, training, s, ev.result)
+        fit_memory(gg, cluster, cost, training, s, ev.result, ahead_fn=ev.ahead if ev.looks_ahead else None)
 
 
 def best_fitted(gg, cluster, cost, training, ev: Evaluator, fallback: Strategy) -> Strategy:
@@ -292,7 +304,7 @@ def best_fitted(gg, cluster, cost, training, ev: Evaluator, fallback: Strategy) 
     the best-ever after the pass (the search's last step before SFB)."""
     best = ev.best[1] or fallback
     if ev.result(best).oom:
-        fit_memory(gg, cluster, cost, training, best, ev.result)
+        fit_memory(gg, cluster, cost, training, best, ev.result, ahead_fn=ev.ahead if ev.looks_ahead else None)
         best = ev.best[1] or best
     return best
 

@@ -307,18 +307,22 @@ def device_orders(cluster, limit: int = MAX_DEVICE_CUTS) -> list[list[int]]:
 
 
 def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: int = MAX_STAGES,
-                        keep: int = KEEP) -> list[PipelineCandidate]:
+                        keep: int = KEEP, workers: int = 0) -> list[PipelineCandidate]:
     """The best `keep` pipelines by the stage model's estimate (`estimate_ms`) over every micro-batch count m,
     stage count S (the DP's cuts under 1F1B memory) and schedule of `schedule_variants` whose in-flight
     micro-batches fit, then the best of every other stage count, best first. With one stage, m > 1 is gradient
     accumulation (schedules are the same there: 1F1B only). Named ``pipeline-S<S>-m<m>-<schedule>``
     (``dp-balanced``: one stage, one micro-batch, no pipeline); names are unique: a further pipeline of the same
-    S, m and schedule (other cuts or device order) gets ``-v2``, ``-v3``, ... in order."""
+    S, m and schedule (other cuts or device order) gets ``-v2``, ``-v3``, ... in order. The DP's searches (one per
+    device order and m) are shared out with `workers` forked processes (`tag.search.prefetch.fork_map`): the same
+    candidates with any number."""
+    from tag.search.prefetch import fork_map
+
     weights = [g.fwd_flops_per_row + g.bwd_flops_per_row for g in gg.groups]
     boundary = BoundaryBytes(gg)  # each tensor once per cut, shared by both device orders' models
     cross = [boundary.across(i) for i in range(gg.n_groups)]
     gcuts = sorted(set(group_cut_positions(weights)) | set(cheap_cut_positions(cross, weights)))
-    found = []
+    found, jobs = [], []
     for order in device_orders(cluster):
         model = StageModel(gg, cluster, cost, training.optimizer, batch, order, boundary)
         sizes: dict[str, int] = {}
@@ -326,14 +330,16 @@ def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: 
             mach = cluster.devices[i].machine
             sizes[mach] = sizes.get(mach, 0) + 1
         dcuts = device_cut_positions(list(sizes.values()))
-        for m in micro_batch_counts(batch):
-            for s, sols in search_cuts(model, m, gcuts, dcuts, min(max_stages, gg.n_groups)).items():
-                for sol, rows in sols:
-                    for schedule, k in (schedule_variants(m) if s > 1 else [("1f1b", 1)]):
-                        if (schedule, k) != ("1f1b", 1) and not schedule_fits(model, sol, rows, m, schedule, k):
-                            continue
-                        found.append((estimate_ms(rows, m, schedule, k), s, m, schedule, k, len(found), model, sol,
-                                      rows))
+        jobs += [(model, m, dcuts) for m in micro_batch_counts(batch)]
+    solved = fork_map(lambda job: search_cuts(job[0], job[1], gcuts, job[2], min(max_stages, gg.n_groups)), jobs,
+                      workers)
+    for (model, m, _), by_stages in zip(jobs, solved):
+        for s, sols in by_stages.items():
+            for sol, rows in sols:
+                for schedule, k in (schedule_variants(m) if s > 1 else [("1f1b", 1)]):
+                    if (schedule, k) != ("1f1b", 1) and not schedule_fits(model, sol, rows, m, schedule, k):
+                        continue
+                    found.append((estimate_ms(rows, m, schedule, k), s, m, schedule, k, len(found), model, sol, rows))
     found.sort(key=lambda x: x[:6])
     chosen = found[:keep]
     for s in sorted({x[1] for x in found}):  # and the best of every stage count

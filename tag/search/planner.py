@@ -72,7 +72,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
          refine: bool = True, sfb: bool = True, refine_simulations: int | None = None,
          on_progress: Callable[[int, float], None] | None = None, pipeline: bool = True,
          cost_for: Callable[[str], object] | None = None, shard: bool = True, structure: bool = True,
-         structure_priors_fn=None) -> PlanResult:
+         structure_priors_fn=None, workers: int = 0) -> PlanResult:
     """Search a strategy: `playouts` tree playouts, then refinement with `refine_simulations` simulations
     (the tree's best plan; refine_simulations // 4 for each other baseline), then SFB selection. None for
     either count: `tag.search.budget.default_counts` of the instance. `budget_s` (None: none) is a wall-clock
@@ -95,6 +95,8 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     baselines); the pass also runs on the start when nothing fits, on the fastest strategies the tree found that do
     not fit (`fit_fastest_oom`), and on the refined plan if it still does not fit; refinement moves ZeRO stages and
     recomputation per group and per stage.
+    workers: processes that simulate ahead of the search on other cores (`tag.search.prefetch`); the plan, its
+    simulation counts and every figure but the seconds are the same with any number.
     """
     t0 = time.monotonic()
     cap = WallCap.after(budget_s)
@@ -102,48 +104,52 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     playouts = default_playouts if playouts is None else playouts
     refine_simulations = default_refine if refine_simulations is None else refine_simulations
     st = search_start(gg, cluster, cost, training, cost_for=cost_for, pipeline=pipeline, shard=shard,
-                      floors=not sfb, cap=cap)
-    training, cost, baselines, variants, ev = st.training, st.cost, st.baselines, st.variants, st.ev
-    base_name, start_name, base, candidates, sharded = st.base_name, st.start_name, st.base, st.candidates, st.sharded
-    pipeline, shard = st.pipeline, st.shard
+                      floors=not sfb, cap=cap, workers=workers)
+    try:
+        training, cost, baselines, variants, ev = st.training, st.cost, st.baselines, st.variants, st.ev
+        base_name, start_name, base = st.base_name, st.start_name, st.base
+        candidates, sharded = st.candidates, st.sharded
+        pipeline, shard = st.pipeline, st.shard
 
-    def progress(done: int, best_v: float) -> None:
-        if on_progress:
-            on_progress(done, ev.result(ev.best[1]).iteration_ms if ev.best[1] is not None else math.inf)
+        def progress(done: int, best_v: float) -> None:
+            if on_progress:
+                on_progress(done, ev.result(ev.best[1]).iteration_ms if ev.best[1] is not None else math.inf)
 
-    structure_report: dict = {}
-    if playouts > 0 and structure:  # the structure tree, then per-group polish (tag.search.structure_plan)
-        from tag.search.structure_plan import structured_search
+        structure_report: dict = {}
+        if playouts > 0 and structure:  # the structure tree, then per-group polish (tag.search.structure_plan)
+            from tag.search.structure_plan import structured_search
 
-        out = structured_search(gg, cluster, cost, training, ev, base, baselines, variants, st.pipelines,
-                                playouts=playouts, seed=seed, priors_fn=priors_fn,
-                                structure_priors_fn=structure_priors_fn, refine=refine,
-                                refine_simulations=refine_simulations, shard=shard, cap=cap, on_playout=progress)
-        best, space = out.best, out.space
-        tree_playouts, records = out.tree.playouts, out.polish.records  # the polish's in structure_report
-        structure_report = out.report(structure_priors_fn is not None)
-        method = "structure+mcts" + ("+gnn" if priors_fn is not None else "") + ("+refine" if refine else "")
-    else:
-        best, space, res, start_name = _start_search(
-            gg, cluster, cost, training, ev, baselines, variants, start_name, base, candidates, sharded,
-            playouts=playouts, seed=seed, priors_fn=priors_fn, refine=refine, refine_simulations=refine_simulations,
-            shard=shard, cap=cap, progress=progress)
-        tree_playouts, records = res.playouts, res.records
-        method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
-    sfb_report: dict = {}
-    no_sfb_result = ev.result(best)
-    if sfb:
-        best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, ev.result, cap=cap)
-        if sfb_report.get("ops"):
-            method += "+sfb"
-    return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,
-                      method=method, playouts=tree_playouts, seconds=time.monotonic() - t0, seed=seed,
-                      simulations=st.counted[0], capped=cap.hit, sfb=sfb_report, records=records,
-                      search_space_size=space.size(), no_sfb_result=no_sfb_result, start=start_name,
-                      pipelines=pipeline, candidates=candidates, shards=shard, shard_candidates=sharded,
-                      training=training, cost=cost,
-                      precision=st.precision, memory=memory_report(best, variants),
-                      structure=structure_report)
+            out = structured_search(gg, cluster, cost, training, ev, base, baselines, variants, st.pipelines,
+                                    playouts=playouts, seed=seed, priors_fn=priors_fn,
+                                    structure_priors_fn=structure_priors_fn, refine=refine,
+                                    refine_simulations=refine_simulations, shard=shard, cap=cap, on_playout=progress)
+            best, space = out.best, out.space
+            tree_playouts, records = out.tree.playouts, out.polish.records  # the polish's in structure_report
+            structure_report = out.report(structure_priors_fn is not None)
+            method = "structure+mcts" + ("+gnn" if priors_fn is not None else "") + ("+refine" if refine else "")
+        else:
+            best, space, res, start_name = _start_search(
+                gg, cluster, cost, training, ev, baselines, variants, start_name, base, candidates, sharded,
+                playouts=playouts, seed=seed, priors_fn=priors_fn, refine=refine, refine_simulations=refine_simulations,
+                shard=shard, cap=cap, progress=progress)
+            tree_playouts, records = res.playouts, res.records
+            method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
+        sfb_report: dict = {}
+        no_sfb_result = ev.result(best)
+        if sfb:
+            best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, ev.result, cap=cap)
+            if sfb_report.get("ops"):
+                method += "+sfb"
+        return PlanResult(strategy=best, result=ev.result(best), baselines=baselines, best_baseline=base_name,
+                          method=method, playouts=tree_playouts, seconds=time.monotonic() - t0, seed=seed,
+                          simulations=st.counted[0], capped=cap.hit, sfb=sfb_report, records=records,
+                          search_space_size=space.size(), no_sfb_result=no_sfb_result, start=start_name,
+                          pipelines=pipeline, candidates=candidates, shards=shard, shard_candidates=sharded,
+                          training=training, cost=cost,
+                          precision=st.precision, memory=memory_report(best, variants),
+                          structure=structure_report)
+    finally:
+        st.prefetcher.close()
 
 
 def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, variants: dict, start_name: str,

@@ -132,14 +132,26 @@ class PrecisionChoice:
 
 
 def choose_precision(gg, cluster, training, cost_for: Callable[[str], object], *,
-                     pass_simulations: int = DEFAULT_PASS_SIMULATIONS) -> PrecisionChoice:
+                     pass_simulations: int = DEFAULT_PASS_SIMULATIONS, workers: int = 0) -> PrecisionChoice:
     """Score every candidate of `auto_precisions` (module docstring) and keep the best; `cost_for(precision)` builds
-    the cost model of a precision (the CLI's, with its profile)."""
+    the cost model of a precision (the CLI's, with its profile). The candidates' seeds are made by this process and
+    `workers` forked ones (`tag.search.prefetch.fork_map`): the same seeds with any number."""
+    from tag.search.prefetch import fork_map
+
     usable_gb = {d.id: d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
     chosen, tried, sims = None, {}, 0
-    for p in auto_precisions(cluster):
-        tr = replace(training, precision=p)
-        seeds = make_seeds(gg, cluster, cost_for(p), tr, pass_simulations=pass_simulations, scoring_only=True)
+
+    precisions = auto_precisions(cluster)
+    costs = {p: cost_for(p) for p in precisions}
+
+    def seeds_of(p: str) -> dict:  # what a forked process sends back: no cost model, no simulate_fn
+        made = make_seeds(gg, cluster, costs[p], replace(training, precision=p),
+                          pass_simulations=pass_simulations, scoring_only=True)
+        return {k: getattr(made, k) for k in ("baselines", "variants", "simulations", "cache", "complete")}
+
+    for p, made in zip(precisions, fork_map(seeds_of, precisions, workers)):
+        tr, cost = replace(training, precision=p), costs[p]
+        seeds = Seeds(tr, cost, **made, simulate_fn=lambda s, cost=cost, tr=tr: _simulate(gg, cluster, cost, s, tr))
         score = seeds.score(usable_gb)
         tried[p] = {"fits": score[0] == 0, "best_start_ms": round(score[1], 4) if score[0] == 0 else None}
         if chosen is None or _better(score, chosen[1]):
@@ -155,6 +167,12 @@ def choose_precision(gg, cluster, training, cost_for: Callable[[str], object], *
            f"{MIN_GAIN:.0%} faster to be chosen)" if tried[p]["fits"] else "nothing fits; it overflows least")
     report = {"chosen": p, "by": "search", "candidates": tried, "why": why}
     return PrecisionChoice(seeds, report, sims)
+
+
+def _simulate(gg, cluster, cost, strategy, training):
+    from tag.sim import simulate
+
+    return simulate(gg, cluster, cost, strategy, training)
 
 
 def _better(score: tuple[int, float], best: tuple[int, float]) -> bool:

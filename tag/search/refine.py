@@ -126,8 +126,10 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
     while improved and not out_of_budget():
         improved = False
         sweep_start_v = cur_v
-        for cand in (bucket_neighbours(current) + shared_shift_neighbours(current, space.device_class, unit)
-                     + stage_memory_neighbours(current, space.has_params)):
+        whole = (bucket_neighbours(current) + shared_shift_neighbours(current, space.device_class, unit)
+                 + stage_memory_neighbours(current, space.has_params))
+        ev.ahead(whole)
+        for cand in whole:
             if out_of_budget():
                 return current
             if not ev.can_exceed(cand, cur_v):  # its compute alone is slower than the current plan
@@ -147,7 +149,9 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
             if space.shards:
                 tries += shard_like_neighbour(current, gid, space.shards, space.splittable[gid],
                                               space.has_params[gid])
-            for dec in tries:
+            if ev.looks_ahead:
+                ev.ahead(_moves(current, gid, tries, keeps))
+            for i, dec in enumerate(tries):
                 if dec == current.decisions[gid] or not keeps(gid, dec):
                     continue
                 if out_of_budget():
@@ -158,9 +162,16 @@ def refine(space: SearchSpace, ev: Evaluator, start: Strategy, *, max_simulation
                 v = ev.value(cand)
                 if v > cur_v + 1e-12:
                     current, cur_v, improved = cand, v, True
+                    if ev.looks_ahead:  # the rest now move from here
+                        ev.ahead(_moves(current, gid, tries[i + 1:], keeps))
         if cur_v - sweep_start_v < min_sweep_gain:
             break
     return current
+
+
+def _moves(current: Strategy, gid: int, tries: Sequence[Decision], keeps) -> list[Strategy]:
+    """The strategies `refine` tries for group `gid` from `current`, in its order (for `Evaluator.ahead`)."""
+    return [current.replace(gid, dec) for dec in tries if dec != current.decisions[gid] and keeps(gid, dec)]
 
 
 def bucket_neighbours(strategy: Strategy, sizes_mb: Sequence[float] = BUCKET_SIZES_MB) -> list[Strategy]:

@@ -17,6 +17,7 @@ from tag.search.baselines import best_baseline, least_oom_baseline
 from tag.search.budget import WallCap
 from tag.search.evaluate import Evaluator, compute_floor_ms, simulation_key
 from tag.search.precision import choose_precision, make_seeds
+from tag.search.prefetch import Prefetcher
 from tag.search.shard_search import SHARD_MAX_DEVICES, shard_candidates
 from tag.search.space import fits_pipeline
 from tag.strategy import Strategy, TrainingConfig
@@ -49,15 +50,19 @@ class SearchStart:
     shard: bool  # shards were searched
     precision: dict  # plan.json search.precision
     counted: list
+    prefetcher: Prefetcher | None = None  # the evaluator's workers (`tag.search.prefetch`); the caller closes it
 
 
 def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, pipeline: bool = True,
-                 shard: bool = True, floors: bool = True, cap: WallCap | None = None) -> SearchStart:
+                 shard: bool = True, floors: bool = True, cap: WallCap | None = None,
+                 workers: int = 0) -> SearchStart:
     """The starts and the root (module docstring). cost_for: None searches under `training.precision` with `cost`;
     else precision -> cost model, and the precision is chosen (`choose_precision`). floors: the evaluator rules out
     moves a compute floor proves cannot pay (`Evaluator.can_exceed`); `plan` turns them off with SFB, whose extra
     start is the fastest plan of the evaluator's cache. pipeline / shard: search them (never above
-    PIPELINE_MAX_DEVICES / SHARD_MAX_DEVICES devices)."""
+    PIPELINE_MAX_DEVICES / SHARD_MAX_DEVICES devices). workers: processes that simulate ahead of the search
+    (`tag.search.prefetch`; the same results and counts with any number), closed by the caller
+    (`SearchStart.prefetcher`)."""
     from tag.sim import simulate
     from tag.sim.context import sim_context
 
@@ -65,7 +70,7 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
     batch = gg.graph.batch_size
     usable_gb = {d.id: d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
     if cost_for is not None:
-        choice = choose_precision(gg, cluster, training, cost_for)
+        choice = choose_precision(gg, cluster, training, cost_for, workers=workers)
         seeds, precision_report, seed_sims = choice.seeds, choice.report, choice.simulations
     else:
         seeds = make_seeds(gg, cluster, cost, training)
@@ -80,22 +85,26 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
     start_name = base_name if base_name is not None else least_oom_baseline(baselines, usable_gb)
     counted = [seed_sims + seeds.simulations]
 
+    ahead = Prefetcher(lambda s: simulate(gg, cluster, cost, s, training), workers)
+
     def simulate_fn(strategy: Strategy):
         if strategy.pipeline is not None and not pipeline_consistent(strategy):
             return broken_pipeline_result(cluster, batch)  # a move left a group's rows outside its stage
         counted[0] += 1
-        return simulate(gg, cluster, cost, strategy, training)
+        return ahead.take(strategy)
 
     ctx = sim_context(gg, cluster, cost, training)
     ev = Evaluator(simulate_fn, reference_ms, usable_gb, key_fn=lambda s: simulation_key(ctx, s),
-                   floor_fn=(lambda s: compute_floor_ms(gg, cluster, cost, s)) if floors else None)
+                   floor_fn=(lambda s: compute_floor_ms(gg, cluster, cost, s)) if floors else None,
+                   prefetch=ahead.ahead if ahead.workers else None)
     for s, r in seeds.cache.items():  # seed the cache and the best-ever with the baselines and memory variants
         ev.add(s, r)
     pipeline = pipeline and cluster.n_devices <= PIPELINE_MAX_DEVICES
     shard = shard and cluster.n_devices <= SHARD_MAX_DEVICES
     # The per-group tree's moves keep a pipelined start inside its stages, so it starts from a pipeline only when no
     # baseline fits; otherwise the pipelines and shard candidates compete through the evaluator's best-ever
-    candidates, pipelines = _pipeline_candidates(gg, cluster, cost, training, batch, ev) if pipeline else ({}, [])
+    candidates, pipelines = (_pipeline_candidates(gg, cluster, cost, training, batch, ev, workers) if pipeline
+                             else ({}, []))
     sharded = _shard_candidates(gg, cluster, cost, training, ev,
                                 _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
     start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
@@ -103,7 +112,7 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
     return SearchStart(training=training, cost=cost, baselines=baselines, variants=variants, ev=ev,
                        base_name=base_name, start_name=start_name, base=base, candidates=candidates,
                        pipelines=pipelines, sharded=sharded, pipeline=pipeline, shard=shard,
-                       precision=precision_report, counted=counted)
+                       precision=precision_report, counted=counted, prefetcher=ahead)
 
 
 def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines: dict, start_name: str, *,
@@ -169,16 +178,18 @@ def broken_pipeline_result(cluster, batch: int):
                      busy_ms={}, link_bytes={}, fit_iteration_ms=math.inf, batch_size=batch)
 
 
-def _pipeline_candidates(gg, cluster, cost, training, batch: int, ev: Evaluator) -> tuple[dict, list]:
+def _pipeline_candidates(gg, cluster, cost, training, batch: int, ev: Evaluator,
+                         workers: int = 0) -> tuple[dict, list]:
     """(name -> (strategy, SimResult) of the pipelines the DP proposes as starts, the first KEEP by its estimate
     and the best of each stage count, simulated through the evaluator (so the best of them is the search's best-ever
     when it wins); the PIPELINE_KEEP best it proposes, for the structure tree, best first)."""
     from tag.search.pipeline_search import KEEP, pipeline_candidates
     from tag.search.structure import PIPELINE_KEEP
 
-    found = pipeline_candidates(gg, cluster, cost, training, batch, keep=PIPELINE_KEEP)
+    found = pipeline_candidates(gg, cluster, cost, training, batch, keep=PIPELINE_KEEP, workers=workers)
     stages = [c.strategy.pipeline and len(c.strategy.pipeline.stages) for c in found]
     starts = [c for i, c in enumerate(found) if i < KEEP or stages[i] not in stages[:i]]
+    ev.ahead(c.strategy for c in starts)
     return {c.name: (c.strategy, ev.result(c.strategy)) for c in starts}, found
 
 
@@ -186,6 +197,7 @@ def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict) -
     """name -> (strategy, SimResult) of every shard candidate (`tag.search.shard_search.shard_candidates`) built on
     the bases (name -> strategy), simulated through the evaluator."""
     made = shard_candidates(gg, cluster, cost, training, bases, ev.result)
+    ev.ahead(made.values())
     return {name: (s, ev.result(s)) for name, s in made.items()}
 
 

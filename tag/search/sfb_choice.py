@@ -49,7 +49,8 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
         # each solve stops on CP-SAT's deterministic work limit (tag.compression.model.WORK_LIMIT); its
         # wall-clock limit is the cap's remaining time, so the clock binds only when the cap does
         s, rep = select_sfb(gg, cluster, cost, training, start, simulate_fn,
-                            time_limit_s=cap.remaining_s(SFB_SOLVE_LIMIT_S) if cap is not None else SFB_SOLVE_LIMIT_S)
+                            time_limit_s=cap.remaining_s(SFB_SOLVE_LIMIT_S) if cap is not None else SFB_SOLVE_LIMIT_S,
+                            ahead_fn=ev.ahead if ev.looks_ahead else None)
         if cap is not None:
             cap.reached()
         if start is best and not report:

@@ -46,10 +46,13 @@ TREE_PASS_SIMULATIONS = 12  # the memory pass as a tree action spends at most th
 @dataclass(frozen=True)
 class Action:
     """One decision of a level: its name (as plan.json's search.structure.path lists it) and the strategy it
-    builds from the node's strategy (None: it does not apply). `build` runs only when the tree widens to it."""
+    builds from the node's strategy (None: it does not apply). `build` runs only when the tree widens to it;
+    `known` is what it builds when that costs nothing (a layout, a bucket cap), so the tree can have it simulated
+    ahead (`tag.search.evaluate.Evaluator.ahead`)."""
 
     name: str
     build: Callable[[], Strategy | None] = field(compare=False)
+    known: Strategy | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -205,5 +208,6 @@ def memory_actions(gg, cluster, cost, training, base: Strategy, result_fn) -> li
 
 def bucket_actions(base: Strategy) -> list[Action]:
     """The bucket level's actions: each other cap of BUCKET_SIZES_MB (MiB; 0 = one bucket per group)."""
-    return [Action(f"bucket-{mb:g}", lambda mb=mb: Strategy(base.decisions, float(mb), pipeline=base.pipeline))
-            for mb in BUCKET_SIZES_MB if float(mb) != base.bucket_mb]
+    capped = [Strategy(base.decisions, float(mb), pipeline=base.pipeline)
+              for mb in BUCKET_SIZES_MB if float(mb) != base.bucket_mb]
+    return [Action(f"bucket-{s.bucket_mb:g}", lambda s=s: s, s) for s in capped]

@@ -112,6 +112,8 @@ class StructureTree:
         node.prior = prior if prior is not None else np.full(k, 1.0 / max(k, 1))
         node.order = sorted(range(k), key=lambda i: (-node.prior[i], i))
         node.jitter = self.rng.random(k) * 1e-9
+        # the children the tree widens to first, in that order, simulated ahead where their strategies are known
+        self.ev.ahead(node.actions[i].known for i in node.order if node.actions[i].known is not None)
         if not k:
             node.exhausted = True
 
@@ -228,21 +230,21 @@ def structure_actions(gg, cluster, cost, training, layouts: Layouts, shards: dic
     (None or {}: no shard level actions); `result_fn`: the evaluator's cached simulation."""
     from tag.search.structure import bucket_actions, memory_actions, shard_actions
 
-    def const(s: Strategy) -> Callable[[], Strategy]:
-        return lambda: s
+    def const(name: str, s: Strategy) -> Action:
+        return Action(name, lambda: s, s)
 
     def actions_for(node: StructureNode) -> list[Action]:
         level = node.levels[0]
-        keep = Action("keep", const(node.strategy))
+        keep = const("keep", node.strategy)
         if level == "kind":
-            return [Action(k, const(v[0][1])) for k, v in layouts.by_kind.items()]
+            return [const(k, v[0][1]) for k, v in layouts.by_kind.items()]
         if level == "layout":
             kind = node.path[0]
-            return [Action(name, const(s)) for name, s in layouts.by_kind[kind]]
+            return [const(name, s) for name, s in layouts.by_kind[kind]]
         if level == "stages":
-            return [Action(f"S{s}", const(v[0][1])) for s, v in layouts.pipelines_by_stages.items()]
+            return [const(f"S{s}", v[0][1]) for s, v in layouts.pipelines_by_stages.items()]
         if level == "micro":
-            return [Action(name, const(s)) for name, s in layouts.pipelines_by_stages[node.stages]]
+            return [const(name, s) for name, s in layouts.pipelines_by_stages[node.stages]]
         if level == "shard":
             return [keep] + (shard_actions(gg, cluster, cost, training, node.strategy, shards, result_fn)
                              if shards else [])

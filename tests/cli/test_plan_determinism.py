@@ -65,3 +65,18 @@ def test_a_binding_cap_is_stated_in_the_plan_and_on_stderr(tmp_path, capsys):
     assert len(err) == 1 and "--budget" in err[0]
     search = json.loads(out.read_text())["search"]
     assert search["capped"] is True and search["playouts"] == 0
+
+
+def test_the_plan_is_the_same_for_every_jobs_count(tmp_path, capsys):
+    """--jobs only decides how many processes simulate (`tag.search.prefetch`): one process and three write the
+    same plan.json apart from search.seconds."""
+    texts = []
+    for jobs in ("1", "3"):
+        out = tmp_path / f"j{jobs}.json"
+        assert main(["plan", MODEL, TOPO, "-o", str(out), "--jobs", jobs, *FLAGS]) == 0
+        texts.append(_without_seconds(out.read_text()))
+    assert texts[0] == texts[1]
+    capsys.readouterr()
+    assert main(["plan", MODEL, TOPO, "-o", str(tmp_path / "j0.json"), "--jobs", "0", *FLAGS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--jobs" in err[0] and not (tmp_path / "j0.json").exists()

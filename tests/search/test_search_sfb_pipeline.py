@@ -19,7 +19,7 @@ class _Res:
 
 @dataclass
 class _Ev:
-    """The evaluator surface `_apply_sfb` uses: cached results and a value (higher is better)."""
+    """The evaluator surface `_apply_sfb` uses: cached results, a value (higher is better) and `looks_ahead`."""
 
     cache: dict = field(default_factory=dict)
 
@@ -28,6 +28,8 @@ class _Ev:
 
     def result(self, s):
         return self.cache[s]
+
+    looks_ahead = False  # nothing is simulated ahead here
 
 
 def _piped(rows):
@@ -42,7 +44,7 @@ def test_pipelined_strategies_are_not_sfb_starts(monkeypatch):
     ev = _Ev({best: _Res(10.0), other_piped: _Res(15.0), flat: _Res(20.0)})
     seen = []
 
-    def fake_select(gg, cluster, cost, training, start, simulate_fn, time_limit_s=None):
+    def fake_select(gg, cluster, cost, training, start, simulate_fn, time_limit_s=None, ahead_fn=None):
         seen.append(start)
         with_sfb = Strategy(tuple(Decision(d.rows, sfb=("op",)) for d in start.decisions), pipeline=start.pipeline)
         ev.cache[with_sfb] = _Res(ev.cache[start].iteration_ms - 1.0)  # SFB saves 1 ms wherever it is applied

@@ -18,7 +18,7 @@ def _flat(rows, recompute=False):
 def _run(monkeypatch, best, ev, baselines, **kw):
     seen = []
 
-    def fake_select(gg, cluster, cost, training, start, simulate_fn, time_limit_s=None):
+    def fake_select(gg, cluster, cost, training, start, simulate_fn, time_limit_s=None, ahead_fn=None):
         seen.append(start)
         return start, {"ops": []}
 
