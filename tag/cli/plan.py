@@ -45,8 +45,10 @@ def add_parser(sub):
                         "and the plan may differ run to run")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default 0)")
     p.add_argument("--jobs", type=int, default=None, metavar="J",
-                   help="processes that simulate (default: one per CPU this process may use). The others simulate "
-                        "the moves the search will try next; the plan is the same with any number (1: one process)")
+                   help="processes that plan (default: one per CPU this process may use; one above 128 devices, "
+                        "where forking the search's large process costs more than it saves). The others run the "
+                        "pipeline DP's searches and simulate the moves the search will try next; the plan is the "
+                        "same with any number (1: one process)")
     gnn = p.add_mutually_exclusive_group()
     gnn.add_argument("--gnn", metavar="CKPT", default=None,
                      help="GNN checkpoint for the per-group polish's priors (default: the shipped one)")

@@ -36,6 +36,10 @@ SFB_MAX_DEVICES = 128  # tag plan skips SFB selection above this many devices (i
 # tag plan guides its trees with uniform priors above this many devices: one network forward pass over the device
 # graph (every device a node) costs seconds there, more than the few playouts such a search runs
 GNN_MAX_DEVICES = 256
+# plan() works in one process above this many devices, whatever `workers` says: there the search's process is large and
+# the forked workers' copy-on-write faults cost more than they save (benchmarks/plan_time.md part 14: mixed1024 120 s
+# in one process, 142 s with a worker)
+WORKERS_MAX_DEVICES = 128
 
 
 @dataclass
@@ -95,14 +99,16 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     baselines); the pass also runs on the start when nothing fits, on the fastest strategies the tree found that do
     not fit (`fit_fastest_oom`), and on the refined plan if it still does not fit; refinement moves ZeRO stages and
     recomputation per group and per stage.
-    workers: processes that simulate ahead of the search on other cores (`tag.search.prefetch`); the plan, its
-    simulation counts and every figure but the seconds are the same with any number.
+    workers: processes that simulate ahead of the search on other cores (`tag.search.prefetch`; none above
+    WORKERS_MAX_DEVICES devices); the plan, its simulation counts and every figure but the seconds are the same with
+    any number.
     """
     t0 = time.monotonic()
     cap = WallCap.after(budget_s)
     default_playouts, default_refine = default_counts(gg.n_groups, cluster.n_devices)
     playouts = default_playouts if playouts is None else playouts
     refine_simulations = default_refine if refine_simulations is None else refine_simulations
+    workers = workers if cluster.n_devices <= WORKERS_MAX_DEVICES else 0
     st = search_start(gg, cluster, cost, training, cost_for=cost_for, pipeline=pipeline, shard=shard,
                       floors=not sfb, cap=cap, workers=workers)
     try:

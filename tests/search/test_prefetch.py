@@ -126,3 +126,28 @@ def test_pipeline_candidates_are_the_same_with_a_worker():
             for w in (0, 1))
     assert [(c.name, c.strategy, c.estimate_ms) for c in a] == [(c.name, c.strategy, c.estimate_ms) for c in b]
     assert len(a) > 3
+
+
+def test_above_the_device_limit_plan_uses_no_worker(monkeypatch):
+    """plan() passes workers on only up to WORKERS_MAX_DEVICES devices (heterog8 has 8: a limit of 7 turns them off)."""
+    import tag.search.planner as planner
+    from tag.modelio import load_inputs
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    inp = load_inputs(os.path.join(root, "datasets/models/mlp.onnx"),
+                      os.path.join(root, "datasets/topologies/heterog8.json"))
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_start(*args, workers=0, **kw):
+        seen.append(workers)
+        raise Stop
+
+    monkeypatch.setattr(planner, "search_start", fake_start)
+    for limit in (8, 7):
+        monkeypatch.setattr(planner, "WORKERS_MAX_DEVICES", limit)
+        with pytest.raises(Stop):
+            planner.plan(inp.gg, inp.cluster, inp.cost, inp.training, workers=3)
+    assert seen == [3, 0]
