@@ -18,8 +18,8 @@ for (it took another move first and the rest of its list changed) costs only the
 forked ones, each taking the next item not taken when it is free (the pipeline DP's searches, one per device order
 and micro-batch count).
 
-Workers are forked (`multiprocessing`'s "fork" start method): where it is missing, or with `workers=0`, `take`
-computes every strategy here. A worker that fails on a strategy (an exception) or dies leaves that strategy, or
+Workers are forked (`multiprocessing`'s "fork" start method, on Linux only: `can_fork`): elsewhere, or with
+`workers=0`, `take` computes every strategy here. A worker that fails on a strategy (an exception) or dies leaves that strategy, or
 every later one, to this process, which then raises what `fn` raises where the search asked.
 """
 
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 from collections import OrderedDict, deque
 from multiprocessing.connection import wait
 from typing import Callable, Hashable, Iterable
@@ -34,10 +35,16 @@ from typing import Callable, Hashable, Iterable
 MAX_KEPT = 512  # results computed ahead and not yet taken that are kept (oldest dropped first)
 
 
+def can_fork() -> bool:
+    """Whether workers are forked here: on Linux (elsewhere, e.g. macOS, forking a process that loaded torch is not
+    safe, and `multiprocessing` defaults to spawning)."""
+    return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
+
+
 def default_workers() -> int:
     """Worker processes for this machine: the CPUs this process may run on, less the one it runs on itself (0 on one
-    CPU, or where processes cannot be forked)."""
-    if "fork" not in multiprocessing.get_all_start_methods():
+    CPU, or where processes are not forked, `can_fork`)."""
+    if not can_fork():
         return 0
     try:
         cpus = len(os.sched_getaffinity(0))
@@ -80,7 +87,7 @@ class Prefetcher:
         self.failed: set = set()
         self.from_workers = 0  # results taken that a worker computed
         self._procs = []
-        if workers > 0 and "fork" in multiprocessing.get_all_start_methods():
+        if workers > 0 and can_fork():
             ctx = multiprocessing.get_context("fork")
             for _ in range(workers):
                 mine, theirs = ctx.Pipe()
@@ -192,7 +199,7 @@ def fork_map(fn: Callable, items: Iterable, workers: int = 0) -> list:
     """[fn(x) for x in items], computed by this process and `workers` forked ones (module docstring); an item whose
     worker failed or died is computed here, so fn's exception is raised here."""
     items = list(items)
-    if workers <= 0 or len(items) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if workers <= 0 or len(items) < 2 or not can_fork():
         return [fn(x) for x in items]
     ctx = multiprocessing.get_context("fork")
     todo = deque(range(len(items)))

@@ -5,11 +5,11 @@ import os
 
 import pytest
 
-from tag.search.prefetch import Prefetcher, fork_map
+from tag.search.prefetch import Prefetcher, can_fork, fork_map
 
 PARENT = os.getpid()
 
-needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="workers are forked")
+needs_fork = pytest.mark.skipif(not can_fork(), reason="workers are forked on Linux only")
 
 
 def square_and_pid(x):
@@ -101,7 +101,7 @@ def test_fork_map_is_the_list_comprehension():
     assert fork_map(square_and_pid, [], workers=1) == []
     got = fork_map(square_and_pid, range(9), workers=1)
     assert [v for v, _ in got] == [x * x for x in range(9)]
-    if hasattr(os, "fork"):
+    if can_fork():
         assert any(pid != PARENT for _, pid in got)  # shared out
     assert fork_map(square_and_pid, range(3), workers=0) == [(x * x, PARENT) for x in range(3)]
 
