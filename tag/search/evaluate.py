@@ -51,18 +51,12 @@ class Evaluator:
         return self.prefetch is not None
 
     def ahead(self, strategies) -> None:
-        """Say which strategies the search will ask for next, in order, so that those it would simulate are simulated
-        ahead on other cores (`prefetch`; nothing without it). Changes no result and no count."""
-        if self.prefetch is None:
-            return
-        todo = []
-        for s in strategies:
-            if s in self.cache or s in self.floors:
-                continue
-            if self.key_fn is not None and self.key_fn(s) in self.aliases:
-                continue
-            todo.append(s)
-        self.prefetch(todo)
+        """Say which strategies the search will ask for next, in order, so that those not scored yet are simulated
+        ahead on other cores (`prefetch`; nothing without it). Changes no result and no count. `key_fn` is not asked
+        here: it is asked again when the strategy is scored, and a strategy that turns out to be an alias costs only
+        a worker's time."""
+        if self.prefetch is not None:
+            self.prefetch([s for s in strategies if s not in self.cache and s not in self.floors])
 
     def can_exceed(self, strategy: Strategy, value: float) -> bool:
         """False when `strategy` provably scores at most `value`: the value of its `floor_fn` time (a lower bound on

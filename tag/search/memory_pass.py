@@ -189,6 +189,7 @@ def fit_memory(gg, cluster, cost, training, strategy: Strategy, result_fn: Calla
         if spent[0] >= max_simulations:
             break
         better(current.replace(g, replace(current.decisions[g], recompute=False)))
+
     def group_moves(first: int) -> list[Strategy]:  # the polish's one-group moves from group `first` on
         top = max_zero(current.pipeline is not None)
         return [current.replace(g, dec) for g in range(first, len(current.decisions))

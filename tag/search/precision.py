@@ -78,11 +78,10 @@ def make_seeds(gg, cluster, cost, training, *, pass_simulations: int = DEFAULT_P
     scoring_only: run the pass only on the baselines whose variant could change `Seeds.score` (`can_score`); the
     seeds are then `complete` only when that was every baseline that does not fit (`complete_seeds` runs the rest)."""
     from tag.search.baselines import run_baselines
-    from tag.sim import simulate
 
     baselines = run_baselines(gg, cluster, cost, training)
     seeds = Seeds(training, cost, baselines, {}, 0, {s: r for s, r in baselines.values()})
-    seeds.simulate_fn = simulate_fn or (lambda s: simulate(gg, cluster, cost, s, training))
+    seeds.simulate_fn = simulate_fn or _simulator(gg, cluster, cost, training)
     named = can_score(gg, cluster, cost, baselines) if scoring_only else baselines
     seeds.complete = all(not r.oom or name in named for name, (_, r) in baselines.items())
     seeds.variants = _variants(gg, cluster, seeds, named, pass_simulations)
@@ -151,7 +150,7 @@ def choose_precision(gg, cluster, training, cost_for: Callable[[str], object], *
 
     for p, made in zip(precisions, fork_map(seeds_of, precisions, workers)):
         tr, cost = replace(training, precision=p), costs[p]
-        seeds = Seeds(tr, cost, **made, simulate_fn=lambda s, cost=cost, tr=tr: _simulate(gg, cluster, cost, s, tr))
+        seeds = Seeds(tr, cost, **made, simulate_fn=_simulator(gg, cluster, cost, tr))
         score = seeds.score(usable_gb)
         tried[p] = {"fits": score[0] == 0, "best_start_ms": round(score[1], 4) if score[0] == 0 else None}
         if chosen is None or _better(score, chosen[1]):
@@ -169,10 +168,11 @@ def choose_precision(gg, cluster, training, cost_for: Callable[[str], object], *
     return PrecisionChoice(seeds, report, sims)
 
 
-def _simulate(gg, cluster, cost, strategy, training):
+def _simulator(gg, cluster, cost, training) -> Callable:
+    """strategy -> `tag.sim.simulate` of it on these inputs: the seeds' default simulator call."""
     from tag.sim import simulate
 
-    return simulate(gg, cluster, cost, strategy, training)
+    return lambda s: simulate(gg, cluster, cost, s, training)
 
 
 def _better(score: tuple[int, float], best: tuple[int, float]) -> bool:

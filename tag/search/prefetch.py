@@ -53,6 +53,30 @@ def default_workers() -> int:
     return max(0, cpus - 1)
 
 
+def _fork(target: Callable, *args):
+    """(process, this end of its pipe) of a forked daemon running target(its end of the pipe, *args)."""
+    ctx = multiprocessing.get_context("fork")
+    mine, theirs = ctx.Pipe()
+    proc = ctx.Process(target=target, args=(theirs, *args), daemon=True)
+    proc.start()
+    theirs.close()
+    return proc, mine
+
+
+def _stop(conns: list, procs: list) -> None:
+    """Tell the workers on `conns` to stop (None), close the pipes, and reap `procs` (killed after 1 s)."""
+    for conn in conns:
+        try:
+            conn.send(None)
+        except (BrokenPipeError, OSError):
+            pass
+        conn.close()
+    for proc in procs:
+        proc.join(timeout=1.0)
+        if proc.is_alive():
+            proc.kill()
+
+
 def _serve(conn, fn: Callable) -> None:
     """A worker's loop: receive a strategy, send back (True, fn(strategy)), or (False, None) when fn raised; None
     stops it."""
@@ -88,14 +112,10 @@ class Prefetcher:
         self.from_workers = 0  # results taken that a worker computed
         self._procs = []
         if workers > 0 and can_fork():
-            ctx = multiprocessing.get_context("fork")
             for _ in range(workers):
-                mine, theirs = ctx.Pipe()
-                p = ctx.Process(target=_serve, args=(theirs, fn), daemon=True)
-                p.start()
-                theirs.close()
-                self._procs.append(p)
-                self.idle.append(mine)
+                proc, conn = _fork(_serve, fn)
+                self._procs.append(proc)
+                self.idle.append(conn)
 
     @property
     def workers(self) -> int:
@@ -130,16 +150,7 @@ class Prefetcher:
         return self.fn(strategy)
 
     def close(self) -> None:
-        for conn in list(self.idle) + list(self.busy):
-            try:
-                conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-            conn.close()
-        for p in self._procs:
-            p.join(timeout=1.0)
-            if p.is_alive():
-                p.kill()
+        _stop(list(self.idle) + list(self.busy), self._procs)
         self.idle, self.busy, self._procs = [], {}, []
         self.queue.clear()
         self.listed.clear()
@@ -201,18 +212,14 @@ def fork_map(fn: Callable, items: Iterable, workers: int = 0) -> list:
     items = list(items)
     if workers <= 0 or len(items) < 2 or not can_fork():
         return [fn(x) for x in items]
-    ctx = multiprocessing.get_context("fork")
     todo = deque(range(len(items)))
     out: dict = {}
     busy: dict = {}  # connection -> index
     procs, conns = [], []
     try:
         for _ in range(min(workers, len(items) - 1)):
-            mine, theirs = ctx.Pipe()
-            p = ctx.Process(target=_serve_items, args=(theirs, fn, items), daemon=True)
-            p.start()
-            theirs.close()
-            procs.append(p)
+            proc, mine = _fork(_serve_items, fn, items)
+            procs.append(proc)
             conns.append(mine)
             i = todo.popleft()
             mine.send(i)
@@ -238,14 +245,5 @@ def fork_map(fn: Callable, items: Iterable, workers: int = 0) -> list:
                     conn.send(j)
                     busy[conn] = j
     finally:
-        for conn in conns:
-            try:
-                conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
-            conn.close()
-        for p in procs:
-            p.join(timeout=1.0)
-            if p.is_alive():
-                p.kill()
+        _stop(conns, procs)
     return [out[i] for i in range(len(items))]
