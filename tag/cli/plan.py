@@ -248,19 +248,13 @@ def _least_overflowing(res, cluster):
 
 
 def _load_gnn(args, inp):
-    """The priors callable and its checkpoint name: --gnn CKPT, else the shipped weights. The GNN is never
-    dropped silently: a missing library or shipped checkpoint is an InputError naming it and --no-gnn."""
+    """The priors callable and its checkpoint name: --gnn CKPT, else the shipped weights (evaluated in numpy,
+    `tag.gnn.infer`: planning does not import torch). The GNN is never dropped silently: a missing shipped
+    checkpoint is an InputError naming it and --no-gnn."""
     from tag.errors import InputError
+    from tag.gnn import default_checkpoint, load_priors_fn
 
     where = args.gnn or "the shipped GNN checkpoint"
-    try:
-        import importlib
-
-        importlib.import_module("torch")
-        from tag.gnn import default_checkpoint, load_priors_fn
-    except ImportError as e:
-        raise InputError(where, "GNN", "torch installed (or --no-gnn to plan without the GNN)",
-                         f"{type(e).__name__}: {e}") from None
     ckpt = args.gnn or default_checkpoint()
     if ckpt is None:
         raise InputError(where, "GNN", "tag/gnn/pretrained in the installed package (or --gnn CKPT, or --no-gnn "

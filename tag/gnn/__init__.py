@@ -4,8 +4,9 @@ Public API: `load_priors_fn(ckpt_path, gg, cluster, cost, training) -> priors_fn
 `tag.search.planner.plan(..., priors_fn=...)`, and `default_checkpoint()` -> the shipped weights' path or None;
 `load_structure_priors_fn(ckpt_path, gg, cluster, cost, training)` -> the structure tree's priors for
 `plan(..., structure_priors_fn=...)` (`tag.gnn.structure_model`; shipped weights: `checkpoint.default_structure_checkpoint()`).
-Heavy imports (torch) happen on first use; nothing here imports torch_geometric (`tag.gnn.layers` and
-`tag.gnn.graph` implement what the networks use).
+Heavy imports (torch) happen on first use, and planning makes none: `load_priors_fn` and `load_structure_priors_fn`
+evaluate the networks in numpy (`tag.gnn.infer`, weights read by `tag.gnn.pt_reader`). Nothing here imports
+torch_geometric (`tag.gnn.layers` and `tag.gnn.graph` implement what the networks use).
 """
 
 from __future__ import annotations

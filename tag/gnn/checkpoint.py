@@ -17,13 +17,10 @@ from __future__ import annotations
 import json
 import os
 
-import torch
-
 from tag.errors import InputError
 from tag.fileio import atomic_write, write_text_atomic
 from tag.gnn.data import FEATURE_VERSION
 from tag.gnn.shipped import SHIPPED_STRUCTURE_NAME, shipped_checkpoint  # noqa: F401 (re-exported)
-from tag.gnn.model import TagGNN
 
 FORMAT = "tag-gnn"
 STRUCTURE_FORMAT = "tag-structure-gnn"  # the structure network (`tag.gnn.structure_model`), same layout
@@ -44,6 +41,8 @@ def save_checkpoint(path: str, net, *, optimizer=None, progress: dict | None = N
                     card: dict | None = None, fmt: str = FORMAT) -> None:
     """Write a checkpoint of `net` (a TagGNN, or with `fmt` = STRUCTURE_FORMAT a StructureNet) atomically (temp
     file + rename) and its ``.card.json``."""
+    import torch
+
     obj = {"format": fmt, "feature_version": FEATURE_VERSION, "config": dict(net.config),
            "model": net.state_dict(), "optimizer": optimizer.state_dict() if optimizer is not None else None,
            "progress": dict(progress or {}), "card": dict(card or {})}
@@ -54,13 +53,22 @@ def save_checkpoint(path: str, net, *, optimizer=None, progress: dict | None = N
     write_text_atomic(path + ".card.json", card_json + "\n")
 
 
-def read_checkpoint(path: str, fmt: str = FORMAT) -> dict:
-    """The raw checkpoint dict, checked for format `fmt` and feature version (InputError otherwise)."""
+def read_checkpoint(path: str, fmt: str = FORMAT, arrays: str = "torch") -> dict:
+    """The raw checkpoint dict, checked for format `fmt` and feature version (InputError otherwise); tensors as
+    torch tensors (`arrays` "torch": ``torch.load(weights_only=True)``) or numpy arrays ("numpy":
+    `tag.gnn.pt_reader`, without importing torch)."""
     path = str(path)
     if not os.path.isfile(path):
         raise InputError(path, "file", "an existing GNN checkpoint", "no such file")
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        if arrays == "numpy":
+            from tag.gnn.pt_reader import read_torch_file
+
+            obj = read_torch_file(path)
+        else:
+            import torch
+
+            obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # not a torch file, or not loadable with weights_only
         raise InputError(path, "file", "a tag GNN checkpoint (torch.save of plain values)",
                          f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}") from None
@@ -83,6 +91,7 @@ def load_checkpoint(path: str, fmt: str = FORMAT) -> tuple:
             from tag.gnn.structure_model import StructureNet
             net = StructureNet(**cfg)
         else:
+            from tag.gnn.model import TagGNN
             net = TagGNN(**cfg)
         net.load_state_dict(obj["model"])
     except (TypeError, KeyError, RuntimeError, ValueError) as e:
@@ -90,3 +99,21 @@ def load_checkpoint(path: str, fmt: str = FORMAT) -> tuple:
                          f"{type(e).__name__}: {str(e).splitlines()[0][:80]}") from None
     net.eval()
     return net, obj
+
+
+def load_inference_net(path: str, fmt: str = FORMAT):
+    """The network of a checkpoint for inference in numpy (`tag.gnn.infer`: a NumpyTagGNN, or with `fmt` =
+    STRUCTURE_FORMAT a NumpyStructureNet), read without importing torch; InputError for a bad checkpoint or one
+    whose weights do not match its configuration (`tag.gnn.infer.check_weights`)."""
+    from tag.gnn.infer import NumpyStructureNet, NumpyTagGNN, check_weights
+
+    obj = read_checkpoint(path, fmt, arrays="numpy")
+    cfg, state = obj.get("config") or {}, obj.get("model")
+    try:
+        if not isinstance(state, dict):
+            raise ValueError("no state dict under 'model'")
+        check_weights(cfg, state, structure=fmt == STRUCTURE_FORMAT)
+        return NumpyStructureNet(cfg, state) if fmt == STRUCTURE_FORMAT else NumpyTagGNN(cfg, state)
+    except (TypeError, KeyError, ValueError) as e:
+        raise InputError(str(path), "model", "weights matching the network's configuration",
+                         f"{type(e).__name__}: {str(e).splitlines()[0][:80]}") from None

@@ -22,6 +22,9 @@ backward in proportion to its speed (1 / sum_d 1 / T_d, T_d = the whole model at
 So the compute-to-communication ratio that decides data parallelism versus placement survives
 normalisation: a cluster whose devices and links are all twice as fast gives identical features, while
 faster links alone shrink every communication feature. Times enter as log1p(time / scale).
+
+The graph's arrays are numpy (features float32, edge indices int64): `tag.gnn.infer` reads them as they are, and
+the torch networks after `tag.gnn.graph.to_torch` (which `batch_graphs` applies).
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-import torch
 
 from tag.cost import comm
 from tag.gnn.estimate import Estimate, estimate
@@ -63,6 +65,11 @@ USES = ("device", "uses", "cand")
 def _l(x):
     """log1p of a non-negative time ratio (elementwise)."""
     return np.log1p(np.maximum(np.asarray(x, dtype=np.float64), 0.0))
+
+
+def _index(pairs) -> np.ndarray:
+    """Edge index [2, E] (int64, C-contiguous) from (source, destination) pairs."""
+    return np.ascontiguousarray(np.array(pairs, dtype=np.int64).reshape(-1, 2).T)
 
 
 def _sync_onehot(sync: str | None) -> list[float]:
@@ -199,15 +206,17 @@ class InstanceFeatures:
             bpm = comm.bytes_per_ms(self.bw[i, j])
             link.append([self.ratio(param_bytes / bpm), self.ratio(act_bytes / bpm), self.ratio(self.lat_us[i, j] / 1e3),
                          float(cl.devices[i].machine == cl.devices[j].machine), float(np.log(self.bw[i, j] / self.median_gbps))])
-        self.link_index = torch.tensor(pairs, dtype=torch.long).reshape(-1, 2).t().contiguous()
-        self.link_attr = torch.tensor(np.array(link, dtype=np.float64).reshape(-1, LINK_DIM), dtype=torch.float32)
+        self.link_index = _index(pairs)
+        self.link_attr = np.array(link, dtype=np.float64).reshape(-1, LINK_DIM).astype(np.float32)
         # flows
-        self.flow_index = torch.tensor([[e.src, e.dst] for e in gg.edges], dtype=torch.long).reshape(-1, 2).t().contiguous()
+        self.flow_index = _index([(e.src, e.dst) for e in gg.edges])
+        self.rev_flow_index = np.ascontiguousarray(self.flow_index[::-1])
         self.flow_static = np.array([[self.ratio(self.bytes_ms(e.bytes_per_row * B)), self.ratio(self.bytes_ms(e.bytes_fixed))]
                                      for e in gg.edges], dtype=np.float64).reshape(-1, 2)
         # places: (g, d) row-major
         gi, di = np.meshgrid(np.arange(K), np.arange(n), indexing="ij")
-        self.place_index = torch.tensor(np.stack([gi.ravel(), di.ravel()]), dtype=torch.long)
+        self.place_index = np.stack([gi.ravel(), di.ravel()]).astype(np.int64)
+        self.hosts_index = np.ascontiguousarray(self.place_index[::-1])
         mem_full = np.array([[self.mem_bytes(g, B) / self.usable[d] for d in range(n)] for g in range(K)])
         self.place_static = np.stack([self.ratio(self.full_ms).ravel(), _l(mem_full).ravel()], axis=1)
 
@@ -253,8 +262,8 @@ class InstanceFeatures:
         d_dyn = np.stack([self.ratio(tm.sum(axis=0)), share.mean(axis=0), (rows > 0).sum(axis=0) / K,
                           _l(dev_mem / self.usable)], axis=1)
         data = HeteroGraph()
-        data["group"].x = torch.tensor(np.concatenate([self.g_static, g_dyn], axis=1), dtype=torch.float32)
-        data["device"].x = torch.tensor(np.concatenate([self.d_static, d_dyn], axis=1), dtype=torch.float32)
+        data["group"].x = np.concatenate([self.g_static, g_dyn], axis=1).astype(np.float32)
+        data["device"].x = np.concatenate([self.d_static, d_dyn], axis=1).astype(np.float32)
         data["device", "link", "device"].edge_index = self.link_index
         data["device", "link", "device"].edge_attr = self.link_attr
         flow_dyn = []
@@ -264,20 +273,20 @@ class InstanceFeatures:
             flow_dyn.append([float(self.ratio(ms)), moved])
         flow_dyn = np.array(flow_dyn, dtype=np.float64).reshape(-1, 2)
         est = self.estimate(strategy) if value_features else None
-        data.u = torch.tensor(self.global_features(tm, sync, flow_dyn, dev_mem, est), dtype=torch.float32).reshape(1, GLOBAL_DIM)
-        data.v_prior = torch.tensor([self.prior_value(est)], dtype=torch.float32)
+        data.u = self.global_features(tm, sync, flow_dyn, dev_mem, est).astype(np.float32).reshape(1, GLOBAL_DIM)
+        data.v_prior = np.array([self.prior_value(est)], dtype=np.float32)
         flow = np.concatenate([self.flow_static, flow_dyn], axis=1)
-        fwd = torch.tensor(np.concatenate([flow, np.ones((len(flow), 1))], axis=1), dtype=torch.float32)
-        bwd = torch.tensor(np.concatenate([flow, np.zeros((len(flow), 1))], axis=1), dtype=torch.float32)
+        fwd = np.concatenate([flow, np.ones((len(flow), 1))], axis=1).astype(np.float32)
+        bwd = np.concatenate([flow, np.zeros((len(flow), 1))], axis=1).astype(np.float32)
         data["group", "flow", "group"].edge_index = self.flow_index
         data["group", "flow", "group"].edge_attr = fwd
-        data["group", "rev_flow", "group"].edge_index = self.flow_index.flip(0)
+        data["group", "rev_flow", "group"].edge_index = self.rev_flow_index
         data["group", "rev_flow", "group"].edge_attr = bwd
-        place = torch.tensor(np.concatenate([self.place_static, (rows > 0).reshape(-1, 1), share.reshape(-1, 1),
-                                             self.ratio(tm).reshape(-1, 1)], axis=1), dtype=torch.float32)
+        place = np.concatenate([self.place_static, (rows > 0).reshape(-1, 1), share.reshape(-1, 1),
+                                self.ratio(tm).reshape(-1, 1)], axis=1).astype(np.float32)
         data["group", "place", "device"].edge_index = self.place_index
         data["group", "place", "device"].edge_attr = place
-        data["device", "hosts", "group"].edge_index = self.place_index.flip(0)
+        data["device", "hosts", "group"].edge_index = self.hosts_index
         data["device", "hosts", "group"].edge_attr = place
         if candidates is not None:
             cx, ci, cw = self.candidate_features(strategy, current, candidates, mem, tm)
@@ -348,7 +357,7 @@ class InstanceFeatures:
                 src.append(d)
                 dst.append(c)
                 w.append(dec.rows[d] / B)
-        cx = torch.tensor(np.array(feats, dtype=np.float64).reshape(-1, CAND_DIM), dtype=torch.float32)
-        ci = torch.tensor([src, dst], dtype=torch.long).reshape(2, -1)
-        cw = torch.tensor(w, dtype=torch.float32).reshape(-1, 1)
+        cx = np.array(feats, dtype=np.float64).reshape(-1, CAND_DIM).astype(np.float32)
+        ci = np.array([src, dst], dtype=np.int64).reshape(2, -1)
+        cw = np.array(w, dtype=np.float32).reshape(-1, 1)
         return cx, ci, cw

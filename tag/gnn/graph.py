@@ -5,7 +5,7 @@ A `HeteroGraph` holds node stores by type name (`graph["group"].x` [N, F]), edge
 first axis is the graph: `u` [1, GLOBAL_DIM], `v_prior` [1], and the training targets `value` [1], `inst` [1].
 Indexing a type that is not there yet creates its empty store (so `graph["cand"].x = ...` adds a node type).
 
-`batch_graphs` joins B graphs with the same node and edge types (in any order; the first graph's order is kept) into
+Arrays are numpy or torch (`to_torch` converts). `batch_graphs` joins B graphs with the same node and edge types (in any order; the first graph's order is kept) into
 one (disjoint union), as PyG's `Batch.from_data_list` does:
 
     nodes of type t:  x = cat over graphs (dim 0);  batch[k] = index of the graph node k came from   [N_total]
@@ -20,10 +20,11 @@ nodes and a link edge 1 -> 0 in each give edge_index [[1, 3], [0, 2]] and batch 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
-import torch
+import numpy as np
 
+Array = Any  # a numpy array (as `tag.gnn.data` builds graphs) or a torch.Tensor (after `to_torch`)
 EdgeType = tuple  # (source node type, relation, destination node type)
 
 
@@ -31,9 +32,9 @@ EdgeType = tuple  # (source node type, relation, destination node type)
 class NodeStore:
     """Nodes of one type: features x [N, F]; `batch` [N] (graph of each node; only in a batch); `target` [N]
     (training target per node: a policy's visit distribution)."""
-    x: torch.Tensor | None = None
-    batch: torch.Tensor | None = None
-    target: torch.Tensor | None = None
+    x: Array | None = None
+    batch: Array | None = None
+    target: Array | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -43,8 +44,8 @@ class NodeStore:
 @dataclass(slots=True)
 class EdgeStore:
     """Edges of one type: edge_index [2, E] (row 0 source, row 1 destination node indices), edge_attr [E, F_e]."""
-    edge_index: torch.Tensor | None = None
-    edge_attr: torch.Tensor | None = None
+    edge_index: Array | None = None
+    edge_attr: Array | None = None
 
 
 GRAPH_TENSORS = ("u", "v_prior", "value", "inst")  # per-graph tensors, batched along dim 0
@@ -55,10 +56,10 @@ class HeteroGraph:
     """Node stores by type, edge stores by (src, rel, dst), and per-graph tensors (see the module docstring)."""
     nodes: dict[str, NodeStore] = field(default_factory=dict)
     edges: dict[EdgeType, EdgeStore] = field(default_factory=dict)
-    u: torch.Tensor | None = None
-    v_prior: torch.Tensor | None = None
-    value: torch.Tensor | None = None
-    inst: torch.Tensor | None = None
+    u: Array | None = None
+    v_prior: Array | None = None
+    value: Array | None = None
+    inst: Array | None = None
 
     def __getitem__(self, key):
         """graph["t"] -> the NodeStore of node type t; graph["s", "r", "t"] -> the EdgeStore of that edge type
@@ -72,6 +73,8 @@ class HeteroGraph:
 
 def _cat(parts: list, what: str, dim: int = 0):
     """torch.cat of `parts`, or None when every part is None (an error when only some are)."""
+    import torch
+
     missing = [p is None for p in parts]
     if all(missing):
         return None
@@ -80,11 +83,32 @@ def _cat(parts: list, what: str, dim: int = 0):
     return torch.cat(parts, dim=dim)
 
 
+def to_torch(graph: HeteroGraph) -> HeteroGraph:
+    """The same graph with every numpy array as a torch tensor (`torch.from_numpy`: same dtype and values, memory
+    shared); tensors and None stay as they are. The torch networks read graphs this way."""
+    import torch
+
+    def t(a):
+        return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
+
+    out = HeteroGraph()
+    for name, st in graph.nodes.items():
+        out.nodes[name] = NodeStore(x=t(st.x), batch=t(st.batch), target=t(st.target))
+    for et, st in graph.edges.items():
+        out.edges[et] = EdgeStore(edge_index=t(st.edge_index), edge_attr=t(st.edge_attr))
+    for name in GRAPH_TENSORS:
+        setattr(out, name, t(getattr(graph, name)))
+    return out
+
+
 def batch_graphs(graphs: Sequence[HeteroGraph]) -> HeteroGraph:
     """The disjoint union of `graphs` (same node and edge types in each), with node indices offset and a `batch`
     vector per node type (formulas in the module docstring)."""
+    import torch
+
     if not graphs:
         raise ValueError("cannot batch an empty list of graphs")
+    graphs = [to_torch(g) for g in graphs]
     node_types, edge_types = list(graphs[0].nodes), list(graphs[0].edges)
     for g in graphs:
         if set(g.nodes) != set(node_types) or set(g.edges) != set(edge_types):

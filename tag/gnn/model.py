@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from tag.gnn.data import CAND_DIM, DEVICE_DIM, EDGE_DIMS, GLOBAL_DIM, GROUP_DIM, USES
+from tag.gnn.graph import to_torch
 from tag.gnn.layers import GATv2Conv, HeteroConv, TransformerConv
 from tag.gnn.segment import scatter, softmax
 
@@ -41,6 +42,7 @@ def _batch_vec(store, n: int) -> torch.Tensor:
 
 def pool_state(data, h) -> torch.Tensor:
     """[mean_g h_g, max_g h_g, mean_d h_d, max_d h_d, u] per graph of the batch, [B, 4 * hidden + GLOBAL_DIM]."""
+    data = to_torch(data)
     bg = _batch_vec(data["group"], h["group"].shape[0])
     bd = _batch_vec(data["device"], h["device"].shape[0])
     nb = int(bg.max()) + 1 if bg.numel() else 1
@@ -95,6 +97,7 @@ class TagGNN(nn.Module):
         """Node embeddings {"group": [G, hidden], "device": [D, hidden]} (of `trunk` = (enc, convs, norms),
         default the shared one)."""
         enc, convs, norms = trunk if trunk is not None else (self.enc, self.convs, self.norms)
+        data = to_torch(data)
         h = {t: enc[t](data[t].x) for t in ("group", "device")}
         eidx = {et: data[et].edge_index for et in EDGE_DIMS}
         eattr = {et: data[et].edge_attr for et in EDGE_DIMS}
@@ -106,6 +109,7 @@ class TagGNN(nn.Module):
     def value_head(self, data, h) -> torch.Tensor:
         """Predicted ln(time_scale_ms / iteration_ms) per graph in the batch, [B] (with "value_prior": the
         states' `v_prior` plus the MLP's correction)."""
+        data = to_torch(data)
         pooled = pool_state(data, h)
         nb = pooled.shape[0]
         out = self.value(pooled).squeeze(-1)
@@ -115,6 +119,7 @@ class TagGNN(nn.Module):
 
     def policy_logits(self, data, h) -> torch.Tensor:
         """Scores of every candidate node [C] (softmax them per state with `policy_log_probs`)."""
+        data = to_torch(data)
         cx = data["cand"].x
         C = cx.shape[0]
         src, dst = data[USES].edge_index
@@ -131,6 +136,7 @@ class TagGNN(nn.Module):
         return [p for m in mods for p in m.parameters()]
 
     def forward(self, data, with_policy: bool = True):
+        data = to_torch(data)  # graphs come as numpy arrays from tag.gnn.data
         h = self.embed(data) if with_policy or self.vtrunk is None else None
         hv = self.embed(data, tuple(self.vtrunk)) if self.vtrunk is not None else h
         value = self.value_head(data, hv)

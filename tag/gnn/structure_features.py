@@ -36,6 +36,7 @@ LAYOUT_FAMILIES = ("dp-proportional", "dp-even", "ps", "dp-balanced", "accumulat
 SCHEDULES = ("gpipe", "1f1b", "kfkb")
 _PIPE = re.compile(r"pipeline-S(\d+)-m(\d+)-(gpipe|1f1b|kfkb)(\d*)")
 _SHARD = re.compile(r"shard-(?:g(\d+)-)?(k(\d+)(-strided)?|m(.+))$")
+ACT = "act"  # node type of the actions in a decision point's HeteroGraph: x [A, ACTION_DIM], target [A]
 ACTION_DIM = len(LEVELS) + 3 + len(KIND_NAMES) + len(LAYOUT_FAMILIES) + 1 + 2 + 2 + 5 + 6 + 3 + 2
 
 

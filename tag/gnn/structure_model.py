@@ -20,11 +20,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 from tag.gnn.data import GLOBAL_DIM
+from tag.gnn.graph import to_torch
 from tag.gnn.model import TagGNN, _batch_vec, pool_state
 from tag.gnn.segment import softmax
-from tag.gnn.structure_features import ACTION_DIM
-
-ACT = "act"  # node type of the actions in a decision point's HeteroGraph: x [A, ACTION_DIM], target [A]
+from tag.gnn.structure_features import ACT, ACTION_DIM  # noqa: F401 (ACT re-exported)
 
 
 class StructureNet(nn.Module):
@@ -52,6 +51,7 @@ class StructureNet(nn.Module):
         return self.state(pooled)
 
     def forward(self, data):
+        data = to_torch(data)  # graphs come as numpy arrays from tag.gnn.data
         x = data[ACT].x
         return self.heads(self.state_embedding(data), x, _batch_vec(data[ACT], x.shape[0]), data.v_prior.reshape(-1))
 

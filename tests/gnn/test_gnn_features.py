@@ -10,6 +10,7 @@ import torch
 
 from tag.cost import comm
 from tag.gnn.data import EDGE_DIMS, USES, InstanceFeatures
+from tag.gnn.graph import to_torch
 from tag.graph.coarsen import coarsen
 from tag.search.baselines import build_baseline
 from tag.search.space import build_space
@@ -28,7 +29,7 @@ def _state(gg, speed=1.0, bw=1.0, latency=1.0, training=None, which=1):
     g = space.order[0]
     # a mixed state: group g placed on device 3 alone, the rest data parallel
     strat = base.replace(space.order[which], space.candidates[space.order[which]][-1])
-    return feats, feats.state(strat, g, space.candidates[g]), space, strat
+    return feats, to_torch(feats.state(strat, g, space.candidates[g])), space, strat
 
 
 def _arrays(data):

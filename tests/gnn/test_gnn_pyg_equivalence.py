@@ -12,7 +12,7 @@ import torch
 
 from tag.gnn.checkpoint import STRUCTURE_FORMAT, default_checkpoint, default_structure_checkpoint, read_checkpoint
 from tag.gnn.data import CAND_DIM, DEVICE_DIM, EDGE_DIMS, GLOBAL_DIM, GROUP_DIM, USES
-from tag.gnn.graph import HeteroGraph, batch_graphs
+from tag.gnn.graph import HeteroGraph, batch_graphs, to_torch
 from tag.gnn.model import TagGNN, policy_log_probs
 from tag.gnn.structure_features import ACTION_DIM
 from tag.gnn.structure_model import ACT, StructureNet, action_log_probs
@@ -237,7 +237,7 @@ def test_batch_graphs_matches_pygs_batch(real_instance, training):
     inst = real_instance
     base = build_baseline("dp-even", inst.gg, inst.cluster, inst.cost, training, inst.batch)
     space = build_space(inst.gg, inst.cluster, inst.cost, inst.batch, base)
-    states = [inst.features.state(base, g, space.candidates[g]) for g in space.order[:3]]
+    states = [to_torch(inst.features.state(base, g, space.candidates[g])) for g in space.order[:3]]
     for k, d in enumerate(states):
         d["cand"].target = torch.full((d["cand"].num_nodes,), 1.0)
         d.value = torch.tensor([0.1 * k])
