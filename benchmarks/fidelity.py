@@ -240,6 +240,9 @@ def main() -> None:
     ap.add_argument("--reuse", action="store_true",
                     help="reuse the topology, profiles and plans in --work (measure again)")
     ap.add_argument("--no-measure", action="store_true", help="predict only, reading earlier results in --work")
+    ap.add_argument("--no-speed-check", action="store_true",
+                    help="predict without the speed check `tag deploy` takes before its ranks start (its factors are "
+                         "kept in --work: with --reuse --no-measure, the same measurements re-predicted without it)")
     ap.add_argument("--overlap-sync", action="store_true",
                     help="predict with DDP-style sync overlap (the planner's default) instead of as deploy runs")
     ap.add_argument("--emulate-mbit", default=None, metavar="R,R",
@@ -298,6 +301,7 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
     state_path = os.path.join(work, "contention.json")
     load_before = loadavg()
     speeds: dict[str, float] = {}
+    checks: dict[str, dict | None] = {}
     for name in a.models.split(","):  # each model profiled and measured back to back: the machine's speed drifts
         model = os.path.join(MODELS, f"{name}.onnx")
         prof = os.path.join(work, f"{name}-profile.json")
@@ -323,16 +327,21 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             paths += [os.path.join(work, k.replace("/", "--") + ".job.pkl") for k, _, _, _ in mine]
         else:
             got = prepare_jobs([(k, p, m) for k, p, m, _ in mine], a.steps, work)
+            from tag.profile.speed_check import speed_check
+
+            check = speed_check(model, prof)  # right before the ranks start, as `tag deploy` takes it
+            checks[name] = check.to_json() if check else None
             measure_batch(got, a.nproc, work, rounds=a.rounds, log_name=f"batch-{name}.log")
             with open(os.path.join(work, "jobs.json.reference.json")) as f:
                 speeds[name] = speed_from_reference(prof, json.load(f)[model])[0]
             paths += got
     if not a.no_measure:
         with open(state_path, "w") as f:
-            json.dump({"load_before": load_before, "load_after": loadavg(), "speed": speeds}, f)
+            json.dump({"load_before": load_before, "load_after": loadavg(), "speed": speeds, "speed_check": checks}, f)
     with open(state_path) as f:
         sh = json.load(f)
     speeds = sh.get("speed", {})
+    checks = {} if a.no_speed_check else sh.get("speed_check", {})
     load_before, load_after = sh["load_before"], sh["load_after"]
     rows, phase_lines, probes = [], [], {}
     for (key, plan, model, prof), path in zip(entries, paths):
@@ -344,7 +353,8 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             continue
         m = key.split("/")[0]
         job = load_job(path)
-        product = predict_as_run(job).step_ms  # what `tag deploy` prints
+        factor = (checks.get(m) or {}).get("factor", 1.0)
+        product = predict_as_run(job, speed=factor).step_ms  # what `tag deploy` prints (its speed check included)
         planner = predict_ms(model, topo, plan, prof, overlap_sync=True)
         drift = predict_as_run(job, speed=speeds.get(m, 1.0)).step_ms
         probes[m] = load_profile_contention(prof)
@@ -353,6 +363,11 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             phase_lines.append(phase_line(*key.split("/"), predict_phases(model, topo, plan, prof), res["phases_by_rank"]))
         print(f"  {key:34s} predicted {product:9.2f} ms  measured {res['measured_step_ms']:9.2f} ms", file=sys.stderr)
     text = report(rows, a, load_before, load_after, probes, time.time() - t0) + phase_report(phase_lines)
+    if checks:
+        text += ("\nSpeed check (`tag.profile.speed_check`: the profile's reference step re-timed right before each model's "
+                 "ranks start, as `tag deploy` does; the product column's compute is multiplied by it): "
+                 + ", ".join(f"{m} x{c['factor']:.2f} ({c['now_ms']:.1f} / {c['profile_ms']:.1f} ms at {c['rows']} rows)"
+                             for m, c in checks.items() if c) + "\n")
     if speeds:
         text += ("\nBenchmark-only drift (`speed_from_reference`: the single-rank reference step's thread CPU ms in the "
                  "batch worker over the same step in the profile, median over the rounds; the `product x drift` column "

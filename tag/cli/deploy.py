@@ -52,6 +52,10 @@ def add_parser(sub):
                    help="seconds without progress before the run is declared hung and killed (default 300)")
     p.add_argument("--print-launch", action="store_true",
                    help="print the torchrun command of each machine of the plan's cluster and exit")
+    p.add_argument("--no-speed-check", action="store_true",
+                   help="predict from the profile as it was taken, without first re-timing its reference step "
+                        "(by default deploy times the profile's single-rank step now and scales the prediction's "
+                        "compute by now / then: the machine's speed drifts)")
     add_model_flags(p)
     p.set_defaults(optimizer=None)
     for action in p._actions:
@@ -73,6 +77,7 @@ class RunPrediction:
     concurrency: float | None = None
     compute_scale: float | None = None
     note: str | None = None
+    speed_check: dict | None = None  # `tag.profile.speed_check.SpeedCheck.to_json` when deploy re-timed the profile
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -85,8 +90,8 @@ def predict_as_run(job, speed: float = 1.0) -> RunPrediction:
     overlapping the backward as the runtime starts them (after it when the ranks fill the profile's cores,
     `tag.cost.contention.sums_overlap`), and the profile's contention terms. This is what the
     fidelity benchmark's headline column measures (`benchmarks/fidelity.py`). `speed` (default 1) multiplies every
-    compute time: the machine's speed when the step runs over when the profile was taken, which only a benchmark
-    that times a reference step next to its plans knows (its benchmark-only diagnostic column)."""
+    compute time: the machine's speed when the step runs over when the profile was taken (`tag deploy` measures it
+    right before the ranks start, `tag.profile.speed_check`)."""
     from tag.cli._as_deployed import as_deployed_step
     from tag.deploy.job import ranks_strategy
     from tag.modelio import ModelOptions, load_inputs
@@ -152,8 +157,18 @@ def run(args) -> int:
              "# on each machine (same paths everywhere; MASTER_HOST = the first machine's address):\n"
              + "\n".join(f"[{m}] {c}" for m, c in cmds))
         return 0
+    check = None
+    if job.profile_path and not job.profile_note and not args.no_speed_check and not _has_gpu():
+        from tag.profile.speed_check import speed_check
+
+        try:
+            check = speed_check(job.model_path, job.profile_path)
+        except (InputError, ValueError, KeyError) as e:  # the run goes on without it, and says so
+            sys.stderr.write(f"tag deploy: warning: speed check skipped: {e}\n")
     try:
-        prediction = predict_as_run(job)
+        prediction = predict_as_run(job, speed=check.factor if check else 1.0)
+        if check:
+            prediction = dataclasses.replace(prediction, speed_check=check.to_json())
     except (InputError, ValueError) as e:  # the run goes on; the prediction says why it is missing
         prediction = RunPrediction(None, "-", job.nproc, note=f"cannot simulate the plan on {job.nproc} ranks: {e}")
     bar = progress(total=job.steps, desc="deploy", unit="step")
@@ -175,7 +190,9 @@ def run(args) -> int:
            "seed": job.seed, "checkpoint": job.checkpoint, "export": job.export}
     rows = [(job.start_step + i, loss, ms) for i, (loss, ms) in enumerate(zip(res.losses, res.step_ms))]
     pred = ("-" if prediction.step_ms is None else f"{prediction.step_ms:.2f} ms") + \
-        f" on {prediction.ranks} ranks ({prediction.cost_model}" + (f"; {prediction.note}" if prediction.note else "") + ")"
+        f" on {prediction.ranks} ranks ({prediction.cost_model}" + (f"; {prediction.note}" if prediction.note else "") + \
+        (f"; compute x{check.factor:.2f}: the profile's reference step took {check.now_ms:.1f} ms now, "
+         f"{check.then_ms:.1f} ms when profiled, at {check.rows} rows" if check and prediction.step_ms is not None else "") + ")"
     data = "synthetic data (one seeded batch)" if job.data is None else \
         f"{job.data.spec} ({job.data.order.n_rows} rows, {job.data.order.steps_per_epoch} steps per epoch)"
     human = (f"deployed {job.plan_path} on {job.nproc} {res.backend} ranks ({len(job.device_ids)} plan devices), "
