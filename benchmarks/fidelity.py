@@ -296,6 +296,7 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
     """The loopback fidelity table (profiles, plans, batch measurement, predictions) as markdown."""
     from tag.cli.deploy import predict_as_run
     from tag.deploy.job import load_job
+    from tag.profile.speed_check import SpeedCheck, speed_check
 
     entries, paths = [], []
     state_path = os.path.join(work, "contention.json")
@@ -327,8 +328,6 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             paths += [os.path.join(work, k.replace("/", "--") + ".job.pkl") for k, _, _, _ in mine]
         else:
             got = prepare_jobs([(k, p, m) for k, p, m, _ in mine], a.steps, work)
-            from tag.profile.speed_check import speed_check
-
             check = speed_check(model, prof)  # right before the ranks start, as `tag deploy` takes it
             checks[name] = check.to_json() if check else None
             measure_batch(got, a.nproc, work, rounds=a.rounds, log_name=f"batch-{name}.log")
@@ -353,7 +352,8 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             continue
         m = key.split("/")[0]
         job = load_job(path)
-        factor = (checks.get(m) or {}).get("factor", 1.0)
+        c = checks.get(m)
+        factor = SpeedCheck(c["rows"], c["profile_ms"], c["now_ms"]).factor if c else 1.0
         product = predict_as_run(job, speed=factor).step_ms  # what `tag deploy` prints (its speed check included)
         planner = predict_ms(model, topo, plan, prof, overlap_sync=True)
         drift = predict_as_run(job, speed=speeds.get(m, 1.0)).step_ms
@@ -366,7 +366,8 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
     if checks:
         text += ("\nSpeed check (`tag.profile.speed_check`: the profile's reference step re-timed right before each model's "
                  "ranks start, as `tag deploy` does; the product column's compute is multiplied by it): "
-                 + ", ".join(f"{m} x{c['factor']:.2f} ({c['now_ms']:.1f} / {c['profile_ms']:.1f} ms at {c['rows']} rows)"
+                 + ", ".join(f"{m} x{SpeedCheck(c['rows'], c['profile_ms'], c['now_ms']).factor:.2f} "
+                             f"({c['now_ms']:.1f} / {c['profile_ms']:.1f} ms at {c['rows']} rows)"
                              for m, c in checks.items() if c) + "\n")
     if speeds:
         text += ("\nBenchmark-only drift (`speed_from_reference`: the single-rank reference step's thread CPU ms in the "

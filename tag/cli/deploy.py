@@ -55,7 +55,7 @@ def add_parser(sub):
     p.add_argument("--no-speed-check", action="store_true",
                    help="predict from the profile as it was taken, without first re-timing its reference step "
                         "(by default deploy times the profile's single-rank step now and scales the prediction's "
-                        "compute by now / then: the machine's speed drifts)")
+                        "compute by sqrt(now / then): the machine's speed drifts)")
     add_model_flags(p)
     p.set_defaults(optimizer=None)
     for action in p._actions:

@@ -164,9 +164,23 @@ def rank_speed(alone_step_ms: float | None, block_step_ms: float | None, clock: 
     >>> rank_speed(36.0, 25.0, "thread"), rank_speed(36.0, None, "thread"), rank_speed(36.0, 25.0, "wall")
     (1.2, 1.0, 1.0)
     """
-    if clock != "thread" or not alone_step_ms or not block_step_ms or alone_step_ms <= 0 or block_step_ms <= 0:
+    if clock != "thread":
         return 1.0
-    return math.sqrt(float(alone_step_ms) / float(block_step_ms))
+    return shrunk_ratio(alone_step_ms, block_step_ms)
+
+
+def shrunk_ratio(now_ms: float | None, then_ms: float | None) -> float:
+    """``sqrt(now_ms / then_ms)``: the ratio of two one-median timings of the same step on a machine whose speed
+    drifts by about as much between them, shrunk halfway to 1 in log space (half of log r taken as signal: the
+    least-squares estimate when signal and noise vary alike); 1 when either figure is missing or not positive. The
+    rank speed above and deploy's speed check (`tag.profile.speed_check`) both use it.
+
+    >>> shrunk_ratio(36.0, 25.0), shrunk_ratio(None, 25.0)
+    (1.2, 1.0)
+    """
+    if not now_ms or not then_ms or now_ms <= 0 or then_ms <= 0:
+        return 1.0
+    return math.sqrt(float(now_ms) / float(then_ms))
 
 
 def with_handoff(cluster, handoff_ms: float):

@@ -10,9 +10,11 @@ median of `repeats` steps after `warmup`). With
     then_ms = sum over groups of (fwd_ms[r] + bwd_ms[r]) + update_ms[r] + other_ms[r]      (the step block)
     now_ms  = the median step now
 
-the factor ``speed = now_ms / then_ms`` multiplies every compute time of deploy's prediction
-(`tag.cli.deploy.predict_as_run`, `tag.cost.base` `scaled`): 0.85 means the machine computes the same step in 15 %
-less CPU time than when it was profiled.
+the factor ``speed = sqrt(now_ms / then_ms)`` (`tag.cost.contention.shrunk_ratio`: each side is one median of a
+few steps on a machine that drifts by as much between minutes, so half of the log ratio is taken as signal, as for
+the rank speed) multiplies every compute time of deploy's prediction (`tag.cli.deploy.predict_as_run`,
+`tag.cost.base` `scaled`): 0.9 means the machine computes the step in about 10 % less CPU time than when profiled.
+The measured runs that chose this form are in benchmarks/fidelity.md (the user flow and runs S and T).
 
 None (no check) when the profile has no step block or was timed on the wall clock, or when the model's grouping
 today does not match the step block's (the profile belongs to another export of the model).
@@ -30,7 +32,7 @@ WARMUP, REPEATS = 6, 5  # six warm-up steps: a fresh process pays first-touch pa
 @dataclass(frozen=True)
 class SpeedCheck:
     """rows: the row count timed; then_ms / now_ms: the step's thread CPU ms in the profile and now; factor =
-    now_ms / then_ms."""
+    sqrt(now_ms / then_ms) (module docstring)."""
 
     rows: int
     then_ms: float
@@ -38,7 +40,9 @@ class SpeedCheck:
 
     @property
     def factor(self) -> float:
-        return self.now_ms / self.then_ms
+        from tag.cost.contention import shrunk_ratio
+
+        return shrunk_ratio(self.now_ms, self.then_ms)
 
     def to_json(self) -> dict:
         return {"rows": self.rows, "profile_ms": self.then_ms, "now_ms": self.now_ms, "factor": self.factor}

@@ -45,7 +45,7 @@ def test_check_times_the_step_block_row_count_and_reads_its_figure(profiled):
     check = sc.speed_check(MODEL, str(prof))
     assert check.rows == 8  # no contention probe: the block's largest row count
     assert check.then_ms == pytest.approx(_then_by_hand(raw, 8), rel=1e-12)
-    assert check.now_ms > 0 and check.factor == pytest.approx(check.now_ms / check.then_ms)
+    assert check.now_ms > 0 and check.factor == pytest.approx((check.now_ms / check.then_ms) ** 0.5)
 
 
 def test_reference_rows_prefers_the_contention_probes():
@@ -72,15 +72,16 @@ def test_check_declines_what_it_cannot_compare(profiled, tmp_path, change):
 
 
 def test_deploy_scales_its_prediction_by_the_factor(profiled, monkeypatch, capsys):
-    """With the reference step timed at twice the profile's figure, deploy's prediction is `predict_as_run` with
-    speed 2; with --no-speed-check it is speed 1 (the run itself is faked: only the prediction is checked)."""
+    """With the reference step timed at four times the profile's figure, deploy's prediction is `predict_as_run`
+    with speed sqrt(4) = 2; with --no-speed-check it is speed 1 (the run itself is faked: only the prediction is
+    checked)."""
     from tag.cli.deploy import predict_as_run
     from tag.deploy import launcher
     from tag.deploy.job import DeployOptions, prepare_job
 
     d, prof, plan = profiled
     then = _then_by_hand(json.loads(prof.read_text()), 8)
-    monkeypatch.setattr(sc, "time_step_ms", lambda rt, *a, **k: 2.0 * then)
+    monkeypatch.setattr(sc, "time_step_ms", lambda rt, *a, **k: 4.0 * then)
     monkeypatch.setattr(launcher, "launch", lambda job, on_step=None: launcher.DeployResult(
         [1.0] * job.steps, [5.0] * job.steps, 5.0, "gloo", job.nproc))
     job = prepare_job(str(plan), MODEL, DeployOptions(steps=2, nproc=2))
