@@ -328,7 +328,7 @@ def local_table(a, work: str, topo: str, t0: float) -> str:
             paths += [os.path.join(work, k.replace("/", "--") + ".job.pkl") for k, _, _, _ in mine]
         else:
             got = prepare_jobs([(k, p, m) for k, p, m, _ in mine], a.steps, work)
-            check = speed_check(model, prof)  # right before the ranks start, as `tag deploy` takes it
+            check = speed_check(model, prof, a.batch_size)  # right before the ranks start, as `tag deploy` takes it
             checks[name] = check.to_json() if check else None
             measure_batch(got, a.nproc, work, rounds=a.rounds, log_name=f"batch-{name}.log")
             with open(os.path.join(work, "jobs.json.reference.json")) as f:

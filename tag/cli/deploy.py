@@ -162,7 +162,7 @@ def run(args) -> int:
         from tag.profile.speed_check import speed_check
 
         try:
-            check = speed_check(job.model_path, job.profile_path)
+            check = speed_check(job.model_path, job.profile_path, job.batch_size)
         except (InputError, ValueError, KeyError) as e:  # the run goes on without it, and says so
             sys.stderr.write(f"tag deploy: warning: speed check skipped: {e}\n")
     try:

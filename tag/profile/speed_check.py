@@ -16,8 +16,8 @@ the rank speed) multiplies every compute time of deploy's prediction (`tag.cli.d
 `tag.cost.base` `scaled`): 0.9 means the machine computes the step in about 10 % less CPU time than when profiled.
 The measured runs that chose this form are in benchmarks/fidelity.md (the user flow and runs S and T).
 
-None (no check) when the profile has no step block or was timed on the wall clock, or when the model's grouping
-today does not match the step block's (the profile belongs to another export of the model).
+None (no check) when the profile has no step block or was timed on the wall clock, or when no grouping of the model
+matches the step block's op names (the profile belongs to another export of the model).
 """
 
 from __future__ import annotations
@@ -79,13 +79,29 @@ def time_step_ms(rt, warmup: int = WARMUP, repeats: int = REPEATS) -> float:
     return float(statistics.median(times))
 
 
-def speed_check(model_path: str, profile_path: str) -> SpeedCheck | None:
-    """Time the profile's reference step now (module docstring); None when there is nothing to compare."""
+def _profile_groups(model_path: str, rows: int, names: list[list[str]], batches: list[int]):
+    """(graph at `rows` rows, op-id groups) whose op names are the step block's `names`: `tag profile ops` coarsened
+    the graph at its --batch-size, which the profile does not record, so each of `batches` is tried (coarsening
+    depends on the batch); None when none matches."""
+    from tag.graph import load_model
+    from tag.graph.coarsen import coarsen
+
+    graph = load_model(model_path, batch_size=rows, n_devices=1)
+    for b in dict.fromkeys(batches):
+        gg = coarsen(load_model(model_path, batch_size=b, n_devices=1) if b != rows else graph, k=len(names),
+                     n_devices=1)
+        got = [[graph.ops[i].name for i in g.op_ids if not graph.ops[i].is_weight_generator] for g in gg.groups]
+        if [n for n in got if n] == names:
+            return graph, [list(g.op_ids) for g in gg.groups]
+    return None
+
+
+def speed_check(model_path: str, profile_path: str, batch_size: int | None = None) -> SpeedCheck | None:
+    """Time the profile's reference step now (module docstring); None when there is nothing to compare.
+    `batch_size`: the batch the profile was most likely taken at (the plan's), tried first to rebuild its groups."""
     import onnx
 
     from tag.cost.profile_db import load
-    from tag.graph import load_model
-    from tag.graph.coarsen import coarsen
 
     db = load(profile_path)
     step = db.step
@@ -94,16 +110,16 @@ def speed_check(model_path: str, profile_path: str) -> SpeedCheck | None:
     rows = reference_rows(step, db.contention.rows if db.contention is not None else None)
     if rows is None:
         return None
-    graph = load_model(model_path, batch_size=rows, n_devices=1)
-    gg = coarsen(graph, k=len(step.groups), n_devices=1)
-    names = [[graph.ops[i].name for i in g.op_ids if not graph.ops[i].is_weight_generator] for g in gg.groups]
-    if [n for n in names if n] != [list(g.ops) for g in step.groups]:
+    batches = ([batch_size] if batch_size else []) + [int(r) for r in reversed(step.rows)] + [2 * int(step.rows[-1])]
+    found = _profile_groups(model_path, rows, [list(g.ops) for g in step.groups], batches)
+    if found is None:
         return None
+    graph, groups = found
     import torch
 
     from tag.profile.step import _single_rank_runtime
 
     torch.set_num_threads(max(1, int(db.threads or 1)))
-    rt = _single_rank_runtime(onnx.load(model_path), graph, [list(g.op_ids) for g in gg.groups], rows,
+    rt = _single_rank_runtime(onnx.load(model_path), graph, groups, rows,
                               int(db.settings.get("seed", 0)), step.optimizer or "adam", 1e-3)
     return SpeedCheck(rows, step_block_ms(step, rows), time_step_ms(rt))

@@ -95,3 +95,17 @@ def test_deploy_scales_its_prediction_by_the_factor(profiled, monkeypatch, capsy
         assert (check is None) == bool(flags)
         if check:
             assert check["factor"] == pytest.approx(2.0) and check["rows"] == 8
+
+
+def test_check_rebuilds_groups_coarsened_at_the_profiles_batch(tmp_path):
+    """resnet_tiny's grouping depends on the batch it is coarsened at: profiled at --batch-size 32 with rows 16 (as
+    benchmarks/buckets_deploy.py does), the check still finds the step block's groups and reads its figure."""
+    model = os.path.join(ROOT, "datasets", "models", "resnet_tiny.onnx")
+    prof = tmp_path / "prof.json"
+    assert main(["profile", "ops", model, "--batch-size", "32", "--rows", "16", "--repeats", "1", "--warmup", "0",
+                 "--quick", "--ranks", "0", "-o", str(prof), "--json"]) == 0
+    raw = json.loads(prof.read_text())
+    for batch in (32, None):
+        check = sc.speed_check(model, str(prof), batch)
+        assert check is not None and check.rows == 16
+        assert check.then_ms == pytest.approx(_then_by_hand(raw, 16), rel=1e-12)
