@@ -13,9 +13,7 @@ rank at the same time at rows / ranks, and the fidelity benchmark scales the pro
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
 
 
 def reference_runtime(model_path: str, rows: int, proto=None):
@@ -34,14 +32,11 @@ def reference_runtime(model_path: str, rows: int, proto=None):
 
 
 def step_cpu_ms(rt, warmup: int = 1, repeats: int = 3) -> float:
-    """Median thread CPU ms of `rt.step()` over `repeats` steps after `warmup` untimed ones."""
-    times = []
-    for i in range(warmup + repeats):
-        c0 = time.thread_time()
-        rt.step()
-        if i >= warmup:
-            times.append((time.thread_time() - c0) * 1e3)
-    return float(statistics.median(times))
+    """Median thread CPU ms of `rt.step()` over `repeats` steps after `warmup` untimed ones
+    (`tag.profile.speed_check.time_step_ms`)."""
+    from tag.profile.speed_check import time_step_ms
+
+    return time_step_ms(rt, warmup, repeats)
 
 
 def reference_step_cpu_ms(model_path: str, rows: int, proto=None) -> float:
