@@ -53,22 +53,42 @@ def save_checkpoint(path: str, net, *, optimizer=None, progress: dict | None = N
     write_text_atomic(path + ".card.json", card_json + "\n")
 
 
+def _torch_load(path: str):
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _as_numpy(obj):
+    """`obj` with every torch tensor as a numpy array (dicts, lists and tuples walked)."""
+    if hasattr(obj, "detach") and hasattr(obj, "numpy"):
+        return obj.detach().cpu().numpy()
+    if isinstance(obj, dict):
+        return type(obj)((k, _as_numpy(v)) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_as_numpy(v) for v in obj)
+    return obj
+
+
 def read_checkpoint(path: str, fmt: str = FORMAT, arrays: str = "torch") -> dict:
     """The raw checkpoint dict, checked for format `fmt` and feature version (InputError otherwise); tensors as
     torch tensors (`arrays` "torch": ``torch.load(weights_only=True)``) or numpy arrays ("numpy":
-    `tag.gnn.pt_reader`, without importing torch)."""
+    `tag.gnn.pt_reader`, without importing torch; torch.load's result converted when the reader refuses the
+    archive)."""
     path = str(path)
     if not os.path.isfile(path):
         raise InputError(path, "file", "an existing GNN checkpoint", "no such file")
     try:
+        obj = None
         if arrays == "numpy":
             from tag.gnn.pt_reader import read_torch_file
 
-            obj = read_torch_file(path)
-        else:
-            import torch
-
-            obj = torch.load(path, map_location="cpu", weights_only=True)
+            try:
+                obj = read_torch_file(path)
+            except ValueError:  # an archive the reader does not know (e.g. another torch's format): torch reads it
+                obj = _as_numpy(_torch_load(path))
+        if obj is None:
+            obj = _torch_load(path)
     except Exception as e:  # not a torch file, or not loadable with weights_only
         raise InputError(path, "file", "a tag GNN checkpoint (torch.save of plain values)",
                          f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}") from None

@@ -192,3 +192,19 @@ def test_expected_shapes_are_the_torch_modules_parameters():
     want = expected_shapes(dict(hidden=16, layers=1, heads=2), structure=True)
     assert all(params[k] == s for k, s in want.items())
     assert {k for k in params if not k.startswith("gnn.") or k.split(".")[1] in ("enc", "convs", "norms")} <= set(want)
+
+
+def test_inference_net_falls_back_to_torch_for_an_archive_the_reader_refuses(tmp_path, monkeypatch):
+    import tag.gnn.pt_reader as reader
+
+    torch.manual_seed(0)
+    path = str(tmp_path / "net.pt")
+    net = TagGNN(hidden=16, layers=1, heads=2)
+    save_checkpoint(path, net)
+
+    def refuse(p):
+        raise ValueError("unsupported global x.y in the checkpoint")
+
+    monkeypatch.setattr(reader, "read_torch_file", refuse)
+    mine = load_inference_net(path)
+    assert all(np.array_equal(mine.w.state[k], v.numpy()) for k, v in net.state_dict().items() if k in mine.w.state)
