@@ -180,7 +180,6 @@ class InstanceFeatures:
     # ---- static parts ---------------------------------------------------------------------------
     def _build_static(self) -> None:
         gg, cl, K, n, B = self.gg, self.cluster, self.K, self.n, self.batch
-        T = self.time_scale_ms
         med_usable = float(np.median(self.usable))
         g_static = []
         for g, grp in enumerate(gg.groups):
@@ -326,7 +325,6 @@ class InstanceFeatures:
         `tm` [K, n]: compute ms of every group at its current rows (for the busiest-device load after the
         candidate replaces g's decision; recomputed when omitted)."""
         n, B = self.n, self.batch
-        grp = self.gg.groups[g]
         mem_other = mem.sum(axis=0) - mem[g]
         if tm is None:
             tm = self._state_arrays(strategy)[1]
