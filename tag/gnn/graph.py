@@ -48,6 +48,12 @@ class EdgeStore:
     edge_attr: Array | None = None
 
 
+def edge_type_key(edge_type: EdgeType) -> str:
+    """The module key of an edge type, as PyG's ModuleDict spells it: ("a", "r", "b") -> "<a___r___b>" (the
+    convolutions' parameter names: `tag.gnn.layers.HeteroConv`, `tag.gnn.infer`)."""
+    return f"<{'___'.join(edge_type)}>"
+
+
 GRAPH_TENSORS = ("u", "v_prior", "value", "inst")  # per-graph tensors, batched along dim 0
 
 

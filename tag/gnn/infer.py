@@ -22,13 +22,10 @@ import math
 import numpy as np
 
 from tag.gnn.data import CAND_DIM, DEVICE_DIM, EDGE_DIMS, GLOBAL_DIM, GROUP_DIM, USES
+from tag.gnn.graph import edge_type_key
 
 LN_EPS = 1e-5  # torch.nn.LayerNorm's default, which the models use
 GAT_SLOPE = 0.2  # GATv2Conv's LeakyReLU slope (tag.gnn.layers)
-
-
-def _edge_key(et: tuple[str, str, str]) -> str:
-    return f"<{'___'.join(et)}>"  # tag.gnn.layers.edge_type_key (no torch import here)
 
 
 class Weights:
@@ -127,7 +124,7 @@ class _Encoder:
             for et in EDGE_DIMS:
                 s, _, t = et
                 ei = data[et].edge_index
-                y = step(f"{self.convs}.{layer}.convs.{_edge_key(et)}", h[s], h[t], ei[0], ei[1], data[et].edge_attr,
+                y = step(f"{self.convs}.{layer}.convs.{edge_type_key(et)}", h[s], h[t], ei[0], ei[1], data[et].edge_attr,
                          segs[et])
                 outs[t] = y if t not in outs else outs[t] + y
             h = {t: w.layer_norm(f"{self.norms}.{layer}.{t}", h[t] + np.maximum(outs[t], 0.0)) if t in outs else h[t]
@@ -151,7 +148,6 @@ class NumpyTagGNN:
         hidden, layers, heads = config.get("hidden", 64), config.get("layers", 3), config.get("heads", 4)
         self.w = Weights(state)
         self.encoder = _Encoder(self.w, "enc", "convs", "norms", layers, heads, hidden, config.get("conv", "transformer"))
-        self.has_vtrunk = bool(config.get("value_trunk"))
 
     def priors(self, data, with_value: bool = True) -> tuple[np.ndarray, float | None]:
         """The policy's softmax over the state's candidates (`TagGNN.policy_logits`, `policy_log_probs`) and, when the
@@ -167,7 +163,7 @@ class NumpyTagGNN:
         logits = self.w.mlp("cand", np.concatenate([np.repeat(cur, n_cand, axis=0), pooled, cx], axis=1), 3)[:, 0]
         p = softmax_priors(logits)
         value = None
-        if with_value and not self.has_vtrunk:
+        if with_value and not self.config.get("value_trunk"):
             value = float(self.w.mlp("value", pool_state(data, h), 3)[0, 0])
             if self.config.get("value_prior"):
                 value += float(np.asarray(data.v_prior, dtype=np.float32).reshape(-1)[0])
@@ -227,7 +223,7 @@ def expected_shapes(config: dict, structure: bool = False) -> dict[str, tuple[in
     lin(pre + "enc.device", DEVICE_DIM, hid)
     for layer in range(layers):
         for et, dim in EDGE_DIMS.items():
-            p = f"{pre}convs.{layer}.convs.{_edge_key(et)}"
+            p = f"{pre}convs.{layer}.convs.{edge_type_key(et)}"
             names = ("lin_key", "lin_query", "lin_value", "lin_skip") if conv == "transformer" else ("lin_l", "lin_r")
             for name in names:
                 lin(f"{p}.{name}", hid, hid)

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tag.gnn.graph import edge_type_key
 from tag.gnn.segment import scatter, softmax
 
 
@@ -152,11 +153,6 @@ class GATv2Conv(nn.Module):
         alpha = softmax((F.leaky_relu(z, self.negative_slope) * self.att).sum(dim=-1), dst, n_dst)
         out = scatter(x_j * alpha.unsqueeze(-1), dst, 0, n_dst).view(-1, H * C)
         return out + self.bias
-
-
-def edge_type_key(edge_type: tuple[str, str, str]) -> str:
-    """The module key of an edge type, as PyG's ModuleDict spells it: ("a", "r", "b") -> "<a___r___b>"."""
-    return f"<{'___'.join(edge_type)}>"
 
 
 class HeteroConv(nn.Module):

@@ -49,7 +49,9 @@ def policy_and_value(net, data, with_value: bool = True) -> tuple[np.ndarray, fl
     state graph: `net` a torch `TagGNN` or a `tag.gnn.infer.NumpyTagGNN` (same outputs to float32 rounding). The
     value is None when the value head reads its own encoder (a second forward the search does not need) or
     `with_value` is False."""
-    if not hasattr(net, "embed"):  # NumpyTagGNN
+    from tag.gnn.infer import NumpyTagGNN
+
+    if isinstance(net, NumpyTagGNN):
         return net.priors(data, with_value)
     import torch
 

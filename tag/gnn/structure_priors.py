@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from tag.gnn.data import InstanceFeatures
+from tag.gnn.infer import NumpyStructureNet, softmax_priors
 from tag.gnn.structure_features import ACT, ActionFeaturizer
 from tag.strategy import Strategy
 
@@ -34,7 +35,7 @@ class PointBuilder:
 def encode_state(net, data) -> tuple:
     """(s, v_prior) of a state graph for `score_actions`: `net` a torch `StructureNet` or a
     `tag.gnn.infer.NumpyStructureNet`."""
-    if not hasattr(net, "gnn"):  # NumpyStructureNet
+    if isinstance(net, NumpyStructureNet):
         return net.state_embedding(data), float(np.asarray(data.v_prior).reshape(-1)[0])
     import torch
 
@@ -47,9 +48,7 @@ def encode_state(net, data) -> tuple:
 
 def score_actions(net, state: tuple, x: np.ndarray) -> tuple[np.ndarray, float]:
     """(the policy's softmax over the actions x [A, ACTION_DIM] as float64, the value) of an encoded state."""
-    if not hasattr(net, "gnn"):
-        from tag.gnn.infer import softmax_priors
-
+    if isinstance(net, NumpyStructureNet):
         logits, value = net.heads(state[0], x, state[1])
         return softmax_priors(logits), value
     import torch
