@@ -19,7 +19,8 @@ Usage: python benchmarks/buckets_deploy.py [--model resnet_tiny] [--batch-size 3
    ``predicted_step_ms`` (the product's own prediction of that step, `tag.cli.deploy.predict_as_run`: the plan's
    recorded profile with its contention terms, the measured barrier, bucket sums overlapping the backward as the
    runtime starts them), `--rounds` times, the plans alternating so both see the same load; the table gives the
-   median over rounds of each.
+   median over rounds of each, and the factor of deploy's speed check in each round (``prediction.speed_check``:
+   compute scaled by sqrt(now / then), `tag.profile.speed_check`; "skipped" when deploy declined it).
 
 Prints a markdown table; every figure comes from the commands above, which the table's header repeats.
 """
@@ -118,20 +119,23 @@ def main() -> None:
         rows[cap] = {"buckets": len(buckets), "algorithms": sorted({b["algorithm"] for b in buckets}),
                      "sim_ms": sim["iteration_ms"], "sim_deploy_ms": as_deploy_ms(model, topo, prof, plan),
                      "sim_overlap_ms": as_deploy_ms(model, topo, prof, plan, overlap_sync=True),
-                     "measured": [], "product": []}
+                     "measured": [], "product": [], "check": []}
     for _ in range(a.rounds):
         for cap in caps:
             out = _tag("deploy", plans[cap], model, "--steps", str(a.steps), "--warmup", str(a.warmup))
             rows[cap]["measured"].append(out["measured_step_ms"])
             rows[cap]["product"].append(out.get("predicted_step_ms"))
+            check = (out.get("prediction") or {}).get("speed_check")
+            rows[cap]["check"].append(f"x{check['factor']:.2f}" if check else "skipped")
     print(f"`python benchmarks/buckets_deploy.py --model {a.model} --batch-size {a.batch_size} --steps {a.steps} "
           f"--warmup {a.warmup} --rounds {a.rounds} --caps {a.caps} --sync {a.sync}"
           f"{' --profile-together' if a.profile_together else ''}` ({time.time() - t0:.0f} s; load average after "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})\n")
     print("| bucket cap MiB | buckets | algorithms | tag simulate ms | blocking, syncs after backward ms | blocking, "
           "syncs overlapped ms | tag deploy predicted ms | measured ms (median of rounds) | rounds | err vs tag simulate "
-          "% | err vs after-backward % | err vs overlapped % | err vs tag deploy predicted % |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+          "% | err vs after-backward % | err vs overlapped % | err vs tag deploy predicted % | speed check x sqrt(now / then), "
+          "by round) |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---|")
     for cap in caps:
         r = rows[cap]
         m = statistics.median(r["measured"])
@@ -140,7 +144,7 @@ def main() -> None:
                                                                   "product_ms"))
         print(f"| {cap:g} | {r['buckets']} | {', '.join(r['algorithms'])} | {r['sim_ms']:.2f} | "
               f"{r['sim_deploy_ms']:.2f} | {r['sim_overlap_ms']:.2f} | {r['product_ms']:.2f} | {m:.2f} | "
-              f"{', '.join(f'{x:.1f}' for x in r['measured'])} | {errs} |")
+              f"{', '.join(f'{x:.1f}' for x in r['measured'])} | {errs} | {', '.join(r['check'])} |")
 
 
 if __name__ == "__main__":

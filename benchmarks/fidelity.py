@@ -37,7 +37,7 @@ from emulate.suite_plans import (_tag, build_memory_plans, build_pipeline_plans,
                                  pipeline_plan, random_plan, shard_plan, stage_cuts, zero_plan)
 from emulate.report import Row, emulated_report, kendall_tau_b, mape, report  # noqa: E402,F401  (re-exported for
 #   `emulate.cluster_run` (fid.Row) and the tests)
-from tag.memory import use_huge_pages  # noqa: E402
+from tag.memory import keep_freed_memory, use_huge_pages  # noqa: E402
 
 MODELS = os.path.join(HERE, "..", "datasets", "models")
 BASELINES = ["dp-even", "dp-proportional", "ps", "single-device", "m-etf", "m-topo"]
@@ -264,6 +264,7 @@ def main() -> None:
                          "other sessions' jobs, even at nice 19, otherwise take an equal share of the cores)")
     a = ap.parse_args()
     use_huge_pages()  # the profiles, probes and deploy workers it starts run as tag's own processes do
+    keep_freed_memory()  # and so does its own speed check (tag.memory)
     if a.autogroup_nice is not None:
         from tag.profile.autogroup import ENV, apply_from_env
 

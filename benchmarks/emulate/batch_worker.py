@@ -107,9 +107,11 @@ def main(jobs_file: str, rounds: int = 3) -> int:
 
     from tag.deploy.job import load_job
 
+    from tag.memory import keep_freed_memory
     from tag.profile.autogroup import apply_from_env
 
     apply_from_env()  # this rank's session's CPU share (`tag.profile.autogroup`; unset: as started)
+    keep_freed_memory()  # as `tag deploy`'s ranks and `tag profile ops` run (tag.memory)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600))

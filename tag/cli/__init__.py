@@ -16,7 +16,7 @@ import warnings
 from tag import __version__
 from tag.cli.util import Parser
 from tag.errors import InputError
-from tag.memory import use_huge_pages
+from tag.memory import keep_freed_memory, use_huge_pages
 
 # verb name -> module in tag.cli; each module has add_parser(subparsers) and run(args) -> int
 VERBS = ["inspect", "topo", "simulate", "plan", "report", "deploy", "profile", "train", "bench"]
@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     use_huge_pages()  # before any verb imports torch (tag.memory)
+    keep_freed_memory()  # a step's freed tensors stay for the next step, here and in every process it starts
     if not args.debug:
         warnings.filterwarnings("ignore")
         logging.disable(logging.WARNING)

@@ -47,9 +47,11 @@ def main(job_path: str) -> int:
     import torch.distributed as dist
 
     from tag.deploy.job import load_job
+    from tag.memory import keep_freed_memory
     from tag.profile.autogroup import apply_from_env
 
     apply_from_env()  # $TAG_AUTOGROUP_NICE (unset: nothing): this rank's session's CPU share (tag.profile.autogroup)
+    keep_freed_memory()  # as `tag profile ops` timed the step (tag.memory); a rank started by hand has no `tag` parent
 
     job = load_job(job_path)
     run_dir = os.path.dirname(os.path.abspath(job_path))
