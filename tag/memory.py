@@ -1,4 +1,4 @@
-"""Host memory settings of tag's processes: large CPU tensors on transparent huge pages.
+"""Host memory settings of tag's processes: large CPU tensors on transparent huge pages, freed memory kept for the next step.
 
 A CPU training step allocates its big tensors (activations, gradients, optimizer temporaries, sync buckets)
 afresh every step. glibc serves allocations above its mmap threshold (at most 32 MiB) with fresh mappings,
@@ -18,12 +18,10 @@ blocks under its mmap threshold from the heap, whose free top above ``M_TRIM_THR
 kernel on every free, and larger ones (the threshold adapts up to 32 MiB) from mappings unmapped on free. Either way
 the next step touches fresh pages again. `keep_freed_memory` fixes the mmap threshold at 32 MiB (glibc's largest)
 and the trim threshold at 2^31 - 1 bytes (mallopt's largest), so a step's freed tensors stay in the process for the
-next step: a fresh process then runs the step as a long-lived one does. Measured on the 2-core VM (small_cnn's
-single-rank runtime step at 32 rows, steps 10-30 of a fresh process, thread CPU): 43-45 ms and ~10,000 page faults
-a step as started, 33 ms and ~5,000 with huge pages alone, 25 ms and 0 with both; the profile's step block, taken in
-the long-lived `tag profile ops` process, read 24.9 ms. It is set for this process (``mallopt``) and for everything
-it starts (glibc's ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``, read at a process's start). The user's
-own values win; nothing is done where the C library is not glibc.
+next step: a freshly started rank then runs the step as the long-lived `tag profile ops` process timed it (the
+page faults a step, with and without, are in benchmarks/fidelity.md, "Memory between steps"). It is set for this
+process (``mallopt``) and for everything it starts (glibc's ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``,
+read at a process's start). The user's own values win; nothing is done where the C library is not glibc.
 """
 
 from __future__ import annotations

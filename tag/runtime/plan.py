@@ -85,13 +85,17 @@ class RankPlan:
 
 def load_plan(plan_path: str, model_path: str, topology_path: str | None = None, *, batch_size: int | None = None,
               backend: str | None = None) -> RankPlan:
-    """The plan for this rank (see the module docstring); InputError on a plan that does not fit model or topology."""
+    """The plan for this rank (see the module docstring); InputError on a plan that does not fit model or topology.
+    Like `tag deploy`'s ranks, the process keeps its freed CPU memory from here on (`tag.memory.keep_freed_memory`)."""
     import torch
     import torch.distributed as dist
 
     from tag.deploy.job import DeployOptions, prepare_job
     from tag.deploy.schedule import build_schedule
+    from tag.memory import keep_freed_memory
     from tag.modelio import ModelOptions
+
+    keep_freed_memory()
 
     world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
     rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", "0"))
