@@ -1,4 +1,4 @@
-"""Host memory settings of tag's processes: large CPU tensors on transparent huge pages, freed memory kept for the next step.
+"""Host memory settings of tag's processes: big CPU tensors on huge pages, freed memory kept for the next step.
 
 A CPU training step allocates its big tensors (activations, gradients, optimizer temporaries, sync buckets)
 afresh every step. glibc serves allocations above its mmap threshold (at most 32 MiB) with fresh mappings,
