@@ -41,8 +41,10 @@ computes, a data-parallel step's gradient sums, counts for neither), the share o
   devices' backward (the simulator's ``overlap_sync=False``).
 
 * **the fence** (the barrier that ends every measured step, `fence_ms`: the topology's measured barrier, a hot
-  loop of small all-reduces): it is one small all-reduce right after every rank computed, so with ``call_ms`` it
-  costs at least ``call_ms["allreduce"]`` (`fence_after_compute_ms`).
+  loop of small all-reduces): with every rank computing up to it, it is one small all-reduce right after every rank
+  computed and costs ``call_ms["allreduce"]``; with one rank computing, the others wait in it on cores of their own
+  and it costs the hot barrier. In between, ``between(fence_ms, max(fence_ms, call_ms["allreduce"]), c, n)``
+  (`fence_after_compute_ms`).
 
 ``c`` comes from a first simulation without the terms; the second simulation with them is the prediction.
 """
@@ -194,16 +196,18 @@ def with_handoff(cluster, handoff_ms: float):
     return out
 
 
-def fence_after_compute_ms(terms: ContentionTerms | None, fence_ms: float) -> float:
-    """The barrier ending a step, ms: `fence_ms`, raised to the profile's all-reduce call cost after compute.
+def fence_after_compute_ms(terms: ContentionTerms | None, fence_ms: float, c: float = 2.0, n: int = 2) -> float:
+    """The barrier ending a step at concurrency c of n ranks, ms: ``between(fence_ms, max(fence_ms, call), c, n)``
+    with call = the profile's all-reduce call cost after compute (module docstring, the fence).
 
-    >>> fence_after_compute_ms(ContentionTerms(2, 32, 0.2, 1.0, 1.0, 1.0, call_ms=(("allreduce", 0.9),)), 0.25)
-    0.9
+    >>> t = ContentionTerms(2, 32, 0.2, 1.0, 1.0, 1.0, call_ms=(("allreduce", 0.9),))
+    >>> fence_after_compute_ms(t, 0.25, 2.0, 2), fence_after_compute_ms(t, 0.25, 1.0, 2), fence_after_compute_ms(t, 0.25, 1.5, 2)
+    (0.9, 0.25, 0.575)
     >>> fence_after_compute_ms(None, 0.25)
     0.25
     """
     calls = dict(terms.call_ms or ()) if terms is not None else {}
-    return max(fence_ms, calls.get("allreduce", 0.0))
+    return between(fence_ms, max(fence_ms, calls.get("allreduce", 0.0)), c, n)
 
 
 @dataclass(frozen=True)
@@ -246,4 +250,4 @@ def deployed_step_ms(simulate: Callable, gg, cluster, cost, strategy, training, 
     if terms is not None:
         scale = compute_scale(terms, c, n)
         res, ms = run(with_handoff(cluster, terms.handoff_ms), cost.scaled(scale))
-    return DeployedStep(ms + fence_after_compute_ms(terms, fence_ms), c, n, scale, bool(res.oom), overlap_sync)
+    return DeployedStep(ms + fence_after_compute_ms(terms, fence_ms, c, n), c, n, scale, bool(res.oom), overlap_sync)

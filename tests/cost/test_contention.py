@@ -47,17 +47,17 @@ class _Cost:
         return _Cost(self.k * f)
 
 
-def _fake_simulate(calls):
-    """A 'simulator' of two ranks: rank 0 computes 30 ms x k, rank 1 15 ms x k, then a message of latency L
+def _fake_simulate(calls, rank1_ms=15.0):
+    """A 'simulator' of two ranks: rank 0 computes 30 ms x k, rank 1 `rank1_ms` x k, then a message of latency L
     (the cluster's [0][1] latency, us) ends the step: iteration = 30 k + L / 1000."""
     def simulate(gg, cluster, cost, strategy, training, *, overlap_sync, blocking_sends, trace=False):
         calls.append((cost.k, float(cluster.latency_us[0][1]), overlap_sync, blocking_sends))
         it = 30.0 * cost.k + cluster.latency_us[0][1] / 1e3
         events = [{"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "compute"}},
                   {"ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 30e3 * cost.k},
-                  {"ph": "X", "pid": 0, "tid": 1, "ts": 0.0, "dur": 15e3 * cost.k}] if trace else []
+                  {"ph": "X", "pid": 0, "tid": 1, "ts": 0.0, "dur": rank1_ms * 1e3 * cost.k}] if trace else []
         return SimpleNamespace(iteration_ms=it, fit_iteration_ms=it, oom=False,
-                               busy_ms={"a": 30.0 * cost.k, "b": 15.0 * cost.k}, trace_events=events)
+                               busy_ms={"a": 30.0 * cost.k, "b": rank1_ms * cost.k}, trace_events=events)
     return simulate
 
 
@@ -98,14 +98,17 @@ def test_ranks_that_fill_the_cores_sum_after_the_backward(cores, n_ranks, overla
     assert [c[2] for c in calls] == [False, False]
 
 
-def test_the_fence_costs_at_least_one_call_after_compute():
-    """The step's closing barrier is an all-reduce right after compute: 0.25 ms measured hot, 0.9 ms per call after
-    compute -> 0.9 ms added; a hot figure above the call's (1.5) stands; p2p's cost is not a barrier's."""
+@pytest.mark.parametrize("rank1_ms,share", [(30.0, 1.0), (15.0, 0.5), (0.0, 0.0)])
+def test_the_fence_costs_a_call_after_compute_by_the_ranks_computing(rank1_ms, share):
+    """The step's closing barrier: 0.25 ms measured hot, 0.9 ms for an all-reduce right after every rank computed.
+    Both ranks computing 30 ms (c = 2): the call's 0.9 ms; rank 1 computing 15 ms (c = 45 / 30 = 1.5): halfway,
+    0.25 + 0.5 x 0.65 = 0.575; rank 1 idle (c = 1): it waits on a core of its own, the hot 0.25. A hot figure above
+    the call's (1.5) stands; p2p's cost is not a barrier's."""
     cl = SimpleNamespace(latency_us=np.array([[0.0, 0.0], [0.0, 0.0]]))
-    for calls, fence, added in [((("allreduce", 0.9), ("p2p", 2.0)), 0.25, 0.9), ((("allreduce", 0.9),), 1.5, 1.5),
-                                ((("p2p", 2.0),), 0.25, 0.25), (None, 0.25, 0.25)]:
+    for calls, fence, added in [((("allreduce", 0.9), ("p2p", 2.0)), 0.25, 0.25 + share * 0.65),
+                                ((("allreduce", 0.9),), 1.5, 1.5), ((("p2p", 2.0),), 0.25, 0.25), (None, 0.25, 0.25)]:
         terms = ContentionTerms(2, 32, 0.0, 1.0, 1.0, 1.0, call_ms=calls)
-        res = deployed_step_ms(_fake_simulate([]), None, cl, _Cost(), None, None, terms=terms, n_ranks=2,
+        res = deployed_step_ms(_fake_simulate([], rank1_ms), None, cl, _Cost(), None, None, terms=terms, n_ranks=2,
                                fence_ms=fence)
         assert res.step_ms == pytest.approx(30.0 + added)  # the fake's 30 ms x k (k = 1: no stretch) + the fence
 
