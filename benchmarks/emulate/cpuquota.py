@@ -13,7 +13,9 @@ import os
 
 V2_ROOT = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
 V1_ROOT = "/sys/fs/cgroup/cpu"
-PERIOD_US = 20_000  # short periods: throttling in small slices, not 100-ms stalls
+PERIOD_US = 5_000  # short periods: a step of a few ms is throttled in slices, as a slower CPU would run it
+# (at 20 ms a 6-9 ms step either fit one period's budget unthrottled or was stalled, and the median step of one plan
+# jumped between the two: benchmarks/fidelity.md, "Emulated two-machine cluster, runs E1-E6")
 
 
 def _v2_ok() -> bool:
