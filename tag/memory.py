@@ -19,9 +19,10 @@ kernel on every free, and larger ones (the threshold adapts up to 32 MiB) from m
 the next step touches fresh pages again. `keep_freed_memory` fixes the mmap threshold at 32 MiB (glibc's largest)
 and the trim threshold at 2^31 - 1 bytes (mallopt's largest), so a step's freed tensors stay in the process for the
 next step: a freshly started rank then runs the step as the long-lived `tag profile ops` process timed it (the
-page faults a step, with and without, are in benchmarks/fidelity.md, "Memory between steps"). It is set for this
-process (``mallopt``) and for everything it starts (glibc's ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_``,
-read at a process's start). The user's own values win; nothing is done where the C library is not glibc.
+page faults a step, with and without: benchmarks/fidelity.md, "Runs U-Z: memory between steps"). It is set for
+this process (``mallopt``) and for everything it starts (glibc's ``MALLOC_MMAP_THRESHOLD_`` /
+``MALLOC_TRIM_THRESHOLD_``, read at a process's start). The user's own values win; nothing is done where the C
+library is not glibc.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def use_huge_pages(env: dict | None = None, mode: str | None = "auto") -> bool:
     return True
 
 
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": 32 * 2**20, "MALLOC_TRIM_THRESHOLD_": 2**31 - 1}  # glibc's and mallopt's largest
+# the largest values glibc's mmap threshold and mallopt's int take
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": 32 * 2**20, "MALLOC_TRIM_THRESHOLD_": 2**31 - 1}
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 
 

@@ -201,8 +201,8 @@ def fence_after_compute_ms(terms: ContentionTerms | None, fence_ms: float, c: fl
     with call = the profile's all-reduce call cost after compute (module docstring, the fence).
 
     >>> t = ContentionTerms(2, 32, 0.2, 1.0, 1.0, 1.0, call_ms=(("allreduce", 0.9),))
-    >>> fence_after_compute_ms(t, 0.25, 2.0, 2), fence_after_compute_ms(t, 0.25, 1.0, 2), fence_after_compute_ms(t, 0.25, 1.5, 2)
-    (0.9, 0.25, 0.575)
+    >>> [fence_after_compute_ms(t, 0.25, c, 2) for c in (2.0, 1.0, 1.5)]
+    [0.9, 0.25, 0.575]
     >>> fence_after_compute_ms(None, 0.25)
     0.25
     """

@@ -105,8 +105,9 @@ def test_the_fence_costs_a_call_after_compute_by_the_ranks_computing(rank1_ms, s
     0.25 + 0.5 x 0.65 = 0.575; rank 1 idle (c = 1): it waits on a core of its own, the hot 0.25. A hot figure above
     the call's (1.5) stands; p2p's cost is not a barrier's."""
     cl = SimpleNamespace(latency_us=np.array([[0.0, 0.0], [0.0, 0.0]]))
-    for calls, fence, added in [((("allreduce", 0.9), ("p2p", 2.0)), 0.25, 0.25 + share * 0.65),
-                                ((("allreduce", 0.9),), 1.5, 1.5), ((("p2p", 2.0),), 0.25, 0.25), (None, 0.25, 0.25)]:
+    cases = [((("allreduce", 0.9), ("p2p", 2.0)), 0.25, 0.25 + share * 0.65), ((("allreduce", 0.9),), 1.5, 1.5),
+             ((("p2p", 2.0),), 0.25, 0.25), (None, 0.25, 0.25)]
+    for calls, fence, added in cases:
         terms = ContentionTerms(2, 32, 0.0, 1.0, 1.0, 1.0, call_ms=calls)
         res = deployed_step_ms(_fake_simulate([], rank1_ms), None, cl, _Cost(), None, None, terms=terms, n_ranks=2,
                                fence_ms=fence)
