@@ -7,7 +7,8 @@
    ranks, and between the first ranks of every pair of machines. For each message size the sender times
    `warmup` + `repeats` round trips (send then receive the same size back); one-way time = median / 2.
 4. The all-reduce `tag deploy` runs (`Comm.sum_over`, "ring": the backend's ring all_reduce) of each
-   size over all ranks (median over `repeats`, after a barrier each time).
+   size over all ranks (median over `repeats`, after a barrier each time; and the fastest of the repeats, which a
+   call stalled by the scheduler or a CPU quota cannot inflate: the barrier figure, `tag.profile.links.barrier_ms`).
 
 `run_rank` returns the gathered result on rank 0 (None elsewhere): a plain dict, JSON-ready, ms and bytes.
 """
@@ -116,7 +117,7 @@ def run_rank(settings: LinkSettings) -> dict | None:
     from tag.deploy.comm import Comm
 
     comm = Comm(rank, world, [""] * world, [tuple(range(world))], device)  # the sum deploy runs (ring method)
-    allreduce = []
+    allreduce, fastest = [], []
     for size in settings.sizes_bytes:
         buf = torch.ones(max(size // 4, 1), device=device)
         times = []
@@ -129,8 +130,9 @@ def run_rank(settings: LinkSettings) -> dict | None:
             if k >= settings.warmup:
                 times.append((time.perf_counter_ns() - t0) / 1e6)
         allreduce.append(statistics.median(times))
+        fastest.append(min(times))
     all_times: list = [None] * world
-    dist.all_gather_object(all_times, allreduce)
+    dist.all_gather_object(all_times, [allreduce, fastest])
     if rank != 0:
         return None
     return {
@@ -141,7 +143,8 @@ def run_rank(settings: LinkSettings) -> dict | None:
         "sizes_bytes": list(settings.sizes_bytes),
         "p2p": p2p,
         # a collective ends when its slowest rank does: the max over ranks of each median
-        "allreduce_ms": [max(t[i] for t in all_times) for i in range(len(settings.sizes_bytes))],
+        "allreduce_ms": [max(t[0][i] for t in all_times) for i in range(len(settings.sizes_bytes))],
+        "allreduce_fastest_ms": [max(t[1][i] for t in all_times) for i in range(len(settings.sizes_bytes))],
         "backend": dist.get_backend(),
         "settings": settings.to_json(),
     }

@@ -93,3 +93,19 @@ def test_bad_links_flags_exit_2_before_measuring(tmp_path, capsys, argv):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith("tag profile: error:"), err
     assert not (tmp_path / "t.json").exists()
+
+
+def test_the_barrier_is_the_fastest_repeat_of_the_smallest_all_reduce():
+    """The sweep's fastest repeats (a throttled hot loop inflates the median, not the fastest call) go into
+    x-measured and are the barrier; a file written before them keeps the median's figure."""
+    from tag.profile.links import barrier_ms
+
+    res = _result()
+    res["allreduce_ms"] = [3.3, 3.9, 5.0, 9.0]
+    res["allreduce_fastest_ms"] = [0.21, 0.3, 2.0, 8.0]
+    topo = json.loads(json.dumps(measured_topology(res)))
+    assert topo["x-measured"]["allreduce_fastest_ms"] == [0.21, 0.3, 2.0, 8.0]
+    assert barrier_ms(topo) == pytest.approx(0.21)
+    del res["allreduce_fastest_ms"]
+    old = json.loads(json.dumps(measured_topology(res)))
+    assert "allreduce_fastest_ms" not in old["x-measured"] and barrier_ms(old) == pytest.approx(3.3)
