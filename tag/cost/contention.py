@@ -196,14 +196,14 @@ def with_handoff(cluster, handoff_ms: float):
     return out
 
 
-def fence_after_compute_ms(terms: ContentionTerms | None, fence_ms: float, c: float = 2.0, n: int = 2) -> float:
+def fence_after_compute_ms(terms: ContentionTerms | None, fence_ms: float, c: float, n: int) -> float:
     """The barrier ending a step at concurrency c of n ranks, ms: ``between(fence_ms, max(fence_ms, call), c, n)``
     with call = the profile's all-reduce call cost after compute (module docstring, the fence).
 
     >>> t = ContentionTerms(2, 32, 0.2, 1.0, 1.0, 1.0, call_ms=(("allreduce", 0.9),))
     >>> [fence_after_compute_ms(t, 0.25, c, 2) for c in (2.0, 1.0, 1.5)]
     [0.9, 0.25, 0.575]
-    >>> fence_after_compute_ms(None, 0.25)
+    >>> fence_after_compute_ms(None, 0.25, 2.0, 2)
     0.25
     """
     calls = dict(terms.call_ms or ()) if terms is not None else {}
