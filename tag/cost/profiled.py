@@ -108,26 +108,29 @@ class ProfileCostModel:
         self._cache[key] = t
         return t
 
-    def _per_op_ms(self, gid: int, device: DeviceType, rows: int, phase: str):
+    def _per_op_ms(self, gid: int, device: DeviceType, rows: int, phase: str, share: float = 1.0):
         """Per compute op of the group: the profile's time where it has the op (interpolated in rows), the
-        roofline's elsewhere, ms (before `compute_scale`)."""
+        roofline's elsewhere, ms (before `compute_scale`). `share` < 1: on that fraction of each op's width (a
+        tensor shard's slice), read as the measured op at share x rows rows (the same FLOPs; the per-call
+        overhead stays whole) and as the roofline's `op_ms` at that share."""
         hits = self._hits[gid]
-        per_op = self.roofline.op_ms(gid, device, rows, phase)
+        per_op = self.roofline.op_ms(gid, device, rows, phase, share)
+        at = share * rows
         for pos, prof in hits:
             series = prof.fwd_ms if phase == "fwd" else prof.bwd_ms
             if series is not None:
-                per_op[pos] = interpolate(prof.rows, series, rows)
+                per_op[pos] = interpolate(prof.rows, series, at)
         for pos, (step_rows, fwd, bwd) in self._step_hits[gid]:
-            per_op[pos] = interpolate(step_rows, fwd if phase == "fwd" else bwd, rows)
+            per_op[pos] = interpolate(step_rows, fwd if phase == "fwd" else bwd, at)
         return per_op
 
-    def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids) -> float:
+    def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids, share: float = 1.0) -> float:
         """The part of the group's phase time that the ops `op_ids` (graph indices) take, ms (their per-op
-        times, as `_phase_ms` sums them all)."""
+        times, as `_phase_ms` sums them all); with `share` < 1 on that fraction of their width (`_per_op_ms`)."""
         if device.name != self.db.device_type or not (self._hits[gid] or self._step_hits[gid]) or rows <= 0:
-            return self._k(device) * self.roofline.ops_ms(gid, device, rows, phase, op_ids)
+            return self._k(device) * self.roofline.ops_ms(gid, device, rows, phase, op_ids, share)
         mask = ops_mask(self.roofline.compute_ops[gid], op_ids)
-        return self._k(device) * float(self._per_op_ms(gid, device, rows, phase)[mask].sum())
+        return self._k(device) * float(self._per_op_ms(gid, device, rows, phase, share)[mask].sum())
 
     def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
         """Forward time of a group, ms (measured ops interpolated in rows, others roofline)."""
@@ -284,9 +287,10 @@ class MultiProfileCostModel:
         """Optimizer update of the group's parameters on one replica of `device`'s type, ms."""
         return self._model(device).update_ms(group_id, device)
 
-    def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids) -> float:
-        """The part of the group's phase time the ops `op_ids` take on `device`, ms (that type's model)."""
-        return self._model(device).ops_ms(gid, device, rows, phase, op_ids)
+    def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids, share: float = 1.0) -> float:
+        """The part of the group's phase time the ops `op_ids` take on `device`, ms (that type's model; `share` as
+        `ProfileCostModel.ops_ms`)."""
+        return self._model(device).ops_ms(gid, device, rows, phase, op_ids, share)
 
     def collective_hop_gbps(self, device: DeviceType, n_ranks: int) -> float | None:
         """Measured ring per-hop rate on `device`'s type, 10^9 bit/s (its type's profile; else None)."""

@@ -150,17 +150,21 @@ class RooflineCostModel:
         self._groups = [_GroupOps([ops[i] for i in ids]) for ids in self.compute_ops]
         self._cache: dict[tuple, float] = {}
 
-    def op_ms(self, gid: int, device: DeviceType, rows: int, phase: str) -> np.ndarray:
-        """Per-op time (roofline + launches) of the compute ops of group `gid`, phase "fwd" or "bwd", ms."""
+    def op_ms(self, gid: int, device: DeviceType, rows: int, phase: str, share: float = 1.0) -> np.ndarray:
+        """Per-op time (roofline + launches) of the compute ops of group `gid`, phase "fwd" or "bwd", ms.
+
+        `share` < 1: each op runs on that fraction of its width (a tensor shard's slice): F_o and M_o (and the
+        cast bytes) times `share`, the efficiency read at those smaller sizes, the kernel launches whole, since
+        every device of a shard launches each kernel once."""
         go = self._groups[gid]
         factor = 1.0 if phase == "fwd" else BWD_MEM_FACTOR
         if phase == "fwd":
-            flops = go.fwd_fpr * rows + go.fwd_ffix
+            flops = share * (go.fwd_fpr * rows + go.fwd_ffix)
             kernels = go.fwd_kernels
         else:
-            flops = go.bwd_fpr * rows + go.bwd_ffix
+            flops = share * (go.bwd_fpr * rows + go.bwd_ffix)
             kernels = go.bwd_kernels
-        mem = factor * (go.mpr * rows + go.mfix)
+        mem = share * factor * (go.mpr * rows + go.mfix)
         p = self.params_for(device.kind)
         precision = getattr(self.training, "precision", "fp32")
         mem = mem * traffic_scale(precision)
@@ -169,10 +173,11 @@ class RooflineCostModel:
             eff = np.where(go.winograd, eff * p.winograd_speedup, eff)
         peak = peak_flops_per_ms(device, precision, go.classes, p.peak_fraction(peak_class(precision)))
         t = roofline_ms(flops, mem, eff, device, bandwidth_fraction(mem, device.kind, p), peak)
-        return t + kernels * launch_ms(device, p) + self._side_kernels_ms(go, device, rows, factor, precision, p)
+        return t + kernels * launch_ms(device, p) + self._side_kernels_ms(go, device, rows, factor, precision, p,
+                                                                            share)
 
     def _side_kernels_ms(self, go: _GroupOps, device: DeviceType, rows: int, factor: float, precision: str,
-                         p: EfficiencyParams) -> np.ndarray:
+                         p: EfficiencyParams, share: float = 1.0) -> np.ndarray:
         """Per-op time of the memory-bound kernels mixed precision adds to one phase (`tag.cost.mixed_precision`),
         ms: weight casts (conv / matmul weights, 6 bytes per element, one kernel per tensor) and, for NCHW
         convolutions, layout transposes (`layout_transpose_factor` x the conv's 16-bit activation traffic of the
@@ -186,6 +191,7 @@ class RooflineCostModel:
         if transpose and go.conv.any():
             nbytes = nbytes + np.where(go.conv, transpose * factor * traffic_scale(precision) * go.mpr * rows, 0.0)
             launches = launches + np.where(go.conv, transpose * factor, 0.0)
+        nbytes = share * nbytes
         bw = mem_bytes_per_ms(device) * bandwidth_fraction(nbytes, device.kind, p)
         return np.where(nbytes > 0, nbytes / bw, 0.0) + launches * launch_ms(device, p)
 
@@ -205,10 +211,11 @@ class RooflineCostModel:
         self._cache[key] = t
         return t
 
-    def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids) -> float:
+    def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids, share: float = 1.0) -> float:
         """The part of group `gid`'s phase time ("fwd" or "bwd") that the ops `op_ids` (graph indices) take, ms:
-        the sum of their `op_ms` (all of them sum to `group_fwd_ms` / `group_bwd_ms`)."""
-        return float(self.op_ms(gid, device, rows, phase)[ops_mask(self.compute_ops[gid], op_ids)].sum()) \
+        the sum of their `op_ms` (all of them sum to `group_fwd_ms` / `group_bwd_ms`); with `share` < 1, on that
+        fraction of their width (`op_ms`)."""
+        return float(self.op_ms(gid, device, rows, phase, share)[ops_mask(self.compute_ops[gid], op_ids)].sum()) \
             if rows > 0 and self._groups[gid].n_ops else 0.0
 
     def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:

@@ -6,8 +6,10 @@ the group's ops (`ShardLayout`); from it, per position j (shares in whole units:
 units, `tag.strategy.shard.shard_sizes`):
 
 * **compute** (`sharded_costs`): forward / backward ms at the replica's rows r =
-  ``share_j x T(sharded_ops, r) + T(other ops, r)``, with T the cost model's time of those ops (`part_ms`) and
-  share_j pair 0's ``size_j / U``; the optimizer step ``update_ms x param_bytes_j / param_bytes``.
+  ``T_share_j(sharded_ops, r) + T(other ops, r)``, with T the cost model's time of those ops (`part_ms`) and
+  share_j pair 0's ``size_j / U``: T_s is each op on s of its width, s x its FLOPs and bytes at the efficiency of
+  that smaller size, its kernels launched whole (every device of the replica launches each one), not s x T; the
+  optimizer step ``update_ms x param_bytes_j / param_bytes``.
 * **weights** (`ShardFacts.param_bytes`): a parameter sliced by pair p holds ``size_j / U_p`` of its bytes at
   position j; every other parameter of the group is whole.
 * **gradient syncs** (`ShardFacts.sync_bytes`): position j's weight gradients (its slices plus the unsliced
@@ -143,12 +145,14 @@ def facts_of(ctx, g: int, decision) -> ShardFacts:
     return shard_facts(ctx.gg, g, sh.split, sh.ratios, getattr(ctx.training, "precision", "fp32"))
 
 
-def part_ms(cost, gg, g: int, device, rows: int, phase: str, op_ids) -> float:
-    """The part of group g's phase ("fwd" / "bwd") time that the ops `op_ids` take, ms: the cost model's
-    ``ops_ms`` when it has one, else the group's time x those ops' share of its FLOPs in that phase."""
+def part_ms(cost, gg, g: int, device, rows: int, phase: str, op_ids, share: float = 1.0) -> float:
+    """The part of group g's phase ("fwd" / "bwd") time that the ops `op_ids` take, ms, each op on `share` of its
+    width (a shard's slice): the cost model's ``ops_ms`` when it has one (the slice's FLOPs and bytes at the
+    efficiency of their size, every kernel launched whole), else ``share`` x the group's time x those ops' share
+    of its FLOPs in that phase."""
     fn = getattr(cost, "ops_ms", None)
     if fn is not None:
-        return fn(g, device, rows, phase, op_ids)
+        return fn(g, device, rows, phase, op_ids, share) if share != 1.0 else fn(g, device, rows, phase, op_ids)
     whole = cost.group_fwd_ms(g, device, rows) if phase == "fwd" else cost.group_bwd_ms(g, device, rows)
     ops = gg.graph.ops
 
@@ -158,7 +162,7 @@ def part_ms(cost, gg, g: int, device, rows: int, phase: str, op_ids) -> float:
                 else o.bwd_flops_per_row * rows + o.bwd_flops_fixed)
 
     every = sum(flops(i) for i in gg.groups[g].op_ids)
-    return whole * sum(flops(i) for i in op_ids) / every if every > 0 else 0.0
+    return share * whole * sum(flops(i) for i in op_ids) / every if every > 0 else 0.0
 
 
 def sharded_costs(ctx, g: int, decision) -> tuple:
@@ -181,7 +185,7 @@ def sharded_costs(ctx, g: int, decision) -> tuple:
             for phase, whole in (("fwd", cost.group_fwd_ms), ("bwd", cost.group_bwd_ms)):
                 w = whole(g, dt[d], rows)
                 part = part_ms(cost, gg, g, dt[d], rows, phase, ops)
-                times.append(facts.share[j] * part + (w - part))
+                times.append(part_ms(cost, gg, g, dt[d], rows, phase, ops, facts.share[j]) + (w - part))
             upd = cost.update_ms(g, dt[d])
             times.append(upd * facts.param_bytes[j] / total_params if total_params > 0 else upd)
             per[key] = times

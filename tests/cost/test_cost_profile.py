@@ -76,3 +76,18 @@ def test_bad_profile_names_the_place(tmp_path, obj, where):
     with pytest.raises(InputError) as e:
         load(str(path))
     assert e.value.where == where and e.value.file == str(path)
+
+
+def test_a_shard_slice_reads_the_profile_at_its_share_of_the_rows(tmp_path):
+    """A measured op on `share` of its width has the FLOPs of the whole op at share x rows: its time is the
+    profile interpolated there (measured 1.0 / 2.0 / 3.0 ms at 1 / 2 / 4 rows), not share x the time at rows."""
+    gg = _gg()
+    sig = op_signature(gg.graph.ops[0], gg.graph)
+    db = ProfileDB("TestGPU", 1, {"cpu": "test"}, {sig: OpProfile([1, 2, 4], [1.0, 2.0, 3.0])})
+    path = tmp_path / "prof.json"
+    save(db, str(path))
+    cm = make_cost_model(gg, TrainingConfig(), str(path))
+    assert cm.ops_ms(0, DEV, 4, "fwd", [0]) == pytest.approx(3.0)
+    assert cm.ops_ms(0, DEV, 4, "fwd", [0], share=0.5) == pytest.approx(2.0)  # at 2 rows (share x time: 1.5)
+    assert cm.ops_ms(0, DEV, 4, "fwd", [0], share=0.25) == pytest.approx(1.0)  # at 1 row (0.75)
+    assert cm.ops_ms(0, DEV, 2, "fwd", [0], share=0.75) == pytest.approx(1.5)  # at 1.5 rows, between 1 and 2

@@ -103,6 +103,27 @@ def test_compute_is_the_share_of_the_flops_at_each_device_speed(tmp_path, split)
         (F_FWD + F_BWD) / SLOW_PEAK, rel=1e-12)
 
 
+@pytest.mark.parametrize("split", ["column", "row"])
+def test_a_slice_runs_at_the_efficiency_of_its_size_and_launches_whole(tmp_path, split):
+    """With a size-dependent efficiency e(F) = F / (F + H) and a launch cost L per kernel, an op of F FLOPs takes
+    F / (peak e(F)) + kernels L = (F + H) / peak + kernels L. A slice of share s runs s F FLOPs, so it takes
+    (s F + H) / peak + kernels L, not s x the whole op's time: each device launches the Gemm's kernel (one
+    forward, two backward: input and weight gradients) and pays the small-kernel inefficiency H itself."""
+    H, LAUNCH_US = 1e9, 20.0
+    gg, cl, _, training = _setup(tmp_path)
+    params = EfficiencyParams(base={"matmul": 1.0}, half_size_flops=H, launch_us=LAUNCH_US, floor=1e-9)
+    setup = (gg, cl, RooflineCostModel(gg, training, params={"gpu": params}), training)
+    res = _run(setup, [Decision((B, B), shard=Shard(split, ((0, 1),), (0.25, 0.75)))])
+    fwd = {e["tid"]: e["dur"] for e in _events(res, "fwd g0") if e["dur"] > 0}
+    bwd = {e["tid"]: e["dur"] for e in _events(res, "bwd g0") if e["dur"] > 0}
+    launch = LAUNCH_US / 1e3
+    for tid, s, peak in ((0, 0.25, SLOW_PEAK), (1, 0.75, FAST_PEAK)):
+        assert fwd[tid] == pytest.approx((s * F_FWD + H) / peak + launch, rel=1e-9)
+        assert bwd[tid] == pytest.approx((s * F_BWD + H) / peak + 2 * launch, rel=1e-9)
+    # the old reading, s x the whole op, would have been 0.25 x ((F + H) / peak + L) on the slow device
+    assert fwd[0] > 0.25 * ((F_FWD + H) / SLOW_PEAK + launch) * 1.3
+
+
 def test_column_split_gathers_its_output_for_the_loss(tmp_path):
     """Y is a graph output: the replica all-gathers it. Uneven shares run as a ring of 2 equal pieces padded to the
     larger: 2 x 3/4 S in all, (n - 1)/n of it per hop, one step."""
