@@ -14,7 +14,9 @@ command line (`PART_FLAGS`); columns differ only in which parts run:
     tree+refine      --no-sfb                            ... then refinement of the best
     full             (no flag)                           ... then SFB selection
 
-and the compute bound (`tag.bench.ideal.compute_bound`). The share of the gain each part earns is measured in
+and two bounds (`tag.bench.ideal`): the compute bound (no plan computes faster than the whole batch spread over the
+devices at full-batch speed) and the latency floor (no plan runs a dependency chain of groups faster than their
+kernel launches); a case's headroom is measured over each. The share of the gain each part earns is measured in
 log-speedup along the chain start -> tree (uniform) -> tree (GNN) -> tree+refine -> full:
 
     share(part) = ln(t_before / t_after) / ln(t_start / t_full)
@@ -70,6 +72,7 @@ class AblationCase:
     topology: str
     ms: dict[str, float] = field(default_factory=dict)
     bound_ms: float = math.nan
+    floor_ms: float = math.nan  # the latency floor (`tag.bench.ideal.latency_floor_ms`); nan: not computed
     simulations: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     error: str | None = None
@@ -100,6 +103,13 @@ class AblationCase:
         """How far the start is above the compute bound: t_start / bound - 1."""
         s = self.ms.get("start", math.nan)
         return s / self.bound_ms - 1.0 if self.bound_ms > 0 else math.nan
+
+    @property
+    def headroom_floor(self) -> float:
+        """How far the start is above the larger of the two bounds: t_start / max(bound, floor) - 1 (nan when
+        the floor was not computed)."""
+        s, b = self.ms.get("start", math.nan), max(self.bound_ms, self.floor_ms)
+        return s / b - 1.0 if math.isfinite(self.floor_ms) and b > 0 else math.nan
 
 
 def _log_gain(before: float | None, after: float | None) -> float:
@@ -133,7 +143,7 @@ def run_ablation(model_path: str, topology_path: str, *, model: str | None = Non
     `tag plan` does without --precision, and the bound is under the chosen precision's cost model."""
     from dataclasses import replace
 
-    from tag.bench.ideal import compute_bound
+    from tag.bench.ideal import compute_bound, latency_floor_ms
     from tag.gnn import default_checkpoint, load_priors_fn
     from tag.gnn.checkpoint import default_structure_checkpoint
     from tag.gnn.structure_priors import load_structure_priors_fn
@@ -173,9 +183,22 @@ def run_ablation(model_path: str, topology_path: str, *, model: str | None = Non
         if res.structure:
             case.paths[part] = " / ".join(map(str, res.structure.get("path", [])))
         case.precision = res.training.precision
-    case.bound_ms = compute_bound(inp.gg, inp.cluster, res.cost if res is not None else inp.cost,
-                                  inp.batch_size).iteration_ms
+    cost = res.cost if res is not None else inp.cost
+    case.bound_ms = compute_bound(inp.gg, inp.cluster, cost, inp.batch_size).iteration_ms
+    case.floor_ms = latency_floor_ms(inp.gg, inp.cluster, cost)
     return case
+
+
+def case_floor_ms(case: AblationCase, model_path: str, topology_path: str) -> float:
+    """The latency floor of a case planned before the file recorded it: its model and topology read as it was
+    planned (batch, optimizer, the chosen precision), under the roofline cost model (`tag.bench.ideal`)."""
+    from tag.bench.ideal import latency_floor_ms
+    from tag.modelio import ModelOptions, load_inputs
+
+    inp = load_inputs(model_path, topology_path, ModelOptions(batch_size=case.batch_size or None,
+                                                              optimizer=case.settings.optimizer,
+                                                              precision=case.precision or None))
+    return latency_floor_ms(inp.gg, inp.cluster, inp.cost)
 
 
 def random_topology_file(seed: int, directory: str) -> str:

@@ -4,7 +4,9 @@ share of the gain each part earns, then the geomean summary the search is judged
 Summary lines (geomeans over the cases where both times are finite):
   * full / start and tree (GNN) / tree (uniform): how much the whole search and the GNN's priors earn;
   * (tree+refine) vs (start+refine) on the cases whose start leaves >= 20 % headroom over the compute bound:
-    what the tree adds on top of starts and refinement where there is room to gain;
+    what the tree adds on top of starts and refinement where there is room to gain; and the same on the cases
+    with >= 20 % over the larger of the compute bound and the latency floor (`tag.bench.ideal`), the room that
+    is there once the launches a dependency chain pays are counted;
   * planning seconds of the full search (`plan()` alone: no model loading or process start), median and max over
     the cases, next to start+refine's.
 """
@@ -46,7 +48,8 @@ def geomean_ratio(cases: list[AblationCase], num: str, den: str) -> tuple[float,
 def ablation_markdown(cases: list[AblationCase]) -> str:
     """The table and summary (module docstring)."""
     share_cols = list(CHAIN[1:]) + ["refine alone"]
-    head = ["case", "batch", "settings", *PARTS, "bound", "headroom", *[f"share: {s}" for s in share_cols],
+    head = ["case", "batch", "settings", *PARTS, "bound", "headroom", "latency floor", "headroom (floor)",
+            *[f"share: {s}" for s in share_cols],
             "s: start+refine", "s: full"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cases:
@@ -58,7 +61,7 @@ def ablation_markdown(cases: list[AblationCase]) -> str:
         name = f"{c.model} on {c.topology}" + (f" ({c.precision})" if c.precision else "")
         capped = [p for p in PARTS if c.capped.get(p)]
         cells = [name, str(c.batch_size or "-"), c.settings.label(), *[_ms(c.ms.get(p, math.nan)) for p in PARTS],
-                 _ms(c.bound_ms), _pct(c.headroom), *[_pct(sh.get(s, math.nan)) for s in share_cols],
+                 _ms(c.bound_ms), _pct(c.headroom), _ms(c.floor_ms), _pct(c.headroom_floor), *[_pct(sh.get(s, math.nan)) for s in share_cols],
                  *[_secs(c.seconds.get(p, math.nan)) for p in ("start+refine", "full")]]
         if capped:
             cells[-1] += f" (capped: {', '.join(capped)})"
@@ -67,10 +70,17 @@ def ablation_markdown(cases: list[AblationCase]) -> str:
     full, n_full = geomean_ratio(cases, "full", "start")
     gnn, n_gnn = geomean_ratio(cases, "tree (GNN)", "tree (uniform)")
     tree, n_tree = geomean_ratio(room, "tree+refine", "start+refine")
+    floored = [c for c in cases if c.error is None and math.isfinite(c.headroom_floor)]
+    room_f = [c for c in floored if c.headroom_floor >= HEADROOM_MIN]
+    tree_f, n_tree_f = geomean_ratio(room_f, "tree+refine", "start+refine")
     lines += ["", f"- full over start: {full:.3f}x geomean over {n_full} cases",
               f"- tree (GNN) over tree (uniform): {gnn:.3f}x geomean over {n_gnn} cases",
               f"- tree+refine over start+refine, on the {len(room)} cases with >= {100 * HEADROOM_MIN:.0f}% headroom "
               f"over the bound: {tree:.3f}x geomean over {n_tree} cases"]
+    if floored:
+        lines.append(f"- tree+refine over start+refine, on the {len(room_f)} of {len(floored)} cases with a latency "
+                     f"floor and >= {100 * HEADROOM_MIN:.0f}% headroom over max(bound, floor): {tree_f:.3f}x "
+                     f"geomean over {n_tree_f} cases")
     for part in ("start+refine", "full"):
         secs = sorted(c.seconds[part] for c in cases if c.error is None and part in c.seconds)
         if secs:

@@ -4,7 +4,7 @@ grid survives being stopped and a re-run skips what is done.
 Each line is `case_record(case)`: the case's names, what it was asked to run with (`AblationSettings`, the key a
 re-run skips on together with model and topology), what it planned (batch, precision), per part the iteration ms,
 simulations, seconds, whether the safety cap bound, the start the search began from and the structure tree's best
-path, the compute bound, an error if it failed, and the commit of the code that ran it. Non-finite times are written as JSON strings ("inf": out of memory, "nan": not measured), so
+path, the compute bound and the latency floor (absent in files written before it: read as nan), an error if it failed, and the commit of the code that ran it. Non-finite times are written as JSON strings ("inf": out of memory, "nan": not measured), so
 the file is strict JSON. A line is appended with one `write` on a file opened for appending and synced before the
 next case starts: an interrupted run leaves whole lines only (a torn last line is reported as corrupt).
 
@@ -53,6 +53,7 @@ def case_record(case: AblationCase) -> dict:
                          "simulations": s.simulations, "seed": s.seed},
             "batch_size": case.batch_size, "precision": case.precision,
             "ms": {p: _num(v) for p, v in case.ms.items()}, "bound_ms": _num(case.bound_ms),
+            "floor_ms": _num(case.floor_ms),
             "simulations": case.simulations, "seconds": case.seconds, "capped": case.capped,
             "error": case.error, "commit": case.commit, "starts": case.starts, "paths": case.paths}
 
@@ -69,6 +70,7 @@ def read_record(obj, path: str, line: int) -> AblationCase:
                             random_seed=obj["random_seed"], commit=obj["commit"])
         case.ms = {p: _float(v, path, line, f"ms.{p}") for p, v in obj["ms"].items() if p in PARTS}
         case.bound_ms = _float(obj["bound_ms"], path, line, "bound_ms")
+        case.floor_ms = _float(obj.get("floor_ms", "nan"), path, line, "floor_ms")
         case.simulations = {p: int(v) for p, v in obj["simulations"].items()}
         case.seconds = {p: float(v) for p, v in obj["seconds"].items()}
         case.capped = {p: bool(v) for p, v in obj["capped"].items()}

@@ -17,6 +17,13 @@ T ignores communication, memory limits, the optimizer update and dependencies, a
 to fractions, so no strategy the simulator scores is faster. With one device type, T = sum_g c[g] / n.
 (A FLOPs / peak bound is not one: the cost model runs FP32 3x3 convolutions faster than their FLOPs at peak
 through the Winograd factor, and memory-bound groups far slower.)
+
+`latency_floor_ms` bounds what those leave out, the dependencies: however a plan splits rows or shards weights, a
+group's forward on any device costs at least its kernel launches L_g (`launch_floor_ms` of the cost model, min over
+device types), and so does its backward. One micro-batch runs the forwards along a path of the group graph in
+order, then the backwards back along it (the simulator's backward of a group waits for its consumers'), so the
+iteration takes at least max over paths P of sum_{g in P} 2 L_g. Small models are bound by this, not by their
+FLOPs: their per-device slices are launch-bound.
 """
 
 from __future__ import annotations
@@ -126,3 +133,29 @@ def flops_bound_ms(gg, cluster, batch: int) -> float:
     fwd = sum(g.fwd_flops_per_row * batch + g.fwd_flops_fixed for g in gg.groups)
     peak_flop_per_ms = sum(d.type.peak_tflops for d in cluster.devices) * 1e9
     return 3.0 * fwd / peak_flop_per_ms
+
+
+def latency_floor_ms(gg, cluster, cost) -> float:
+    """max over paths P of the group graph of sum_{g in P} 2 L_g, L_g = min over device types of the cost model's
+    `launch_floor_ms(g, type)` (module docstring), ms; 0 when the cost model has no floor.
+
+    >>> from types import SimpleNamespace as NS
+    >>> gg = NS(groups=[NS(id=i) for i in range(4)], edges=[NS(src=0, dst=1), NS(src=0, dst=2), NS(src=1, dst=3),
+    ...         NS(src=2, dst=3)])
+    >>> cost = NS(launch_floor_ms=lambda g, t: [1.0, 5.0, 2.0, 1.0][g] * (2 if t.name == "slow" else 1))
+    >>> cluster = NS(devices=[NS(type=NS(name="slow")), NS(type=NS(name="fast"))])
+    >>> latency_floor_ms(gg, cluster, cost)  # 0 -> 1 -> 3 on the fast type: 2 x (1 + 5 + 1)
+    14.0
+    """
+    fn = getattr(cost, "launch_floor_ms", None)
+    if fn is None or not gg.groups:
+        return 0.0
+    types = list({d.type.name: d.type for d in cluster.devices}.values())
+    weight = {g.id: 2.0 * min(fn(g.id, t) for t in types) for g in gg.groups}
+    succ: dict[int, list[int]] = {g.id: [] for g in gg.groups}
+    for e in gg.edges:
+        succ[e.src].append(e.dst)
+    longest: dict[int, float] = {}
+    for g in sorted(weight, reverse=True):  # group ids are in topological order: consumers first from the end
+        longest[g] = weight[g] + max((longest[j] for j in succ[g]), default=0.0)
+    return max(longest.values())

@@ -9,7 +9,8 @@ With `--results F.jsonl` each finished case is appended to F as it completes (`t
 skips the cases F already holds with the same settings, and the tables are rendered from everything in F (so
 several runs with different settings, e.g. a batch size for one topology, build one table); `--render-only`
 renders F without planning: everything in F, or with --models / --topologies (and --random) only that grid's cases,
-listing those F does not hold yet. One line
+listing those F does not hold yet. Cases planned before the results file recorded the latency floor get it computed
+when rendered (their model and cluster read again: random clusters from their seed). One line
 per finished case goes to stderr (and a progress bar on a terminal).
 """
 
@@ -42,12 +43,28 @@ def ablate(args):
         missing = []
         if args.results:
             cases = read_results(args.results)
+    _fill_floors(args, cases)
     text = "# tag bench --ablate\n\n" + ablation_report(cases, commands, missing)
     obj = {"cases": [dict(case_record(c), shares=c.shares()) for c in cases], "missing": missing}
     failed = [c for c in cases if c.error]
     for c in failed:
         sys.stderr.write(f"tag bench: {c.model} on {c.topology} failed: {c.error}\n")
     return text, obj, 1 if failed else 0
+
+
+def _fill_floors(args, cases) -> None:
+    """The latency floor of every finished case that lacks one (`tag.bench.ablate.case_floor_ms`)."""
+    from tag.bench.ablate import case_floor_ms, random_topology_file
+    from tag.bench.data import case_files
+    from tag.bench.suite import QUICK_TOPOLOGIES
+
+    todo = [c for c in cases if c.error is None and not math.isfinite(c.floor_ms) and c.ms]
+    with tempfile.TemporaryDirectory(prefix="tag-ablate-") as tmp:
+        for c in todo:
+            seed = c.random_seed
+            files = case_files(c.model, QUICK_TOPOLOGIES[0] if seed is not None else c.topology, args.datasets)
+            topo = random_topology_file(seed, tmp) if seed is not None else os.fspath(files.topology_path)
+            c.floor_ms = case_floor_ms(c, os.fspath(files.model_path), topo)
 
 
 def _grid_names(args) -> list[tuple[str, str]]:

@@ -132,6 +132,18 @@ class ProfileCostModel:
         mask = ops_mask(self.roofline.compute_ops[gid], op_ids)
         return self._k(device) * float(self._per_op_ms(gid, device, rows, phase, share)[mask].sum())
 
+    def launch_floor_ms(self, gid: int, device: DeviceType) -> float:
+        """A floor on the group's forward (and backward) on `device` at any rows or share, ms: the roofline's
+        launches (`RooflineCostModel.launch_floor_ms`) of the ops the profile does not measure, 0 for those it
+        does (interpolated series may fall towards 0 at small rows)."""
+        per_op = self.roofline.op_ms(gid, device, 1, "fwd", 0.0)
+        if device.name == self.db.device_type:
+            for pos, _ in self._hits[gid]:
+                per_op[pos] = 0.0
+            for pos, _ in self._step_hits[gid]:
+                per_op[pos] = 0.0
+        return self._k(device) * float(per_op.sum())
+
     def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
         """Forward time of a group, ms (measured ops interpolated in rows, others roofline)."""
         return self._phase_ms(group_id, device, rows, "fwd")
@@ -286,6 +298,10 @@ class MultiProfileCostModel:
     def update_ms(self, group_id: int, device: DeviceType) -> float:
         """Optimizer update of the group's parameters on one replica of `device`'s type, ms."""
         return self._model(device).update_ms(group_id, device)
+
+    def launch_floor_ms(self, gid: int, device: DeviceType) -> float:
+        """The floor of group `gid`'s forward (and backward) on `device`, ms (that type's model)."""
+        return self._model(device).launch_floor_ms(gid, device)
 
     def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids, share: float = 1.0) -> float:
         """The part of the group's phase time the ops `op_ids` take on `device`, ms (that type's model; `share` as

@@ -218,6 +218,13 @@ class RooflineCostModel:
         return float(self.op_ms(gid, device, rows, phase, share)[ops_mask(self.compute_ops[gid], op_ids)].sum()) \
             if rows > 0 and self._groups[gid].n_ops else 0.0
 
+    def launch_floor_ms(self, gid: int, device: DeviceType) -> float:
+        """What group `gid`'s forward costs at least on one device of this type, whatever its rows or shard share,
+        ms: `op_ms` at share 0 (its kernel and cast launches; every other term is >= 0 and grows with the work).
+        Its backward launches at least as many kernels (one more per op with weights), and sufficient-factor
+        broadcasting moves only a weight-gradient kernel out of it, so this bounds the backward too."""
+        return float(self.op_ms(gid, device, 1, "fwd", 0.0).sum()) if self._groups[gid].n_ops else 0.0
+
     def group_fwd_ms(self, group_id: int, device: DeviceType, rows: int) -> float:
         """Forward time of a group for `rows` rows on one device of this type, ms."""
         return self._phase_ms(group_id, device, rows, "fwd")

@@ -45,6 +45,17 @@ def test_geomean_ratio_and_headroom_filter():
     assert "tree+refine over start+refine, on the 2 cases with >= 20% headroom over the bound: 2.000x" in text
 
 
+def test_headroom_over_the_latency_floor_filters_too():
+    a = _case(start=100.0, start_refine=100.0, uniform=100.0, gnn=100.0, tree_refine=50.0, full=50.0)  # 2x
+    b = _case(start=100.0, start_refine=90.0, uniform=100.0, gnn=100.0, tree_refine=30.0, full=30.0)  # 3x
+    a.floor_ms, b.floor_ms = 10.0, 90.0  # a: 100 / max(50, 10) = 100 % headroom; b: 100 / 90 = 11 %
+    assert a.headroom_floor == pytest.approx(1.0) and b.headroom_floor == pytest.approx(100 / 90 - 1)
+    assert math.isnan(_case(start=100.0).headroom_floor)  # no floor recorded
+    text = ablation_markdown([a, b])
+    assert "on the 2 cases with >= 20% headroom over the bound: 2.449x" in text  # sqrt(2 x 3)
+    assert "on the 1 of 2 cases with a latency floor and >= 20% headroom over max(bound, floor): 2.000x" in text
+
+
 def test_command_lines():
     assert command_line("start", "m.onnx", "t.json", 60, 0) == \
         "tag plan m.onnx t.json --playouts 0 --no-refine --no-sfb --seed 0"

@@ -1,5 +1,6 @@
 """The compute bound 1 / sum_d (1 / T_d): by hand on a two-device toy, against a brute force over work shares, and
-never beaten by a plan on the bench's cases (small search budgets)."""
+never beaten by a plan on the bench's cases (small search budgets); the latency floor by hand on a two-layer model
+and never beaten either."""
 
 import math
 import os
@@ -7,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tag.bench.ideal import compute_bound, flops_bound_ms, harmonic_bound_ms
+from tag.bench.ideal import compute_bound, flops_bound_ms, harmonic_bound_ms, latency_floor_ms
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATASETS = os.path.join(ROOT, "datasets")
@@ -79,7 +80,8 @@ def _plan_case(model, topo, playouts, refine):
 
 
 def _check_case(inp, res):
-    bound = compute_bound(inp.gg, inp.cluster, inp.cost, inp.batch_size).iteration_ms
+    bound = max(compute_bound(inp.gg, inp.cluster, inp.cost, inp.batch_size).iteration_ms,
+                latency_floor_ms(inp.gg, inp.cluster, inp.cost))
     fits = [(name, r.iteration_ms) for name, (_, r) in res.baselines.items() if not r.oom]
     fits += [(name, r.iteration_ms) for name, (_, r) in res.candidates.items() if not r.oom]
     if not res.result.oom:
@@ -102,3 +104,63 @@ def _cases():
 def test_no_plan_beats_the_bound(model, topo):
     inp, res = _plan_case(model, topo, playouts=2, refine=4)
     _check_case(inp, res)
+
+
+def _two_layers(tmp_path, n=256):
+    """X[batch, n] -> Gemm(W0, b0) -> Relu -> Gemm(W1, b1) -> Y, weights as graph inputs."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", n])]
+    for i in range(2):
+        inputs += [helper.make_tensor_value_info(f"W{i}", TensorProto.FLOAT, [n, n]),
+                   helper.make_tensor_value_info(f"b{i}", TensorProto.FLOAT, [n])]
+    nodes = [helper.make_node("Gemm", ["X", "W0", "b0"], ["H"], name="gemm0", transB=1),
+             helper.make_node("Relu", ["H"], ["R"], name="relu"),
+             helper.make_node("Gemm", ["R", "W1", "b1"], ["Y"], name="gemm1", transB=1)]
+    out = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["batch", n])]
+    path = str(tmp_path / "two.onnx")
+    onnx.save(helper.make_model(helper.make_graph(nodes, "two", inputs, out),
+                                opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("precision, kernels", [("fp32", 3), ("fp16", 3 + 4)])
+def test_latency_floor_by_hand(tmp_path, precision, kernels):
+    """Groups [gemm0] -> [relu, gemm1]: one forward kernel per op (3), plus under fp16 one weight cast per Gemm
+    weight tensor (W and b of each: 4). Launch L = 20 us on the GPU kind; every other term of an op vanishes at
+    share 0. The path's forward and backward each pay them: floor = 2 x kernels x L."""
+    from tag.cost.efficiency import params_for
+    from tag.cost.roofline import RooflineCostModel
+    from tag.graph import load_model
+    from tag.strategy import TrainingConfig
+    from tag.strategy.regroup import groupgraph_from_plan
+    from tag.topology.loader import parse_topology
+
+    gg = groupgraph_from_plan(load_model(_two_layers(tmp_path), batch_size=64), [["gemm0"], ["relu", "gemm1"]])
+    cost = RooflineCostModel(gg, TrainingConfig(precision=precision))
+    cluster = parse_topology({"version": 1, "machines": [{"name": "m0", "devices": [{"type": "V100-16GB",
+                              "count": 2}], "intra_bandwidth_gbps": 100}]}, "pair")
+    launch_ms = params_for("gpu").launch_us / 1e3
+    assert launch_ms == pytest.approx(0.02)
+    assert latency_floor_ms(gg, cluster, cost) == pytest.approx(2 * kernels * launch_ms, rel=1e-12)
+    # every forward at any rows is above its group's floor (the floor is the forward at share 0)
+    for g in (0, 1):
+        floor = cost.launch_floor_ms(g, cluster.devices[0].type)
+        assert cost.group_fwd_ms(g, cluster.devices[0].type, 1) > floor
+        assert cost.group_bwd_ms(g, cluster.devices[0].type, 1) > floor
+
+
+def test_no_plan_with_sfb_or_shards_beats_the_latency_floor():
+    """SFB moves weight-gradient kernels out of the backward, shards slice the ops: neither below the floor."""
+    from tag.modelio import ModelOptions, load_inputs
+    from tag.search.planner import plan
+
+    inp = load_inputs(os.path.join(DATASETS, "models", "bert_tiny.onnx"),
+                      os.path.join(DATASETS, "topologies", "modern8.json"), ModelOptions())
+    res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=4, refine_simulations=8, budget_s=120.0,
+               seed=0, sfb=True)
+    floor = latency_floor_ms(inp.gg, inp.cluster, inp.cost)
+    assert floor > 0
+    fits = [r.iteration_ms for _, r in list(res.baselines.values()) + list(res.candidates.values()) if not r.oom]
+    assert min(fits + [res.result.iteration_ms]) >= floor
