@@ -41,8 +41,9 @@ def add_parser(sub):
                         "models and topologies shipped with tag)")
     p.add_argument("--ablate", action="store_true",
                    help="the search's ablation instead: per case the plan of start, start+refine, tree (uniform), "
-                        "tree (GNN), tree+refine and full (each a tag plan command line), the compute bound, and "
-                        "the share of the gain each part earns")
+                        "tree (GNN), tree+refine and full (each a tag plan command line), the compute bound, the "
+                        "latency floor (the kernel launches along the longest dependency chain), and the share of "
+                        "the gain each part earns")
     p.add_argument("--random", type=positive_int, default=None, metavar="N",
                    help="with --ablate: also each model on N random clusters (seeds 1..N, never in the GNN's "
                         "training)")
