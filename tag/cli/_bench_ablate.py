@@ -58,11 +58,16 @@ def _fill_floors(args, cases) -> None:
     from tag.bench.data import case_files
     from tag.bench.suite import QUICK_TOPOLOGIES
 
+    from tag.errors import InputError
+
     todo = [c for c in cases if c.error is None and not math.isfinite(c.floor_ms) and c.ms]
     with tempfile.TemporaryDirectory(prefix="tag-ablate-") as tmp:
         for c in todo:
             seed = c.random_seed
-            files = case_files(c.model, QUICK_TOPOLOGIES[0] if seed is not None else c.topology, args.datasets)
+            try:
+                files = case_files(c.model, QUICK_TOPOLOGIES[0] if seed is not None else c.topology, args.datasets)
+            except InputError:  # e.g. a cluster imported into another --datasets: its floor stays "-"
+                continue
             topo = random_topology_file(seed, tmp) if seed is not None else os.fspath(files.topology_path)
             c.floor_ms = case_floor_ms(c, os.fspath(files.model_path), topo)
 

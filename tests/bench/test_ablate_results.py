@@ -67,6 +67,25 @@ def test_render_only_plans_nothing_and_lists_the_missing_cases(tmp_path, capsys)
     assert obj["cases"] == [] and obj["missing"] == ["small_cnn on cpu4"]
 
 
+def test_render_only_computes_missing_floors_and_leaves_unknown_clusters_blank(tmp_path, capsys):
+    """Files written before the latency floor: rendering computes it where the case's files resolve (mlp on cpu4),
+    and leaves "-" where they do not (a cluster imported elsewhere), without failing."""
+    results = tmp_path / "r.jsonl"
+    ms = {"start": 8.0, "start+refine": 4.0, "tree (uniform)": 8.0, "tree (GNN)": 8.0, "tree+refine": 4.0,
+          "full": 4.0}
+    for topo in ("cpu4", "elsewhere10"):
+        append_result(str(results), AblationCase("mlp", topo, ms=dict(ms), bound_ms=2.0, precision="fp32",
+                                                 batch_size=128))
+    with open(results) as f:
+        assert all("floor_ms" in json.loads(line) for line in f)  # written, as nan ("nan")
+    assert main(["bench", "--ablate", "--results", str(results), "--render-only"]) == 0
+    out = capsys.readouterr().out
+    cells = {line.split(" | ")[0]: line.split(" | ") for line in out.splitlines() if line.startswith("| mlp on")}
+    known, unknown = cells["| mlp on cpu4 (fp32)"], cells["| mlp on elsewhere10 (fp32)"]
+    assert float(known[11]) > 0 and unknown[11] == "-"  # the latency floor column
+    assert "on the 1 of 1 cases with a latency floor" in out
+
+
 @pytest.mark.parametrize("bad, found", [("not json\n", "invalid JSON"), ('{"format": "other"}\n', "'other'"),
                                         ('{"format": "tag-ablate-case-v1", "model": "mlp"}\n', "KeyError")])
 def test_a_corrupt_line_is_a_one_line_error_naming_file_and_line(tmp_path, capsys, bad, found):
