@@ -61,7 +61,8 @@ def ablation_markdown(cases: list[AblationCase]) -> str:
         name = f"{c.model} on {c.topology}" + (f" ({c.precision})" if c.precision else "")
         capped = [p for p in PARTS if c.capped.get(p)]
         cells = [name, str(c.batch_size or "-"), c.settings.label(), *[_ms(c.ms.get(p, math.nan)) for p in PARTS],
-                 _ms(c.bound_ms), _pct(c.headroom), _ms(c.floor_ms), _pct(c.headroom_floor), *[_pct(sh.get(s, math.nan)) for s in share_cols],
+                 _ms(c.bound_ms), _pct(c.headroom), _ms(c.floor_ms), _pct(c.headroom_floor),
+                 *[_pct(sh.get(s, math.nan)) for s in share_cols],
                  *[_secs(c.seconds.get(p, math.nan)) for p in ("start+refine", "full")]]
         if capped:
             cells[-1] += f" (capped: {', '.join(capped)})"

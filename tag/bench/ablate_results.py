@@ -4,8 +4,9 @@ grid survives being stopped and a re-run skips what is done.
 Each line is `case_record(case)`: the case's names, what it was asked to run with (`AblationSettings`, the key a
 re-run skips on together with model and topology), what it planned (batch, precision), per part the iteration ms,
 simulations, seconds, whether the safety cap bound, the start the search began from and the structure tree's best
-path, the compute bound and the latency floor (absent in files written before it: read as nan), an error if it failed, and the commit of the code that ran it. Non-finite times are written as JSON strings ("inf": out of memory, "nan": not measured), so
-the file is strict JSON. A line is appended with one `write` on a file opened for appending and synced before the
+path, the compute bound and the latency floor (absent in files written before it: read as nan), an error if it
+failed, and the commit of the code that ran it. Non-finite times are written as JSON strings ("inf": out of memory,
+"nan": not measured), so the file is strict JSON. A line is appended with one `write` on a file opened for appending and synced before the
 next case starts: an interrupted run leaves whole lines only (a torn last line is reported as corrupt).
 
     >>> from tag.bench.ablate import AblationCase

@@ -152,10 +152,21 @@ def latency_floor_ms(gg, cluster, cost) -> float:
         return 0.0
     types = list({d.type.name: d.type for d in cluster.devices}.values())
     weight = {g.id: 2.0 * min(fn(g.id, t) for t in types) for g in gg.groups}
-    succ: dict[int, list[int]] = {g.id: [] for g in gg.groups}
+    succ: dict[int, list[int]] = {g: [] for g in weight}
+    waiting = dict.fromkeys(weight, 0)  # per group, its consumers not yet given their longest path
     for e in gg.edges:
         succ[e.src].append(e.dst)
+        waiting[e.src] += 1
+    preds: dict[int, list[int]] = {g: [] for g in weight}
+    for e in gg.edges:
+        preds[e.dst].append(e.src)
+    ready = [g for g, n in waiting.items() if n == 0]  # sinks first, then back through the graph
     longest: dict[int, float] = {}
-    for g in sorted(weight, reverse=True):  # group ids are in topological order: consumers first from the end
+    while ready:
+        g = ready.pop()
         longest[g] = weight[g] + max((longest[j] for j in succ[g]), default=0.0)
+        for p in preds[g]:
+            waiting[p] -= 1
+            if waiting[p] == 0:
+                ready.append(p)
     return max(longest.values())

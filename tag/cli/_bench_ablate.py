@@ -57,7 +57,6 @@ def _fill_floors(args, cases) -> None:
     from tag.bench.ablate import case_floor_ms, random_topology_file
     from tag.bench.data import case_files
     from tag.bench.suite import QUICK_TOPOLOGIES
-
     from tag.errors import InputError
 
     todo = [c for c in cases if c.error is None and not math.isfinite(c.floor_ms) and c.ms]
