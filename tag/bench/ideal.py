@@ -153,13 +153,12 @@ def latency_floor_ms(gg, cluster, cost) -> float:
     types = list({d.type.name: d.type for d in cluster.devices}.values())
     weight = {g.id: 2.0 * min(fn(g.id, t) for t in types) for g in gg.groups}
     succ: dict[int, list[int]] = {g: [] for g in weight}
+    preds: dict[int, list[int]] = {g: [] for g in weight}
     waiting = dict.fromkeys(weight, 0)  # per group, its consumers not yet given their longest path
     for e in gg.edges:
         succ[e.src].append(e.dst)
-        waiting[e.src] += 1
-    preds: dict[int, list[int]] = {g: [] for g in weight}
-    for e in gg.edges:
         preds[e.dst].append(e.src)
+        waiting[e.src] += 1
     ready = [g for g, n in waiting.items() if n == 0]  # sinks first, then back through the graph
     longest: dict[int, float] = {}
     while ready:

@@ -152,7 +152,7 @@ def part_ms(cost, gg, g: int, device, rows: int, phase: str, op_ids, share: floa
     of its FLOPs in that phase."""
     fn = getattr(cost, "ops_ms", None)
     if fn is not None:
-        return fn(g, device, rows, phase, op_ids, share) if share != 1.0 else fn(g, device, rows, phase, op_ids)
+        return fn(g, device, rows, phase, op_ids, share)
     whole = cost.group_fwd_ms(g, device, rows) if phase == "fwd" else cost.group_bwd_ms(g, device, rows)
     ops = gg.graph.ops
 
