@@ -18,14 +18,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tag.search.budget import DEFAULT_BUDGET_S, OTHER_REFINE_SHARE, WallCap, default_counts
+from tag.search.budget import DEFAULT_BUDGET_S, WallCap, default_counts
 from tag.search.baselines import best_baseline  # noqa: F401 (tag.gnn.selfplay imports it from here)
 from tag.search.evaluate import Evaluator
 from tag.search.gc_pause import gc_paused
 from tag.search.mcts import MCTS, PriorsFn, VisitRecord
 from tag.search.memory_pass import (MEMORY_SUFFIX, best_fitted, decisions_summary, fit_fastest_oom, fit_memory,
                                     with_variants)
-from tag.search.refine import refine as refine_pass
+from tag.search.multistart import refine_starts
 from tag.search.search_start import PIPELINE_MAX_DEVICES, _shard_candidates, search_start  # noqa: F401 (limit: tag plan)
 from tag.search.sfb_choice import _apply_sfb
 from tag.search.shard_search import SHARD_MAX_DEVICES, group_shards  # noqa: F401 (limit: tag plan)
@@ -126,6 +126,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
             from tag.search.structure_plan import structured_search
 
             out = structured_search(gg, cluster, cost, training, ev, base, baselines, variants, st.pipelines,
+                                    candidates=candidates, sharded=sharded,
                                     playouts=playouts, seed=seed, priors_fn=priors_fn,
                                     structure_priors_fn=structure_priors_fn, refine=refine,
                                     refine_simulations=refine_simulations, shard=shard, cap=cap, on_playout=progress)
@@ -180,23 +181,11 @@ def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, v
         # the tree's best is a base too; refinement still starts from the tree's best, as without shards
         sharded.update(_shard_candidates(gg, cluster, cost, training, ev, {"searched": best}))
     if refine:
-        # multi-start: the tree's best first, then every other baseline (a different basin: e.g. placement
-        # when the tree started from data parallelism), each by strict-improvement coordinate descent that
-        # stops when a sweep gains less than 0.1%
-        refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
-        # a baseline that does not fit is refined from its memory variant when it has one
+        # multi-start (tag.search.multistart): the tree's best first, then every other start, each in its own basin
         starts = with_variants(baselines, variants)
-        others = sorted((r.iteration_ms, name) for name, (_, r) in starts.items()
-                        if name != start_name and starts[name][0] is not base)
-        for _, name in others:
-            refine_pass(space, ev, starts[name][0], max_simulations=refine_simulations // OTHER_REFINE_SHARE,
-                        cap=cap)
-        piped = _best_fitting(candidates)
-        if piped is not None and piped is not base:  # the fastest pipeline, refined as the other baselines are
-            refine_pass(space, ev, piped, max_simulations=refine_simulations // OTHER_REFINE_SHARE, cap=cap)
-        split = _best_fitting(sharded)
-        if split is not None and split is not base:  # and the fastest shard candidate
-            refine_pass(space, ev, split, max_simulations=refine_simulations // OTHER_REFINE_SHARE, cap=cap)
+        refine_starts(space, ev, best, baselines=baselines, variants=variants, candidates=candidates,
+                      sharded=sharded, skip=(base, *([starts[start_name][0]] if start_name in starts else [])),
+                      refine_simulations=refine_simulations, cap=cap)
         best = best_fitted(gg, cluster, cost, training, ev, best)
     return best, space, res, start_name
 
@@ -207,12 +196,3 @@ def memory_report(strategy: Strategy, variants: dict) -> dict:
     return {**decisions_summary(strategy),
             "variants": {name: {"iteration_ms": round(r.iteration_ms, 4), **decisions_summary(s)}
                          for name, (s, r) in variants.items()}}
-
-
-def _best_fitting(named: dict) -> Strategy | None:
-    """The fastest strategy of name -> (strategy, SimResult) that fits in memory (ties: the first), or None."""
-    fits = [(r.iteration_ms, i, st) for i, (st, r) in enumerate(named.values())
-            if not r.oom and math.isfinite(r.iteration_ms)]
-    return min(fits, key=lambda x: (x[0], x[1]))[2] if fits else None
-
-

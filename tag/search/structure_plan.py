@@ -8,11 +8,14 @@ the chosen precision by `tag.search.planner.plan`):
    starts are among its actions, cached; the other actions are built and simulated when the tree widens to them);
 2. the memory pass on the fastest strategies found that do not fit (`fit_fastest_oom`);
 3. polish: the per-group tree (`tag.search.mcts`, `playouts // POLISH_SHARE` playouts, the caller's per-group
-   `priors_fn`, the GNN, applies here only, and only on strategies without shards: `unsharded_priors`) from the best strategy so far, and as many from the best start when
-   that differs (a group's best decision may differ between the two), then refinement (`tag.search.refine`,
-   `refine_simulations` simulations) of the best and `refine_simulations // OTHER_REFINE_SHARE` of each of the
-   OTHER_STARTS_REFINED fastest other starts (`other_starts`; `--playouts 0` refines them all), and the memory pass
-   if the best still does not fit.
+   `priors_fn`, the GNN, applies here only, and only on strategies without shards: `unsharded_priors`) from the
+   best strategy so far, and as many from the best start when that differs (a group's best decision may differ
+   between the two);
+4. refinement (`tag.search.refine`): when the tree moved the structure, its best with `refine_simulations`
+   simulations in its own per-group space; then the multi-start refinement `--playouts 0` runs
+   (`tag.search.multistart.refine_starts`, in the best start's space): the best start (the best plan, when the tree
+   kept the start's structure), then every other start, the fastest pipeline and the fastest shard candidate; the
+   memory pass if the best still does not fit.
 
 Every strategy goes through the search's Evaluator, whose best-ever is the result.
 """
@@ -23,10 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tag.search.budget import OTHER_REFINE_SHARE, OTHER_STARTS_REFINED, POLISH_SHARE, WallCap
+from tag.search.budget import POLISH_SHARE, WallCap
 from tag.search.evaluate import Evaluator
 from tag.search.mcts import MCTS, MCTSResult, PriorsFn
-from tag.search.memory_pass import best_fitted, with_variants
+from tag.search.memory_pass import best_fitted
+from tag.search.multistart import refine_starts
 from tag.search.refine import refine as refine_pass
 from tag.search.shard_search import group_shards
 from tag.search.space import SearchSpace, build_space
@@ -53,15 +57,17 @@ class StructuredOutcome:
 
 
 def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy, baselines: dict, variants: dict,
-                      pipelines: list, *, playouts: int, seed: int = 0, priors_fn: PriorsFn | None = None,
+                      pipelines: list, *, candidates: dict | None = None, sharded: dict | None = None, playouts: int, seed: int = 0, priors_fn: PriorsFn | None = None,
                       structure_priors_fn: StructurePriorsFn | None = None, refine: bool = True,
                       refine_simulations: int = 0, shard: bool = True, cap: WallCap | None = None,
                       on_playout=None) -> StructuredOutcome:
     """Steps 1-3 of the module docstring from `root` (the best start). `baselines`, `variants`: name ->
     (strategy, SimResult), as `tag.search.precision.Seeds` has them; `pipelines`: the DP's PipelineCandidates
-    (none: pipelines are not searched)."""
+    (none: pipelines are not searched); `candidates`, `sharded`: the pipeline and shard candidates simulated, name ->
+    (strategy, SimResult), whose fastest the multi-start refinement refines."""
     from tag.search.memory_pass import fit_fastest_oom
 
+    candidates, sharded = candidates or {}, sharded or {}
     batch = gg.graph.batch_size
     shards = group_shards(gg) if shard else None
     tree = make_structure_tree(gg, cluster, cost, training, ev, root, baselines, variants, pipelines, shards,
@@ -76,34 +82,25 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
     # walks through need a forward pass (`tag.search.mcts`)
     polish = MCTS(space, ev, best, seed=seed, priors_fn=unsharded_priors(priors_fn),
                   lazy_priors=True).run(playouts // POLISH_SHARE, cap)
-    if best != root:  # the per-group tree from the best start too: its groups' best decisions may differ
+    moved, start_space = best != root, space
+    if moved:  # the per-group tree from the best start too: its groups' best decisions may differ
         start_space = build_space(gg, cluster, cost, batch, root)
+        if shard:
+            start_space.shards = shards
         MCTS(start_space, ev, root, seed=seed, priors_fn=unsharded_priors(priors_fn),
              lazy_priors=True).run(playouts // POLISH_SHARE, cap)
     best = ev.best[1] or best
     if refine:
-        refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
-        for start in other_starts(baselines, variants, root, ev.key_fn)[:OTHER_STARTS_REFINED]:
-            # other basins, as `--playouts 0` refines every start: a start slower than the root may refine past it
-            refine_pass(space, ev, start, max_simulations=refine_simulations // OTHER_REFINE_SHARE, cap=cap)
-        best = best_fitted(gg, cluster, cost, training, ev, best)
+        # what `--playouts 0` refines (tag.search.multistart): the best plan, then every other start, so the basins
+        # the tree did not take are still refined; when the tree moved the structure, the tree's best in its own
+        # space first, then the best start in the start's space, as `--playouts 0` refines it
+        if moved:
+            refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
+        refine_starts(start_space, ev, root if moved else best, baselines=baselines, variants=variants,
+                      candidates=candidates, sharded=sharded, skip=(root,), refine_simulations=refine_simulations,
+                      cap=cap)
+        best = best_fitted(gg, cluster, cost, training, ev, ev.best[1] or best)
     return StructuredOutcome(best, space, tres, polish)
-
-
-def other_starts(baselines: dict, variants: dict, root: Strategy, key=None) -> list[Strategy]:
-    """The baselines (a baseline that does not fit: its memory variant, when it has one) other than `root`, that
-    fit, fastest first (ties: the baselines' order), each once; `key(strategy)`: what makes two strategies the same
-    plan (the evaluator's simulation key; None: equality), so a start that is the root in another form is left out."""
-    same = key or (lambda s: s)
-    starts = list(with_variants(baselines, variants).values())
-    ranked = sorted((r.iteration_ms, i, s) for i, (s, r) in enumerate(starts)
-                    if not r.oom and r.iteration_ms < float("inf"))
-    seen, out = {same(root)}, []
-    for _, _, s in ranked:
-        if same(s) not in seen:
-            seen.add(same(s))
-            out.append(s)
-    return out
 
 
 def make_structure_tree(gg, cluster, cost, training, ev: Evaluator, root: Strategy, baselines: dict, variants: dict,
