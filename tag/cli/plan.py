@@ -36,8 +36,9 @@ def add_parser(sub):
                         "follow as polish. 0: the starts and refinement only. The search stops on these counts, so "
                         "the same inputs, counts and seed give the same plan under any load")
     p.add_argument("--simulations", type=int, default=None, metavar="N",
-                   help=f"refinement simulations for the search's best plan (with --playouts 0 also N // "
-                        f"{OTHER_REFINE_SHARE} for each other start; default {DEFAULT_REFINE_SIMULATIONS}, scaled as "
+                   help=f"refinement simulations for the search's best plan (and for the best start when the tree "
+                        f"changed the plan's structure), N // {OTHER_REFINE_SHARE} for each other start; default "
+                        f"{DEFAULT_REFINE_SIMULATIONS}, scaled as "
                         f"--playouts, at least {MIN_REFINE_SIMULATIONS})")
     p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                    help=f"wall-clock safety cap (default {DEFAULT_BUDGET_S:g}, never reached on the shipped datasets "

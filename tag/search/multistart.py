@@ -29,19 +29,18 @@ def refine_starts(space: SearchSpace, ev: Evaluator, first: Strategy, *, baselin
                   candidates: dict, sharded: dict, skip: tuple = (), refine_simulations: int,
                   cap: WallCap | None = None) -> None:
     """Steps 1-2 of the module docstring. `baselines`, `variants`, `candidates` (pipelines), `sharded` (shard
-    candidates): name -> (strategy, SimResult); `skip`: strategies (by identity) not refined again in step 2 (the
-    start `first` came from)."""
+    candidates): name -> (strategy, SimResult); `skip`: strategies (by identity) not refined in step 2 (the start
+    `first` came from). A start that is `first` itself is refined again: its cached path costs nothing, so that
+    refinement goes on where step 1's budget stopped it."""
     refine_pass(space, ev, first, max_simulations=refine_simulations, cap=cap)
     each = refine_simulations // OTHER_REFINE_SHARE
     starts = with_variants(baselines, variants)
-    done = {id(first), *(id(s) for s in skip)}
+    skipped = {id(s) for s in skip}
     others = [starts[name][0] for _, name in sorted((r.iteration_ms, name) for name, (_, r) in starts.items())]
     others += [s for s in (best_fitting(candidates), best_fitting(sharded)) if s is not None]
     for start in others:
-        if id(start) in done:
-            continue
-        done.add(id(start))
-        refine_pass(space, ev, start, max_simulations=each, cap=cap)
+        if id(start) not in skipped:
+            refine_pass(space, ev, start, max_simulations=each, cap=cap)
 
 
 def best_fitting(named: dict) -> Strategy | None:

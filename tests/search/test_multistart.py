@@ -42,14 +42,18 @@ def test_order_budgets_variants_and_skips(monkeypatch):
     assert calls == [(first, 300), (b, 75), (dv, 75), (a, 75), (c, 75), (p1, 75), (h2, 75)]
 
 
-def test_a_start_that_is_also_first_or_a_candidate_is_refined_once(monkeypatch):
+def test_a_start_that_is_first_is_refined_again_and_skips_are_not(monkeypatch):
     calls = []
     monkeypatch.setattr(multistart, "refine_pass",
                         lambda space, ev, start, max_simulations, cap=None: calls.append((start, max_simulations)))
-    first, a = _s(4, 0), _s(2, 2)
-    multistart.refine_starts(None, None, first, baselines={"f": (first, R(1.0)), "a": (a, R(2.0))}, variants={},
-                             candidates={"p": (a, R(2.0))}, sharded={}, refine_simulations=8)
-    assert calls == [(first, 8), (a, 2)]
+    first, a, root = _s(4, 0), _s(2, 2), _s(3, 1)
+    multistart.refine_starts(None, None, first, baselines={"f": (first, R(1.0)), "a": (a, R(2.0)),
+                                                           "r": (root, R(0.5))}, variants={},
+                             candidates={"p": (a, R(2.0))}, sharded={"h": (root, R(0.1))}, skip=(root,),
+                             refine_simulations=8)
+    # first again after its own budget (the cache makes its path free: it goes on from where it stopped); a twice,
+    # as a baseline and as the fastest pipeline; the root never, though it is also the fastest shard candidate
+    assert calls == [(first, 8), (first, 2), (a, 2), (a, 2)]
 
 
 def test_structure_search_not_slower_than_refinement_from_the_starts(tmp_path):
