@@ -13,9 +13,9 @@ the chosen precision by `tag.search.planner.plan`):
    between the two);
 4. refinement (`tag.search.refine`): when the tree moved the structure, its best with `refine_simulations`
    simulations in its own per-group space; then the multi-start refinement `--playouts 0` runs
-   (`tag.search.multistart.refine_starts`, in the best start's space): the best start (the best plan, when the tree
-   kept the start's structure), then every other start, the fastest pipeline and the fastest shard candidate; the
-   memory pass if the best still does not fit.
+   (`tag.search.multistart.refine_starts`, in the root's space): the fastest start simulated (the best plan, when
+   the tree kept the root's structure), then every other start, the fastest pipeline and the fastest shard
+   candidate; the memory pass if the best still does not fit.
 
 Every strategy goes through the search's Evaluator, whose best-ever is the result.
 """
@@ -68,6 +68,7 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
     from tag.search.memory_pass import fit_fastest_oom
 
     candidates, sharded = candidates or {}, sharded or {}
+    start_best = ev.best[1] or root  # what `--playouts 0` refines first: the fastest start simulated
     batch = gg.graph.batch_size
     shards = group_shards(gg) if shard else None
     tree = make_structure_tree(gg, cluster, cost, training, ev, root, baselines, variants, pipelines, shards,
@@ -93,10 +94,10 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
     if refine:
         # what `--playouts 0` refines (tag.search.multistart): the best plan, then every other start, so the basins
         # the tree did not take are still refined; when the tree moved the structure, the tree's best in its own
-        # space first, then the best start in the start's space, as `--playouts 0` refines it
+        # space first, then the fastest start in the root's space, as `--playouts 0` refines them
         if moved:
             refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
-        refine_starts(start_space, ev, root if moved else best, baselines=baselines, variants=variants,
+        refine_starts(start_space, ev, start_best if moved else best, baselines=baselines, variants=variants,
                       candidates=candidates, sharded=sharded, skip=(root,), refine_simulations=refine_simulations,
                       cap=cap)
         best = best_fitted(gg, cluster, cost, training, ev, ev.best[1] or best)
