@@ -172,6 +172,9 @@ def run(args) -> int:
         def tick(done: int, best_ms: float) -> None:
             bar.update(1)
             bar.set_postfix_str(f"best {best_ms:.2f} ms")
+
+        def phase(name: str) -> None:  # the bar counts the tree's playouts; its label says which part runs
+            bar.set_description_str(name)
         try:
             res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=playouts,
                        refine_simulations=refine_simulations, budget_s=args.budget or DEFAULT_BUDGET_S,
@@ -179,7 +182,7 @@ def run(args) -> int:
                        sfb=use_sfb, on_progress=tick, pipeline=not args.no_pipeline,
                        cost_for=precision_costs(args, inp), shard=not args.no_shard,
                        structure_priors_fn=structure_priors_fn,
-                       workers=default_workers() if args.jobs is None else args.jobs - 1)
+                       workers=default_workers() if args.jobs is None else args.jobs - 1, on_phase=phase)
         finally:
             bar.close()
     inp = replace(inp, training=res.training, cost=res.cost)  # the precision searched under

@@ -76,13 +76,14 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
          refine: bool = True, sfb: bool = True, refine_simulations: int | None = None,
          on_progress: Callable[[int, float], None] | None = None, pipeline: bool = True,
          cost_for: Callable[[str], object] | None = None, shard: bool = True, structure: bool = True,
-         structure_priors_fn=None, workers: int = 0) -> PlanResult:
+         structure_priors_fn=None, workers: int = 0, on_phase: Callable[[str], None] | None = None) -> PlanResult:
     """Search a strategy: `playouts` tree playouts, then refinement with `refine_simulations` simulations
     (the tree's best plan; refine_simulations // 4 for each other baseline), then SFB selection. None for
     either count: `tag.search.budget.default_counts` of the instance. `budget_s` (None: none) is a wall-clock
     safety cap only; `PlanResult.capped` says whether it bound.
 
-    on_progress(playouts_done, best_iteration_ms) is called after every playout (for a progress bar).
+    on_progress(playouts_done, best_iteration_ms) is called after every playout (for a progress bar); on_phase(name)
+    when a part of the search begins: "starts" (baselines, pipelines, shard candidates), "tree", "refine", "sfb".
     pipeline: search micro-batched pipelines (`tag.search.pipeline_search`); every candidate is simulated and
     competes with every other plan kind (the result is the best strategy ever simulated); the fastest is refined
     like the other baselines, and is the tree's start when it beats every start and no baseline fits (the tree's
@@ -109,6 +110,8 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     playouts = default_playouts if playouts is None else playouts
     refine_simulations = default_refine if refine_simulations is None else refine_simulations
     workers = workers if cluster.n_devices <= WORKERS_MAX_DEVICES else 0
+    phase = on_phase or (lambda name: None)
+    phase("starts")
     st = search_start(gg, cluster, cost, training, cost_for=cost_for, pipeline=pipeline, shard=shard,
                       floors=not sfb, cap=cap, workers=workers)
     try:
@@ -122,6 +125,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
                 on_progress(done, ev.result(ev.best[1]).iteration_ms if ev.best[1] is not None else math.inf)
 
         structure_report: dict = {}
+        phase("tree")
         if playouts > 0 and structure:  # the structure tree, then per-group polish (tag.search.structure_plan)
             from tag.search.structure_plan import structured_search
 
@@ -129,7 +133,8 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
                                     candidates=candidates, sharded=sharded,
                                     playouts=playouts, seed=seed, priors_fn=priors_fn,
                                     structure_priors_fn=structure_priors_fn, refine=refine,
-                                    refine_simulations=refine_simulations, shard=shard, cap=cap, on_playout=progress)
+                                    refine_simulations=refine_simulations, shard=shard, cap=cap, on_playout=progress,
+                                    on_refine=lambda: phase("refine"))
             best, space = out.best, out.space
             tree_playouts, records = out.tree.playouts, out.polish.records  # the polish's in structure_report
             structure_report = out.report(structure_priors_fn is not None)
@@ -138,12 +143,13 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
             best, space, res, start_name = _start_search(
                 gg, cluster, cost, training, ev, baselines, variants, start_name, base, candidates, sharded,
                 playouts=playouts, seed=seed, priors_fn=priors_fn, refine=refine, refine_simulations=refine_simulations,
-                shard=shard, cap=cap, progress=progress)
+                shard=shard, cap=cap, progress=progress, on_refine=lambda: phase("refine"))
             tree_playouts, records = res.playouts, res.records
             method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
         sfb_report: dict = {}
         no_sfb_result = ev.result(best)
         if sfb:
+            phase("sfb")
             best, sfb_report = _apply_sfb(gg, cluster, cost, training, best, ev, baselines, ev.result, cap=cap)
             if sfb_report.get("ops"):
                 method += "+sfb"
@@ -161,7 +167,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
 
 def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, variants: dict, start_name: str,
                   base: Strategy, candidates: dict, sharded: dict, *, playouts: int, seed: int, priors_fn,
-                  refine: bool, refine_simulations: int, shard: bool, cap: WallCap, progress):
+                  refine: bool, refine_simulations: int, shard: bool, cap: WallCap, progress, on_refine=None):
     """The search without the structure tree (`--playouts 0`, or `plan(structure=False)`): the per-group tree from
     the best start `base`, then refinement of its best and of every other start (the baselines or their memory
     variants, the fastest pipeline of `candidates`, the fastest shard candidate of `sharded`, which it extends).
@@ -181,6 +187,8 @@ def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, v
         # the tree's best is a base too; refinement still starts from the tree's best, as without shards
         sharded.update(_shard_candidates(gg, cluster, cost, training, ev, {"searched": best}))
     if refine:
+        if on_refine:
+            on_refine()
         # multi-start (tag.search.multistart): the tree's best first, then every other start, each in its own basin
         starts = with_variants(baselines, variants)
         refine_starts(space, ev, best, baselines=baselines, variants=variants, candidates=candidates,

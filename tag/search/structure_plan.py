@@ -60,11 +60,12 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
                       pipelines: list, *, candidates: dict | None = None, sharded: dict | None = None, playouts: int, seed: int = 0, priors_fn: PriorsFn | None = None,
                       structure_priors_fn: StructurePriorsFn | None = None, refine: bool = True,
                       refine_simulations: int = 0, shard: bool = True, cap: WallCap | None = None,
-                      on_playout=None) -> StructuredOutcome:
+                      on_playout=None, on_refine=None) -> StructuredOutcome:
     """Steps 1-3 of the module docstring from `root` (the best start). `baselines`, `variants`: name ->
     (strategy, SimResult), as `tag.search.precision.Seeds` has them; `pipelines`: the DP's PipelineCandidates
     (none: pipelines are not searched); `candidates`, `sharded`: the pipeline and shard candidates simulated, name ->
-    (strategy, SimResult), whose fastest the multi-start refinement refines."""
+    (strategy, SimResult), whose fastest the multi-start refinement refines; `on_refine()` is called when the
+    refinement begins (a progress bar's phase)."""
     from tag.search.memory_pass import fit_fastest_oom
 
     candidates, sharded = candidates or {}, sharded or {}
@@ -92,6 +93,8 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
              lazy_priors=True).run(playouts // POLISH_SHARE, cap)
     best = ev.best[1] or best
     if refine:
+        if on_refine:
+            on_refine()
         # what `--playouts 0` refines (tag.search.multistart): the best plan, then every other start, so the basins
         # the tree did not take are still refined; when the tree moved the structure, the tree's best in its own
         # space first, then the fastest start in the root's space, as `--playouts 0` refines them
