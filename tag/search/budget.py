@@ -16,6 +16,7 @@ DEFAULT_PLAYOUTS = 200  # structure-tree playouts on instances up to SCALE_FROM 
 # plan's time, and the structure tree now makes the moves that paid; benchmarks/ablate.md)
 DEFAULT_REFINE_SIMULATIONS = 300
 OTHER_REFINE_SHARE = 4  # each other baseline's refinement gets refine_simulations // OTHER_REFINE_SHARE
+OTHER_STARTS_REFINED = 1  # after the structure tree, this many of the fastest other starts are refined in its best plan's space
 POLISH_SHARE = 2  # the per-group tree polishes the structure tree's best with playouts // POLISH_SHARE playouts
 SCALE_FROM = 1024  # groups x devices above which the default counts shrink in proportion
 MIN_PLAYOUTS, MIN_REFINE_SIMULATIONS = 16, 100  # the scaled defaults never go below these

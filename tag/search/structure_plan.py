@@ -12,7 +12,8 @@ the chosen precision by `tag.search.planner.plan`):
    best strategy so far, and as many from the best start when that differs (a group's best decision may differ
    between the two);
 4. refinement (`tag.search.refine`): when the tree moved the structure, its best with `refine_simulations`
-   simulations in its own per-group space; then the multi-start refinement `--playouts 0` runs
+   simulations in its own per-group space, and the OTHER_STARTS_REFINED fastest other starts (`other_starts`) with
+   `refine_simulations // OTHER_REFINE_SHARE` each in that space; then the multi-start refinement `--playouts 0` runs
    (`tag.search.multistart.refine_starts`, in the root's space): the fastest start simulated (the best plan, when
    the tree kept the root's structure), then every other start, the fastest pipeline and the fastest shard
    candidate; the memory pass if the best still does not fit.
@@ -26,10 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tag.search.budget import POLISH_SHARE, WallCap
+from tag.search.budget import OTHER_REFINE_SHARE, OTHER_STARTS_REFINED, POLISH_SHARE, WallCap
 from tag.search.evaluate import Evaluator
 from tag.search.mcts import MCTS, MCTSResult, PriorsFn
-from tag.search.memory_pass import best_fitted
+from tag.search.memory_pass import best_fitted, with_variants
 from tag.search.multistart import refine_starts
 from tag.search.refine import refine as refine_pass
 from tag.search.shard_search import group_shards
@@ -98,13 +99,32 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
         # what `--playouts 0` refines (tag.search.multistart): the best plan, then every other start, so the basins
         # the tree did not take are still refined; when the tree moved the structure, the tree's best in its own
         # space first, then the fastest start in the root's space, as `--playouts 0` refines them
-        if moved:
+        if moved:  # (when it did not, refine_starts below refines in that space already)
             refine_pass(space, ev, best, max_simulations=refine_simulations, cap=cap)
+            for start in other_starts(baselines, variants, root, ev.key_fn)[:OTHER_STARTS_REFINED]:
+                # a start of another basin in the tree's best plan's space (its groups may take that plan's options)
+                refine_pass(space, ev, start, max_simulations=refine_simulations // OTHER_REFINE_SHARE, cap=cap)
         refine_starts(start_space, ev, start_best if moved else best, baselines=baselines, variants=variants,
                       candidates=candidates, sharded=sharded, skip=(root,), refine_simulations=refine_simulations,
                       cap=cap)
         best = best_fitted(gg, cluster, cost, training, ev, ev.best[1] or best)
     return StructuredOutcome(best, space, tres, polish)
+
+
+def other_starts(baselines: dict, variants: dict, root: Strategy, key=None) -> list[Strategy]:
+    """The baselines (a baseline that does not fit: its memory variant, when it has one) other than `root`, that
+    fit, fastest first (ties: the baselines' order), each once; `key(strategy)`: what makes two strategies the same
+    plan (the evaluator's simulation key; None: equality), so a start that is the root in another form is left out."""
+    same = key or (lambda s: s)
+    starts = list(with_variants(baselines, variants).values())
+    ranked = sorted((r.iteration_ms, i, s) for i, (s, r) in enumerate(starts)
+                    if not r.oom and r.iteration_ms < float("inf"))
+    seen, out = {same(root)}, []
+    for _, _, s in ranked:
+        if same(s) not in seen:
+            seen.add(same(s))
+            out.append(s)
+    return out
 
 
 def make_structure_tree(gg, cluster, cost, training, ev: Evaluator, root: Strategy, baselines: dict, variants: dict,
