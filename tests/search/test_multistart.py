@@ -1,6 +1,7 @@
 """Multi-start refinement (`tag.search.multistart`): which starts are refined, in what order, with what budget (by hand,
-with a recording refinement), and the structure tree's search against refinement from the starts alone on a case
-where it used to end slower (wide_mlp on two V100s and two P100s, benchmarks/shard.py case 4 without shards)."""
+with a recording refinement); the other starts refined in the tree's space (`structure_plan.other_starts`); and the
+structure tree's search against refinement from the starts alone on a case where it used to end slower (wide_mlp on
+two V100s and two P100s, benchmarks/shard.py case 4 without shards)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,20 @@ def test_a_start_that_is_first_is_refined_again_and_skips_are_not(monkeypatch):
     # first again after its own budget (the cache makes its path free: it goes on from where it stopped); a twice,
     # as a baseline and as the fastest pipeline; the root never, though it is also the fastest shard candidate
     assert calls == [(first, 8), (first, 2), (a, 2), (a, 2)]
+
+
+def test_other_starts_fastest_first_without_the_root_its_twins_or_what_does_not_fit():
+    """`structure_plan.other_starts`: the starts refined in the tree's best plan's space after a structural move."""
+    from tag.search.structure_plan import other_starts
+
+    root, a, b, c, d = _s(4, 0), _s(2, 2), _s(3, 1), _s(1, 3), _s(0, 4)
+    baselines = {"root": (root, R(5.0)), "a": (a, R(7.0)), "b": (b, R(6.0)), "c": (c, R(math.inf, oom=True)),
+                 "d": (d, R(9.0, oom=True))}
+    variants = {"d+memory": (_s(0, 4), R(6.5))}  # a baseline that does not fit is refined from its memory variant
+    assert other_starts(baselines, variants, root) == [b, variants["d+memory"][0], a]
+    # the evaluator's key says b is the root in another form: left out
+    key = {root: "k0", a: "ka", b: "k0", variants["d+memory"][0]: "kd"}.get
+    assert other_starts(baselines, variants, root, key) == [variants["d+memory"][0], a]
 
 
 def test_structure_search_not_slower_than_refinement_from_the_starts(tmp_path):
