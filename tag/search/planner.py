@@ -190,10 +190,9 @@ def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, v
         if on_refine:
             on_refine()
         # multi-start (tag.search.multistart): the tree's best first, then every other start, each in its own basin
-        starts = with_variants(baselines, variants)
+        named_start = with_variants(baselines, variants).get(start_name, (base,))[0]  # base, or its baseline form
         refine_starts(space, ev, best, baselines=baselines, variants=variants, candidates=candidates,
-                      sharded=sharded, skip=(base, *([starts[start_name][0]] if start_name in starts else [])),
-                      refine_simulations=refine_simulations, cap=cap)
+                      sharded=sharded, skip=(base, named_start), refine_simulations=refine_simulations, cap=cap)
         best = best_fitted(gg, cluster, cost, training, ev, best)
     return best, space, res, start_name
 

@@ -58,7 +58,8 @@ class StructuredOutcome:
 
 
 def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy, baselines: dict, variants: dict,
-                      pipelines: list, *, candidates: dict | None = None, sharded: dict | None = None, playouts: int, seed: int = 0, priors_fn: PriorsFn | None = None,
+                      pipelines: list, *, candidates: dict, sharded: dict, playouts: int, seed: int = 0,
+                      priors_fn: PriorsFn | None = None,
                       structure_priors_fn: StructurePriorsFn | None = None, refine: bool = True,
                       refine_simulations: int = 0, shard: bool = True, cap: WallCap | None = None,
                       on_playout=None, on_refine=None) -> StructuredOutcome:
@@ -69,7 +70,6 @@ def structured_search(gg, cluster, cost, training, ev: Evaluator, root: Strategy
     refinement begins (a progress bar's phase)."""
     from tag.search.memory_pass import fit_fastest_oom
 
-    candidates, sharded = candidates or {}, sharded or {}
     start_best = ev.best[1] or root  # what `--playouts 0` refines first: the fastest start simulated
     batch = gg.graph.batch_size
     shards = group_shards(gg) if shard else None
