@@ -206,14 +206,17 @@ def check_dataset(ds, shapes: DataShapes, loss: Loss, batch_rows: int, spec: str
     if loss.fn is not None:
         return
     if loss.name in CLASS_LABEL_LOSSES:
-        if tuple(target.shape) != () or _kind(target.dtype) != "integer":
-            raise InputError("--data", f"{spec}: dataset[0] target",
-                             f"one integer class label per row for {loss.name}",
+        out_row = tuple(shapes.output_row_shape)
+        if not out_row:
+            raise InputError("--data", f"output '{shapes.output}'",
+                             f"[rows, classes] (or [rows, positions..., classes]) scores for {loss.name}",
+                             f"per-row shape {out_row}")
+        n_classes, positions = out_row[-1], out_row[:-1]
+        if tuple(target.shape) != positions or _kind(target.dtype) != "integer":
+            what = ("one integer class label per row" if not positions else
+                    f"integer class labels of shape {positions} per row (one per position of the output {out_row})")
+            raise InputError("--data", f"{spec}: dataset[0] target", f"{what} for {loss.name}",
                              f"shape {tuple(target.shape)} of {target.dtype}")
-        n_classes = shapes.output_row_shape[0] if len(shapes.output_row_shape) == 1 else None
-        if n_classes is None:
-            raise InputError("--data", f"output '{shapes.output}'", f"[rows, classes] scores for {loss.name}",
-                             f"per-row shape {shapes.output_row_shape}")
         labels = _all_labels(ds)
         lo, hi = int(labels.min()), int(labels.max())
         if lo < 0 or hi >= n_classes:

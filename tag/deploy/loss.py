@@ -6,13 +6,16 @@ of the terms add up to the full-batch gradient (every sync method sums). Per-row
 
 - ``mse``: mean over the row's elements of (y - t)^2 (the synthetic-data loss; there the sum runs over every
   float output with a target);
-- ``cross_entropy``: -log softmax(y)[t] with y = [rows, C] logits and t = [rows] integer classes in [0, C);
-- ``nll``: -y[t] with y = [rows, C] log-probabilities;
+- ``cross_entropy``: -log softmax(y)[t] with y = [rows, C] logits and t = [rows] integer classes in [0, C); for
+  y = [rows, P1, ..., Pk, C] (a sequence model's logits, classes last) and t = [rows, P1, ..., Pk], the mean over
+  the row's P1 x ... x Pk positions of -log softmax(y[p])[t[p]] (token-level language modelling);
+- ``nll``: -y[t] with y = [rows, C] log-probabilities (positions as for cross_entropy);
 - ``bce``: mean over the row's elements of -(t log y + (1 - t) log(1 - y)), y probabilities in [0, 1];
 - a callable ``fn(y_rows, t_rows) -> [rows]`` per-row losses (``module:function`` or ``file.py:function``).
 
 Accuracy (classification losses only) counts rows whose argmax over classes equals the label
-(cross_entropy, nll) or whose every element is on the label's side of 0.5 (bce).
+(cross_entropy, nll) or whose every element is on the label's side of 0.5 (bce). With positions, a row counts the
+fraction of its positions whose argmax equals the label (so the accuracy is the token accuracy).
 """
 
 from __future__ import annotations
@@ -57,21 +60,27 @@ class Loss:
             if self.name == "mse":
                 return ((y - target) ** 2).sum() / numel
             return F.binary_cross_entropy(y, target, reduction="sum") / numel
-        if self.name == "cross_entropy":
-            return F.cross_entropy(y, target, reduction="sum") / global_rows
-        if self.name == "nll":
-            return F.nll_loss(y, target, reduction="sum") / global_rows
+        if self.name in CLASS_LABEL_LOSSES:
+            per_position = (F.cross_entropy if self.name == "cross_entropy" else F.nll_loss)(
+                y.movedim(-1, 1) if y.dim() > 2 else y, target, reduction="none")  # [rows, P1, ..., Pk]
+            return _row_means(per_position).sum() / global_rows
         raise ValueError(f"unknown loss {self.name!r}")
 
-    def correct(self, y: torch.Tensor, target: torch.Tensor) -> int:
-        """Rows of y classified right (see the module docstring); 0 for a loss that does not classify."""
+    def correct(self, y: torch.Tensor, target: torch.Tensor) -> float:
+        """Rows of y classified right (see the module docstring; a row with positions counts the fraction of
+        them right); 0 for a loss that does not classify."""
         if not self.classifies:
-            return 0
+            return 0.0
         with torch.no_grad():
             if self.name == "bce":
                 ok = (y >= 0.5) == (target >= 0.5)
-                return int(ok.reshape(ok.shape[0], -1).all(dim=1).sum())
-            return int((y.argmax(dim=1) == target).sum())
+                return float(ok.reshape(ok.shape[0], -1).all(dim=1).sum())
+            return float(_row_means((y.argmax(dim=-1) == target).to(torch.float64)).sum())
+
+
+def _row_means(per_position: torch.Tensor) -> torch.Tensor:
+    """[rows, P1, ..., Pk] -> [rows]: the mean over each row's positions (k = 0: the values themselves)."""
+    return per_position.reshape(per_position.shape[0], -1).mean(dim=1) if per_position.dim() > 1 else per_position
 
 
 MSE = Loss("mse")

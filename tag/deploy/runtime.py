@@ -64,8 +64,8 @@ class RankRuntime(GradSync):
         precision.apply_backend_flags()
         self.data, self.targets = data, targets
         # user data (tag.deploy.train): data/targets hold global rows [row_base, ...) only; `correct` counts the
-        # step's rows classified right (classification losses)
-        self.loss, self.row_base, self.correct = loss, 0, 0
+        # step's rows classified right (classification losses; Loss.correct: fractions with positions)
+        self.loss, self.row_base, self.correct = loss, 0, 0.0
         # training-mode ops (BatchNormalization, Dropout): mask seed and step, set by the step loop
         self.seed, self.step_index = 0, 0
         self.shard = ShardRank(schedule, graph, program, rank, comm)  # slices sharded weights: before the optimizer

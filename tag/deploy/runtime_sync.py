@@ -106,7 +106,7 @@ class GradSync:
     def _zero_grads(self) -> None:
         """Clear the step's gradients: bucketed parameters' .grad become views of their zeroed bucket buffer, ZeRO
         stage 1 parameters' views of their unit's (`ZeroShards.start_step`)."""
-        self.correct = 0
+        self.correct = 0.0
         for n in self.my_params:
             self.p.param(n).grad = None
         self.zero.start_step()

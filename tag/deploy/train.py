@@ -41,7 +41,7 @@ class RankResult:
     step_ms: list[float]  # per step: the slowest rank's wall time, ms
     params: dict[str, torch.Tensor] = field(default_factory=dict)  # parameters this rank uses, after training
     epochs: list[dict] = field(default_factory=list)  # per epoch touched: epoch, steps, loss, accuracy, samples_per_s
-    correct: list[int] = field(default_factory=list)  # per step: rows classified right, over all ranks
+    correct: list[float] = field(default_factory=list)  # per step: rows classified right, over all ranks (Loss.correct)
     optimizer_state: dict = field(default_factory=dict)  # per parameter this rank uses (checkpoint.optimizer_state_by_name)
 
     def measured_step_ms(self, warmup: int = 1) -> float:
@@ -126,7 +126,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
         losses.append(comm.sum_scalar(local))
         times.append(comm.sum_scalar(dt_ms, op="max"))
         if data is not None:
-            correct.append(int(round(comm.sum_scalar(float(rt.correct)))) if loss.classifies else 0)
+            correct.append(comm.sum_scalar(float(rt.correct)) if loss.classifies else 0.0)
             epoch_acc.add(losses[-1], correct[-1], schedule.batch_size)
             if (step + 1) % data.order.steps_per_epoch == 0 or step + 1 == steps:
                 epochs.append(epoch_acc.record(data.order.epoch_of(step), loss.classifies))
@@ -153,7 +153,7 @@ class _EpochAccumulator:
     def __init__(self):
         self.loss_sum, self.correct, self.rows, self.steps, self.t0 = 0.0, 0, 0, 0, time.perf_counter()
 
-    def add(self, loss: float, correct: int, rows: int) -> None:
+    def add(self, loss: float, correct: float, rows: int) -> None:
         self.loss_sum, self.correct, self.rows, self.steps = (self.loss_sum + loss, self.correct + correct,
                                                               self.rows + rows, self.steps + 1)
 

@@ -44,7 +44,7 @@ class ModuleTrainer:
         s = plan.schedule
         self.syncs = [(b.params, b.method, b.ranks, b.server) for b in s.buckets if plan.rank in b.ranks]
         self.syncs += [((op.param,), "ring", op.ranks, None) for op in s.sfb if plan.rank in op.ranks]
-        self.correct = 0  # rows of the last step classified right, over all ranks (classification losses)
+        self.correct = 0.0  # rows of the last step classified right, over all ranks (classification losses; Loss.correct)
         ranks = s.ranks_of(0)
         self.stats_sum = None
         if len(ranks) > 1:
@@ -57,7 +57,7 @@ class ModuleTrainer:
         B = self.plan.batch_rows
         args = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
         self.optimizer.zero_grad(set_to_none=False)
-        local, correct = 0.0, 0
+        local, correct = 0.0, 0.0
         if self.rows > 0:
             ctx = TrainingContext(seed=self.seed, step=self.step_index, row_offset=self.offset, global_rows=B,
                                   stats_sum=self.stats_sum)
@@ -69,7 +69,7 @@ class ModuleTrainer:
         self._sync()
         self.optimizer.step()
         self.step_index += 1
-        self.correct = int(round(self.comm.sum_scalar(float(correct)))) if self.loss.classifies else 0
+        self.correct = self.comm.sum_scalar(float(correct)) if self.loss.classifies else 0.0
         return self.comm.sum_scalar(local)
 
     def _sync(self) -> None:

@@ -62,3 +62,28 @@ def test_rank_terms_add_up_to_the_whole_batch_loss(name):
     if name in ("cross_entropy", "nll"):
         right = int((logits.argmax(1) == labels).sum())
         assert sum(loss.correct(y[o:o + n], t[o:o + n]) for o, n in parts) == right
+
+
+@pytest.mark.parametrize("name", ["cross_entropy", "nll"])
+def test_sequence_logits_take_the_mean_over_each_rows_positions(name):
+    """y [rows, T, C] with labels [rows, T] (a language model): per-row loss = mean over the row's T positions of
+    -log softmax(y[r, p])[t[r, p]], worked out by a loop over rows and positions in float64; the ranks' terms of
+    an uneven row split add up to the batch mean of those; accuracy counts each row's fraction of positions right."""
+    g = torch.Generator().manual_seed(1)
+    B, T, C = 7, 5, 6
+    logits = torch.randn(B, T, C, generator=g, dtype=torch.float64)
+    labels = torch.randint(0, C, (B, T), generator=g)
+    y = logits if name == "cross_entropy" else F.log_softmax(logits, -1)
+    by_hand, right = 0.0, 0.0
+    for r in range(B):
+        row = 0.0
+        for p in range(T):
+            z = [float(v) for v in logits[r, p]]
+            row += -(z[int(labels[r, p])] - np.log(np.sum(np.exp(z))))
+            right += (max(range(C), key=lambda c: z[c]) == int(labels[r, p])) / T
+        by_hand += row / T / B
+    loss = Loss(name)
+    parts = [(0, 3), (3, 1), (4, 3)]
+    assert float(sum(loss.term(y[o:o + n], labels[o:o + n], B, n) for o, n in parts)) == pytest.approx(by_hand, rel=1e-12)
+    assert sum(loss.correct(y[o:o + n], labels[o:o + n]) for o, n in parts) == pytest.approx(right, rel=1e-12)
+    assert 0 < right < B  # the random logits get some positions right, not all
