@@ -76,13 +76,14 @@ class _Runner:
         self.data = set(graph.data_inputs)
 
     def _leaves(self, inputs: dict):
-        leaves = {}
-        for name, t in inputs.items():
+        """Fresh autograd leaves of `inputs` (float tensors that are not data inputs require grad); a sequence value
+        (a list, from SplitToSequence) becomes a list of such leaves."""
+        def leaf(name, t):
             t = t.detach()
-            if _float(t) and name not in self.data:
-                t = t.requires_grad_()
-            leaves[name] = t
-        return leaves
+            return t.requires_grad_() if _float(t) and name not in self.data else t
+
+        return {name: [leaf(name, x) for x in t] if isinstance(t, (list, tuple)) else leaf(name, t)
+                for name, t in inputs.items()}
 
     def times(self, op_ids: Sequence[int], inputs: dict, outputs: Sequence[str], params: Sequence[str], rows: int) -> tuple[float, float]:
         """(forward ms, backward ms) of running `op_ids` on `inputs` for `rows` rows."""
@@ -98,14 +99,14 @@ class _Runner:
             fwd = median_ms(forward, warmup=s.warmup, repeats=s.repeats, device=s.device,
                             setup=lambda: self._leaves(inputs))
             probe = forward(self._leaves(inputs))
-            if not any(_float(probe.get(o)) and probe[o].requires_grad for o in outputs):
+            if not any(t.requires_grad for t in _float_tensors(probe, outputs)):
                 return fwd, 0.0
 
             def setup():
                 leaves = self._leaves(inputs)
                 env = forward(leaves)
-                outs = [env[o] for o in outputs if _float(env.get(o)) and env[o].requires_grad]
-                wrt = [t for t in leaves.values() if t.requires_grad] + param_tensors
+                outs = [t for t in _float_tensors(env, outputs) if t.requires_grad]
+                wrt = [t for t in _float_tensors(leaves, leaves) if t.requires_grad] + param_tensors
                 return outs, [torch.ones_like(o) for o in outs], wrt
 
             def backward(arg):
@@ -114,6 +115,15 @@ class _Runner:
 
             bwd = median_ms(backward, warmup=s.warmup, repeats=s.repeats, device=s.device, setup=setup)
         return fwd, bwd
+
+
+def _float_tensors(env: dict, names) -> list:
+    """The float tensors of env[name] for each name present: the value itself, or a sequence value's elements."""
+    out = []
+    for n in names:
+        v = env.get(n)
+        out += [x for x in (v if isinstance(v, (list, tuple)) else [v]) if _float(x)]
+    return out
 
 
 def _group_io(graph, op_ids: Sequence[int]) -> tuple[list[str], list[str], list[str]]:
