@@ -1,12 +1,15 @@
 """Measured vs predicted step time of `tag deploy` for a few plans on this machine (4 local cpu ranks).
 
 Usage: python benchmarks/deploy_bench.py [--steps N] [--models mlp,gpt2_tiny] [--baselines dp-even,m-topo]
+                                        [--nproc N] [--profile]
 
 Writes a 4-device cpu topology (two machines of two `cpu` devices) and one plan per (model, baseline) with
 `tag plan --baseline`, deploys each with `tag deploy --json`, and prints one row per plan: the plan's
 predicted iteration time, the measured step time (median after one warm-up step) and the first and last
 loss. Expect the measured time above the prediction on an oversubscribed machine: the `cpu` catalog
-figures are nominal, and torch start-up and gloo round trips are not in the model.
+figures are nominal, and torch start-up and gloo round trips are not in the model. `--nproc N` deploys on N ranks
+(ranks then host several plan devices); `--profile` first runs `tag profile ops` on each model and plans with it,
+so the prediction is the product's (`measured / predicted` is the last column).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--models", default="mlp,gpt2_tiny")
     ap.add_argument("--baselines", default="dp-even,single-device,m-topo")
+    ap.add_argument("--nproc", type=int, default=None, help="local ranks (default: one per plan device)")
+    ap.add_argument("--profile", action="store_true", help="plan with a `tag profile ops` profile of each model")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
@@ -45,18 +50,24 @@ def main() -> None:
         with open(topo, "w") as f:
             json.dump(TOPO, f)
         for model in a.models.split(","):
-            path = os.path.join(MODELS, f"{model}.onnx")
+            path = model if model.endswith(".onnx") else os.path.join(MODELS, f"{model}.onnx")
+            prof = []
+            if a.profile:
+                prof = ["--profile", os.path.join(d, f"{os.path.basename(model)}-profile.json")]
+                _tag("profile", "ops", path, "-o", prof[1])
             for base in a.baselines.split(","):
-                plan = os.path.join(d, f"{model}-{base}.json")
-                _tag("plan", path, topo, "--baseline", base, "--batch-size", str(a.batch_size), "-o", plan)
-                out = _tag("deploy", plan, path, "--steps", str(a.steps))
+                plan = os.path.join(d, f"{os.path.basename(model)}-{base}.json")
+                _tag("plan", path, topo, "--baseline", base, "--batch-size", str(a.batch_size), "-o", plan, *prof)
+                out = _tag("deploy", plan, path, "--steps", str(a.steps),
+                           *(["--nproc", str(a.nproc)] if a.nproc else []))
                 rows.append((model, base, out["predicted_step_ms"], out["measured_step_ms"],
                              out["losses"][0], out["losses"][-1]))
                 print(f"  done {model} {base}", file=sys.stderr)
-    head = ("model", "plan", "predicted_ms", "measured_ms", "loss_first", "loss_last")
+    head = ("model", "plan", "predicted_ms", "measured_ms", "loss_first", "loss_last", "measured/pred")
     print("  ".join(f"{h:>14}" for h in head))
     for r in rows:
-        print(f"{r[0]:>14}  {r[1]:>14}  {r[2]:>14.2f}  {r[3]:>14.2f}  {r[4]:>14.4f}  {r[5]:>14.4f}")
+        print(f"{os.path.basename(r[0]):>14}  {r[1]:>14}  {r[2]:>14.2f}  {r[3]:>14.2f}  {r[4]:>14.4f}  {r[5]:>14.4f}  "
+              f"{r[3] / r[2]:>14.2f}")
 
 
 if __name__ == "__main__":

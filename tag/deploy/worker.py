@@ -60,10 +60,10 @@ def main(job_path: str) -> int:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     beat = os.path.join(run_dir, f"rank{rank}.beat")
     try:
-        from tag.deploy.schedule import device_ranks
-
-        # one thread (--threads) per plan device; a rank hosting several devices gets theirs together
-        torch.set_num_threads(job.threads * max(1, device_ranks(len(job.device_ids), job.nproc).count(rank)))
+        # --threads per rank, whatever number of plan devices it hosts: the prediction runs a rank's devices on one
+        # device at the profile's speed (`ranks_strategy`), and more threads than cores (2 ranks x 2 hosted
+        # devices on 2 cores) time-share them and slow every op down
+        torch.set_num_threads(job.threads)
         use_cuda = torch.cuda.is_available() and all(k == "gpu" for k in job.device_kinds)
         device = torch.device(f"cuda:{local_rank}") if use_cuda else torch.device("cpu")
         if use_cuda:
