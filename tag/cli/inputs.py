@@ -34,6 +34,23 @@ def precision_costs(args: argparse.Namespace, inp: Inputs):
                                             getattr(args, "profile", None))
 
 
+def plan_profile_default(args: argparse.Namespace, verb: str) -> None:
+    """args.profile := the profile the plan records (`tag.deploy.job.plan_profile`) when --profile is not given, so
+    a plan is shown under the cost model it was made with; a recorded profile that is missing or changed is one
+    warning line on stderr, and the roofline model is used."""
+    import sys
+
+    from tag.deploy.job import plan_profile
+
+    if getattr(args, "profile", None) is not None or not getattr(args, "plan", None):
+        return
+    path, note = plan_profile(args.plan)
+    if path is not None:
+        args.profile = path
+    elif note is not None:
+        sys.stderr.write(f"tag {verb}: warning: {note}; using the roofline cost model (pass --profile)\n")
+
+
 def deploy_options(args: argparse.Namespace) -> DeployOptions:
     """DeployOptions from `tag deploy`'s flags."""
     return DeployOptions(topology_path=args.topology, steps=args.steps, nproc=args.nproc, seed=args.seed,

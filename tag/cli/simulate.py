@@ -18,7 +18,8 @@ def add_parser(sub):
     which.add_argument("--plan", metavar="P.json", help="a plan written by `tag plan` (checked against MODEL and TOPOLOGY)")
     which.add_argument("--baseline", choices=BASELINE_NAMES, metavar="NAME",
                        help="a baseline strategy: " + ", ".join(BASELINE_NAMES))
-    p.add_argument("--profile", metavar="F", default=None, help="profile.json with measured op times (default: roofline)")
+    p.add_argument("--profile", metavar="F", default=None, help="profile.json with measured op times (default: the one a --plan records, else "
+                        "roofline)")
     p.add_argument("--trace", metavar="T.json", default=None, help="write a Chrome trace (chrome://tracing, Perfetto)")
     p.add_argument("--groups", type=int, default=None, metavar="K", help="op groups for baselines (default: automatic)")
     add_model_flags(p)
@@ -64,7 +65,7 @@ def _span(ids: list[str]) -> str:
 
 def run(args) -> int:
     from tag.cli.util import check_outputs, emit, table
-    from tag.cli.inputs import load_verb_inputs
+    from tag.cli.inputs import load_verb_inputs, plan_profile_default
     from tag.search.baselines import build_baseline
     from tag.sim import simulate
 
@@ -72,6 +73,7 @@ def run(args) -> int:
         from tag.errors import InputError
 
         raise InputError("--groups", "K", "no --groups with --plan (the plan's own groups are simulated)", str(args.groups))
+    plan_profile_default(args, "simulate")
     check_outputs(args, {"trace": "--trace"}, [args.model, args.topology, args.plan, args.profile])
     inp = load_verb_inputs(args, plan_path=args.plan)
     if args.plan:

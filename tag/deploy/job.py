@@ -84,9 +84,9 @@ class Job:
         return sum(self.strategy.decisions[0].rows)
 
 
-def topology_path_of(plan_path: str, given: str | None) -> str:
+def topology_path_of(plan_path: str, given: str | None, how_to_pass: str = "--topology T.json") -> str:
     """The topology file of a plan: `given`, else the plan's topology.path (`resolve_recorded`: as written, else
-    beside the plan)."""
+    beside the plan). how_to_pass: how the verb takes a topology, for the error."""
     if given:
         return given
     from tag.strategy.planfile import load_plan_json, resolve_recorded
@@ -95,11 +95,11 @@ def topology_path_of(plan_path: str, given: str | None) -> str:
     topo = raw.get("topology") if isinstance(raw.get("topology"), dict) else {}
     path = topo.get("path")
     if not isinstance(path, str) or not path:
-        raise InputError(plan_path, "topology.path", "the path of the plan's topology file (or pass --topology)",
+        raise InputError(plan_path, "topology.path", f"the path of the plan's topology file (or pass {how_to_pass})",
                          repr(path))
     found = resolve_recorded(path, plan_path)
     if found is None:
-        raise InputError(plan_path, "topology.path", "an existing topology file (or pass --topology T.json)",
+        raise InputError(plan_path, "topology.path", f"an existing topology file (or pass {how_to_pass})",
                          repr(path))
     return found
 
