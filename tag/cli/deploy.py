@@ -204,6 +204,10 @@ def run(args) -> int:
                                for e in epochs], ["epoch", "steps", "loss", "accuracy", "samples/s"])
     human += (f"\nmeasured step: {res.measured_step_ms:.2f} ms (median after {job.warmup} warm-up steps); "
               f"predicted: {pred}")
+    if job.profile_path is None:  # the catalog's nominal figures: say how to predict this machine instead
+        human += (f"\n(the plan has no profile, so the prediction uses the device catalog's nominal figures; for one "
+                  f"of this machine: tag profile ops {job.model_path} -o profile.json, then tag plan ... --profile "
+                  f"profile.json)")
     if job.checkpoint:
         human += f"\ncheckpoint: {job.checkpoint} at step {job.steps}"
     if job.export:
