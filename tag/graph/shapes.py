@@ -60,8 +60,8 @@ def data_input_shapes(model: onnx.ModelProto, path: str, roles: Roles,
         dims = declared_dims(vis[name])
         if name in given:
             if dims is not None and len(dims) != len(given[name]):
-                raise InputError(path, f"input '{name}'", f"--input-shape {name}=DIMS with {len(dims)} dims",
-                                 "x".join(map(str, given[name])))
+                raise InputError(path, f"input '{name}'", f"--input-shape {name}=DIMS with {len(dims)} dims, the batch "
+                                 f"first (e.g. {_shape_example(name, dims)})", "x".join(map(str, given[name])))
             out[name] = tuple(given[name])
             continue
         if dims is None:
@@ -69,10 +69,22 @@ def data_input_shapes(model: onnx.ModelProto, path: str, roles: Roles,
         fixed = [1 if (i == 0 and isinstance(d, str)) else d for i, d in enumerate(dims)]
         symbolic = [str(d) for d in fixed if isinstance(d, str)]
         if symbolic or any(d == 0 for d in fixed if isinstance(d, int)):
-            raise InputError(path, f"input '{name}'", f"concrete non-batch dims, or --input-shape {name}=DIMS",
+            raise InputError(path, f"input '{name}'", f"concrete non-batch dims, or --input-shape {name}=DIMS "
+                             f"(e.g. {_shape_example(name, dims)})",
                              "symbolic dims [" + ", ".join(str(d) for d in dims) + "]")
         out[name] = tuple(int(d) for d in fixed)
     return out
+
+
+def _shape_example(name: str, dims) -> str:
+    """An --input-shape value for declared `dims`: 1 for the batch (--batch-size sets it), the concrete dims as they
+    are, 128 for each other symbolic one.
+
+    >>> _shape_example("ids", ["batch", "seq"])
+    'ids=1x128'
+    """
+    return f"{name}=" + "x".join("1" if i == 0 else (str(d) if isinstance(d, int) and d > 0 else "128")
+                                 for i, d in enumerate(dims))
 
 
 def complete_shapes(model: onnx.ModelProto, path: str, roles: Roles,

@@ -56,6 +56,11 @@ def test_symbolic_image_size_needs_input_shape(tmp_path, capsys):
     p = save(tmp_path, nodes, [("img", F, ["N", 3, "H", "W"])], [("y", F, None)], [("k", w(8, 3, 3, 3))])
     line = _fails(capsys, p)
     assert p in line and "input 'img'" in line and "--input-shape" in line
+    assert "(e.g. img=1x3x128x128)" in line  # an example the user can paste: it is accepted as written
+    assert main(["inspect", p, "--input-shape", "img=1x3x128x128", "--json"]) == 0
+    capsys.readouterr()
+    short = _fails(capsys, p, "--input-shape", "img=10x12")
+    assert "--input-shape img=DIMS with 4 dims, the batch first (e.g. img=1x3x128x128), found 10x12" in short
     rc = main(["inspect", p, "--input-shape", "img=2x3x10x12", "--json"])
     s = json.loads(capsys.readouterr().out)
     assert rc == 0 and s["batch_size"] == 2 and s["unknown_shapes"] == 0
