@@ -7,6 +7,8 @@ Routing (the network graph, routes, matrices) lives in `tag/topology/routing.py`
 
 from __future__ import annotations
 
+import difflib
+
 import math
 import os
 from dataclasses import dataclass, field, replace
@@ -186,7 +188,11 @@ def validate_topology(obj, source: str) -> TopologySpec:
             dw = f"{w}.devices[{di}]"
             c.obj(d, dw, _DEVICE_KEYS, required=("type", "count"))
             if not isinstance(d["type"], str) or d["type"] not in types:
-                c.fail(f"{dw}.type", "a device type from the catalog or device_types", d["type"])
+                near = difflib.get_close_matches(str(d["type"]), sorted(types), n=3, cutoff=0.5)
+                c.fail(f"{dw}.type", "a device type from the catalog or device_types ("
+                       + (f"close: {', '.join(near)}; " if near else "")
+                       + "`tag topo catalog` lists the catalog; describe another GPU under device_types, "
+                       "docs/topology.md)", d["type"])
             n = c.count(d["count"], f"{dw}.count")
             if len(device_ids) + n > MAX_DEVICES:
                 c.fail(f"{dw}.count", f"at most {MAX_DEVICES} devices in the whole topology", d["count"])

@@ -97,3 +97,18 @@ def test_console_script_subprocess(tmp_path, case_id):
     assert proc.returncode == 2
     lines = proc.stderr.strip("\n").split("\n")
     assert len(lines) == 1 and str(path) in lines[0] and where in lines[0]
+
+
+def test_an_unknown_device_type_names_close_catalog_types(tmp_path, capsys):
+    """A misspelt type lists the catalog types difflib finds close; one nothing resembles lists none; both point at
+    `tag topo catalog`."""
+    for typo, close in (("V100-16G", "close: V100-16GB"), ("Quantum-9000", None)):
+        obj = copy.deepcopy(GOOD)
+        obj["machines"][0]["devices"][0]["type"] = typo
+        p = tmp_path / "t.json"
+        p.write_text(json.dumps(obj))
+        capsys.readouterr()
+        assert main(["inspect", str(p)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "machines[0].devices[0].type" in err and "`tag topo catalog`" in err
+        assert (close in err) if close else ("close:" not in err)
