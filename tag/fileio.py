@@ -78,7 +78,7 @@ def atomic_write(path: str, write: Callable[[IO], None], binary: bool = False) -
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, _mode_for(path))
+        os.chmod(tmp, file_mode_for(path))
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -93,7 +93,8 @@ def write_text_atomic(path: str, text: str) -> None:
     atomic_write(path, lambda f: f.write(text))
 
 
-def _mode_for(path: str) -> int:
+def file_mode_for(path: str) -> int:
+    """The permission bits a rewrite of `path` gets: its own when it exists, else 0o666 minus the umask."""
     try:
         return os.stat(path).st_mode & 0o777
     except FileNotFoundError:
