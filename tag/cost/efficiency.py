@@ -41,11 +41,13 @@ import numpy as np
 _GPU_BASE = {
     "conv": 0.60, "matmul": 0.70, "norm": 0.25, "elementwise": 0.25, "reduce": 0.25, "pool": 0.30,
     "softmax": 0.25, "gather": 0.20, "data_movement": 0.20, "shape": 0.20, "other": 0.30,
+    "rnn": 0.40,  # nominal: one small GEMM per step, not fitted
 }
 # One CPU core with vectorised kernels (oneDNN / MKL GEMM reach about 70 % of a core's FMA peak).
 _CPU_BASE = {
     "conv": 0.50, "matmul": 0.60, "norm": 0.20, "elementwise": 0.20, "reduce": 0.20, "pool": 0.25,
     "softmax": 0.20, "gather": 0.15, "data_movement": 0.15, "shape": 0.15, "other": 0.25,
+    "rnn": 0.30,  # nominal, not fitted
 }
 # Op classes whose kernels run on tensor cores under tf32 / amp (the others stay on the FP32 pipes).
 TENSOR_CORE_CLASSES = frozenset({"conv", "matmul"})

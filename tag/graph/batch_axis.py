@@ -144,6 +144,12 @@ def _rule(op: Op, ins, outs, opset: int, consts, ops: list[Op]) -> tuple[list[in
         return sequence_at_rule(x, outs[0], ops)
     if t == "ConcatFromSequence":
         return concat_from_sequence_rule(x, outs[0], a0, ops)
+    if t in ("LSTM", "GRU", "RNN"):  # X [T, B, I] -> Y [T, D, B, H], Y_h / Y_c [D, B, H]; layout 1: batch first
+        layout = int(a0.get("layout", 0))
+        xb = ins[0].batch_axis if ins[0] is not None else None
+        if xb != (0 if layout else 1):
+            return [None] * n_out, False
+        return [(0 if layout else 2) if k == 0 else (0 if layout else 1) for k in range(n_out)], True
     if t == "BatchNormalization":  # training mode splits too: deploy sums the statistics over the replicas
         return _same_rank(x, outs[:1], x.batch_axis == 0) if n_out == 1 \
             else ([x.batch_axis] + [None] * (n_out - 1), x.batch_axis == 0)

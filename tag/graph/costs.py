@@ -5,6 +5,8 @@ Rules (FLOP = 2 x MAC for products; figures for the whole op at the file's batch
 - Conv: 2 * out_elems * (C_in / group) * prod(kernel) (+ out_elems for the bias).
 - ConvTranspose: 2 * in_elems * (C_out / group) * prod(kernel) (+ out_elems for the bias).
 - Gemm: 2 * M * N * K (+ M * N for C). MatMul (batched, attention): 2 * out_elems * K.
+- LSTM / GRU / RNN (class "rnn"): D * T * B * (2 * G * H * (I + H) + 4 * G * H) for G gate blocks (4 / 3 / 1), D
+  directions, T steps, B rows, input size I, hidden size H.
 - Einsum: 2 * prod(size of every index letter) for two or more operands ((n - 1) x for n operands);
   one operand: prod(size of every letter) additions.
 - MaxPool/AveragePool/LpPool: out_elems * prod(kernel); global pools: in_elems.
@@ -21,7 +23,7 @@ Rules (FLOP = 2 x MAC for products; figures for the whole op at the file's batch
   unbatched integer ops with no rule cost nothing (class "shape"); CastLike reads only the dtype of its
   second input.
 
-Backward FLOPs: products (conv, matmul classes) 2 x forward (input gradient + weight gradient; the input
+Backward FLOPs: products (conv, matmul, rnn classes) 2 x forward (input gradient + weight gradient; the input
 gradient is kept even when that input is data or needs no gradient); every other op 1 x forward.
 Memory traffic (`mem_bytes`): bytes of inputs read + outputs written; parameters and constants are read
 whole (fixed) except a Gather's table, of which only the gathered rows are read; views (Reshape, Squeeze,
@@ -40,6 +42,7 @@ from tag.graph.opgraph import Op, TensorInfo
 CLASS_OPS = {
     "conv": "Conv ConvTranspose ConvInteger QLinearConv DeformConv",
     "matmul": "MatMul Gemm Einsum MatMulInteger QLinearMatMul FusedMatMul",
+    "rnn": "LSTM GRU RNN",
     "norm": """BatchNormalization LayerNormalization InstanceNormalization GroupNormalization LRN LpNormalization
                SkipLayerNormalization SimplifiedLayerNormalization MeanVarianceNormalization RMSNormalization""",
     "pool": "MaxPool AveragePool GlobalAveragePool GlobalMaxPool LpPool GlobalLpPool MaxRoiPool RoiAlign MaxUnpool",
@@ -72,7 +75,8 @@ SAVES_NOTHING = frozenset("""Add Sub Sum Neg Identity Dropout Cast CastLike Resh
     ConstantOfShape Range DepthToSpace SpaceToDepth Resize Upsample Equal Less Greater Not And Or
     LessOrEqual GreaterOrEqual Floor Ceil Round Sign SplitToSequence SequenceAt SequenceConstruct SequenceLength
     ConcatFromSequence""".split())
-PRODUCT_CLASSES = ("conv", "matmul")
+PRODUCT_CLASSES = ("conv", "matmul", "rnn")
+RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 
 def op_class(op_type: str) -> str:
@@ -113,6 +117,13 @@ def forward_flops(op: Op, ins: list[TensorInfo | None], outs: list[TensorInfo]) 
         return 2.0 * n_out * k
     if t == "Einsum":
         return _einsum_flops(a.get("equation", ""), ins)
+    if t in RNN_GATES:  # per step, row and direction: G gate blocks of x W' and h R', and ~4 flops per gate unit
+        w, r = ins[1], ins[2]
+        if w is None or r is None or w.shape is None or r.shape is None:
+            return 0.0
+        n_dir, gh, i_size = (int(v) for v in w.shape)
+        steps_rows = _numel(x) / max(i_size, 1)
+        return float(n_dir * steps_rows * (2.0 * gh * (i_size + int(r.shape[-1])) + 4.0 * gh))
     if t in ("MaxPool", "AveragePool", "LpPool"):
         return float(n_out * int(np.prod(a.get("kernel_shape", [1]))))
     if t in ("GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "CumSum", "TopK", "ArgMax", "ArgMin"):
@@ -213,7 +224,8 @@ def is_shape_plumbing(op: Op, ins, outs, traced: set[str]) -> bool:
 
 # op -> (tensors of its first output's shape it saves that are no graph tensor, whose dtype: its output's, its
 # first input's, or a fixed one)
-INTERNAL_SAVED = {"BatchNormalization": (2, "output"), "LayerNormalization": (3, "input"), "MaxPool": (1, "int64")}
+INTERNAL_SAVED = {"BatchNormalization": (2, "output"), "LayerNormalization": (3, "input"), "MaxPool": (1, "int64"),
+                  "LSTM": (7, "output"), "GRU": (6, "output"), "RNN": (1, "output")}
 
 
 def internal_saved_bytes(op: Op, tensors: dict[str, TensorInfo], file_batch: int = 1, dtypes=None,
@@ -226,7 +238,10 @@ def internal_saved_bytes(op: Op, tensors: dict[str, TensorInfo], file_batch: int
       rsqrt(..)``, 2 tensors of the output's size and dtype (fp32 under autocast: x minus an fp32 vector), not x;
     * LayerNormalization: ``(x - mean) ** 2``, ``(x - mean) * inv`` and ``.. * scale`` keep two copies of ``x -
       mean`` and the normalised x: 3 in x's dtype (the scale's fp32 enters only at the last product), and not x;
-    * MaxPool keeps its argmax indices (int64) besides its input.
+    * MaxPool keeps its argmax indices (int64) besides its input;
+    * the recurrent ops (`tag.deploy.onnx_torch.ops_rnn`) keep, per step and direction, [B, H] tensors: LSTM 7 (its
+      gates i, f, c~, o, the cell c, tanh(c) and h), GRU 6 (z, r, 1 - z, the candidate, r's product and h), RNN 1
+      (h): that many copies of Y [T, D, B, H] (counted from the converter's autograd graph, not measured).
 
     dtypes: an `tag.graph.autocast.AutocastDtypes` (with `op_id` and `graph`) for the dtypes under autocast; None:
     the graph's. Corrections measured on CPU ranks (small_cnn, small_transformer: benchmarks/memory.md); each was

@@ -182,3 +182,27 @@ def test_one_element_bias_of_a_gemm_is_a_parameter():
     g = load_model(os.path.join(root, "datasets/models/dlrm_tiny.onnx"))
     assert "top.2.bias" in g.param_names
     assert g.param_count == 65873
+
+
+def test_recurrent_ops_flops_axes_and_saved_state(tmp_path):
+    """LSTM (bidirectional, layout 1: X [N, T, I]) and GRU (layout 0 on X transposed to [T, N, I]), by hand: per row
+    D x T x (2 G H (I + H) + 4 G H) FLOPs, backward 2x; rows on X's batch axis carry to Y; the memory model's
+    internal state is 7 (LSTM) / 6 (GRU) copies of Y; no 'no cost rule' warning."""
+    from tag.graph.costs import internal_saved_bytes
+
+    T, I, H = 5, 3, 4
+    nodes = [helper.make_node("LSTM", ["x", "wl", "rl"], ["yl"], hidden_size=H, direction="bidirectional", layout=1),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0, 2]),
+             helper.make_node("GRU", ["xt", "wg", "rg"], ["yg"], hidden_size=H)]
+    p = save(tmp_path, nodes, [("x", F, ["N", T, I])], [("yl", F, None), ("yg", F, None)],
+             [("wl", w(2, 4 * H, I)), ("rl", w(2, 4 * H, H)), ("wg", w(1, 3 * H, I)), ("rg", w(1, 3 * H, H))])
+    g = load_model(p)
+    lstm, gru = _op(g, "LSTM"), _op(g, "GRU")
+    assert lstm.op_class == gru.op_class == "rnn" and not g.warnings
+    assert lstm.fwd_flops_per_row == 2 * T * (2 * 16 * (I + H) + 4 * 16)
+    assert gru.fwd_flops_per_row == 1 * T * (2 * 12 * (I + H) + 4 * 12)
+    assert lstm.bwd_flops_per_row == 2 * lstm.fwd_flops_per_row and gru.bwd_flops_per_row == 2 * gru.fwd_flops_per_row
+    assert g.tensors["yl"].shape == (1, T, 2, H) and g.tensors["yl"].batch_axis == 0
+    assert g.tensors["yg"].shape == (T, 1, 1, H) and g.tensors["yg"].batch_axis == 2
+    assert internal_saved_bytes(lstm, g.tensors) == (7 * T * 2 * H * 4, 0.0)
+    assert internal_saved_bytes(gru, g.tensors) == (6 * T * H * 4, 0.0)

@@ -15,7 +15,7 @@ from typing import Sequence
 import onnx
 import torch
 
-from tag.deploy.onnx_torch import ops_math, ops_nn, ops_sequence, ops_shape  # noqa: F401  (fill the converter table)
+from tag.deploy.onnx_torch import ops_math, ops_nn, ops_rnn, ops_sequence, ops_shape  # noqa: F401  (fill the table)
 from tag.deploy.onnx_torch.build import (consumer_map, default_data_inputs, default_param_names, fresh_parameter,
                                          input_shape, stable_topological_order)
 from tag.deploy.onnx_torch.ops_nn import Unsupported

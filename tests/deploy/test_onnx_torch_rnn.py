@@ -1,0 +1,116 @@
+"""The recurrent converters (tag/deploy/onnx_torch/ops_rnn.py) against two independent implementations:
+onnx's reference evaluator on hand-built LSTM / GRU / RNN nodes (every direction, both layouts, LSTM peepholes,
+GRU's linear_before_reset, initial states), and torch's own nn.LSTM / nn.GRU exported by torch.onnx (outputs and
+every parameter's gradient, by the module's parameter names). `clip` (which onnx's reference ignores) by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from tag.deploy.onnx_torch import TorchProgram
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+I_SIZE, H, T, B = 5, 4, 6, 3
+
+
+def _node_model(op, direction, layout, peepholes=False, linear_before_reset=None, clip=None, seed=0):
+    """One `op` node: X the data input, W, R, B, initial_h (and initial_c, P) as initializers."""
+    rng = np.random.default_rng(seed)
+    d, g = (2 if direction == "bidirectional" else 1), GATES[op]
+
+    def init(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.5).astype(np.float32), name)
+
+    state = (d, B, H) if layout == 0 else (B, d, H)
+    inits = [init("W", d, g * H, I_SIZE), init("R", d, g * H, H), init("Bias", d, 2 * g * H), init("h0", *state)]
+    inputs = ["X", "W", "R", "Bias", "", "h0"]
+    if op == "LSTM":
+        inits.append(init("c0", *state))
+        inputs.append("c0")
+        if peepholes:
+            inits.append(init("P", d, 3 * H))
+            inputs.append("P")
+    attrs = {"hidden_size": H, "direction": direction, "layout": layout}
+    if linear_before_reset is not None:
+        attrs["linear_before_reset"] = linear_before_reset
+    if clip is not None:
+        attrs["clip"] = clip
+    outputs = ["Y", "Y_h", "Y_c"] if op == "LSTM" else ["Y", "Y_h"]
+    x_shape = [T, B, I_SIZE] if layout == 0 else [B, T, I_SIZE]
+    graph = helper.make_graph([helper.make_node(op, inputs, outputs, **attrs)], "g",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    return model, rng.standard_normal(x_shape).astype(np.float32)
+
+
+CASES = [(op, direction, layout, extra)
+         for op in GATES for direction in ("forward", "reverse", "bidirectional") for layout in (0, 1)
+         for extra in ({}, {"peepholes": True} if op == "LSTM" else {"linear_before_reset": 1} if op == "GRU" else {})]
+
+
+@pytest.mark.parametrize("op, direction, layout, extra", CASES)
+def test_nodes_match_onnx_reference(op, direction, layout, extra):
+    model, x = _node_model(op, direction, layout, **extra)
+    want = ReferenceEvaluator(model).run(None, {"X": x})
+    got = TorchProgram(model)(torch.from_numpy(x))
+    assert len(got) == len(want)
+    for w, g in zip(want, got):
+        assert tuple(g.shape) == w.shape
+        np.testing.assert_allclose(g.detach().numpy(), w, rtol=1e-5, atol=1e-6)
+
+
+def test_clip_bounds_every_pre_activation_by_hand():
+    """RNN, one step, clip 0.3: Y = tanh(clip(x W' + h0 R' + Wb + Rb, -0.3, 0.3)), worked in plain Python."""
+    model, x = _node_model("RNN", "forward", 0, clip=0.3)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    x = x[:1]
+    vals = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    w, r, b, h0 = vals["W"][0], vals["R"][0], vals["Bias"][0], vals["h0"][0]
+    got = TorchProgram(model)(torch.from_numpy(x))[0].detach().numpy()[0, 0]  # [B, H]
+    for row in range(B):
+        for j in range(H):
+            pre = sum(float(x[0, row, k]) * float(w[j, k]) for k in range(I_SIZE))
+            pre += sum(float(h0[row, k]) * float(r[j, k]) for k in range(H)) + float(b[j]) + float(b[H + j])
+            assert got[row, j] == pytest.approx(math.tanh(min(max(pre, -0.3), 0.3)), abs=1e-6)
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, cell: str):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 8)
+        self.rnn = getattr(torch.nn, cell)(8, 6, batch_first=True, bidirectional=cell == "GRU")
+        self.out = torch.nn.Linear(12 if cell == "GRU" else 6, 3)
+
+    def forward(self, ids):
+        y, _ = self.rnn(self.emb(ids))
+        return self.out(y[:, -1])
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_torch_modules_exported_train_the_same(cell, tmp_path):
+    """nn.LSTM (forward) and nn.GRU (bidirectional) exported by torch.onnx: the program's outputs equal the module's,
+    and so does every parameter's gradient of the same loss, matched by the module's parameter names."""
+    torch.manual_seed(0)
+    net = _Net(cell).eval()
+    path = str(tmp_path / "m.onnx")
+    torch.onnx.export(net, (torch.zeros(2, 7, dtype=torch.int64),), path, input_names=["ids"], output_names=["y"],
+                      dynamic_shapes=({0: torch.export.Dim("batch")},), external_data=False, optimize=False)
+    assert any(n.op_type == cell for n in onnx.load(path).graph.node)
+    prog = TorchProgram(onnx.load(path))
+    ids = torch.randint(0, 50, (5, 7), generator=torch.Generator().manual_seed(1))
+    target = torch.randn(5, 3, generator=torch.Generator().manual_seed(2))
+    ref = net(ids)
+    got = prog(ids)
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-6)
+    ((ref - target) ** 2).mean().backward()
+    ((got - target) ** 2).mean().backward()
+    for name, p in net.named_parameters():
+        torch.testing.assert_close(prog.param(name).grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
