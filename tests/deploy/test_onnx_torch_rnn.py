@@ -114,3 +114,44 @@ def test_torch_modules_exported_train_the_same(cell, tmp_path):
     ((got - target) ** 2).mean().backward()
     for name, p in net.named_parameters():
         torch.testing.assert_close(prog.param(name).grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_lstm_trains_on_two_ranks_like_one_process(tmp_path):
+    """The exported nn.LSTM net on 2 gloo ranks (one launch): rows 5:1 of the batch (Y split on its batch axis 2 of
+    [T, D, B, H]), and the ops cut in two groups after the LSTM on different ranks (Y crosses between them); losses
+    and parameters equal plain full-batch training (`_deploy_harness.reference_training`)."""
+    from _deploy_harness import assert_ranks_match_reference, reference_training, run_scenarios
+
+    from tag.deploy.data import synthetic_batch
+    from tag.strategy import Decision, Strategy
+
+    torch.manual_seed(0)
+    path = str(tmp_path / "lstm.onnx")
+    torch.onnx.export(_Net("LSTM").eval(), (torch.zeros(2, 7, dtype=torch.int64),), path, input_names=["ids"],
+                      output_names=["y"], dynamic_shapes=({0: torch.export.Dim("batch")},), external_data=False,
+                      optimize=False)
+    plans = {"uneven": (1, Strategy((Decision((5, 1), "ring", None, ()),))),
+             "two-groups": (2, Strategy((Decision((6, 0)), Decision((0, 6))))),}
+    scenarios = [{"name": n, "path": path, "groups": k, "strategy": s, "machines": ["m0", "m0"], "steps": 3,
+                  "optimizer": "momentum", "lr": 0.05} for n, (k, s) in plans.items()]
+    results = run_scenarios(2, scenarios, _make_lstm, str(tmp_path))
+    graph, program, _ = _make_lstm({"path": path, "groups": 1})
+    data, targets = synthetic_batch(graph, LSTM_BATCH, 0)
+    ref_losses, ref_params = reference_training(graph, program, data, targets, 3, "momentum", 0.05)
+    assert ref_losses[-1] < ref_losses[0]
+    for sc in scenarios:
+        assert_ranks_match_reference(results[sc["name"]], ref_losses, ref_params, sc["name"])
+
+
+LSTM_BATCH = 6
+
+
+def _make_lstm(sc):
+    """(graph, program, groups) of the exported LSTM net at LSTM_BATCH rows: one group, or two cut after the LSTM."""
+    from tag.graph import load_model
+
+    graph = load_model(sc["path"], batch_size=LSTM_BATCH)
+    cut = 1 + next(i for i, op in enumerate(graph.ops) if op.op_type == "LSTM")
+    n = len(graph.ops)
+    groups = [list(range(n))] if sc["groups"] == 1 else [list(range(cut)), list(range(cut, n))]
+    return graph, TorchProgram(onnx.load(sc["path"]), graph, seed=0), groups
