@@ -204,7 +204,11 @@ def run(args) -> int:
                                for e in epochs], ["epoch", "steps", "loss", "accuracy", "samples/s"])
     human += (f"\nmeasured step: {res.measured_step_ms:.2f} ms (median after {job.warmup} warm-up steps); "
               f"predicted: {pred}")
-    if job.profile_path is None:  # the catalog's nominal figures: say how to predict this machine instead
+    gpu_plan_on_cpu = res.backend == "gloo" and any(k == "gpu" for k in job.device_kinds)
+    if gpu_plan_on_cpu:  # equivalence runs: the step time is this CPU's, the prediction the plan's GPUs'
+        human += ("\n(the plan's devices are GPUs and these ranks run on CPU: the losses are the plan's, the measured "
+                  "step is this machine's, and the prediction is for the plan's GPUs)")
+    elif job.profile_path is None:  # the catalog's nominal figures: say how to predict this machine instead
         human += (f"\n(the plan has no profile, so the prediction uses the device catalog's nominal figures; for one "
                   f"of this machine: tag profile ops {job.model_path}{_shape_flags(job.plan_path)} -o profile.json, "
                   f"then tag plan ... --profile profile.json)")
