@@ -7,15 +7,24 @@ initializer with more than one element is a parameter, and so is a one-element o
 bias slot (Gemm B/C, Conv W/B, a norm's scale/bias: a shape-[1] output bias is a weight like any other).
 Integer/bool initializers and other one-element float initializers (exporter scalars such as ``sqrt(d)``)
 are constants. A non-float input that is not data is an error naming it.
+
+A module's float buffers (an additive attention mask, a rotary ``inv_freq``, BatchNorm running statistics) are
+float initializers in an export, so the rule above would train them. The model's metadata entry
+``tag.constants`` (a JSON list of initializer names; `mark_constants` writes it, e.g. from
+``module.named_buffers()``) makes those initializers constants.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import json
+
 import onnx
 
 from tag.errors import InputError
+
+CONSTANTS_KEY = "tag.constants"  # model metadata: JSON list of float initializers that are constants, not parameters
 
 FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
@@ -72,12 +81,52 @@ def assign_roles(model: onnx.ModelProto, path: str, data_inputs=()) -> Roles:
                              f"a non-float ({onnx.TensorProto.DataType.Name(elem_type(vi)) if elem_type(vi) else 'non-tensor'}) input that is not data")
         roles.params.append(vi.name)
     slots = _weight_slot_inputs(g)
+    marked = marked_constants(model, path)
     for t in g.initializer:
-        if t.data_type in FLOAT_TYPES and (_numel(t.dims) > 1 or t.name in slots):
+        if t.data_type in FLOAT_TYPES and (_numel(t.dims) > 1 or t.name in slots) and t.name not in marked:
             roles.params.append(t.name)
         else:
             roles.constants.append(t.name)
     return roles
+
+
+def marked_constants(model: onnx.ModelProto, path: str) -> set[str]:
+    """The initializer names the model's ``tag.constants`` metadata lists (InputError naming the entry when it is
+    not a JSON list of initializer names)."""
+    raw = next((p.value for p in model.metadata_props if p.key == CONSTANTS_KEY), None)
+    if raw is None:
+        return set()
+    where = f"metadata_props['{CONSTANTS_KEY}']"
+    try:
+        names = json.loads(raw)
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise InputError(path, where, "a JSON list of initializer names", raw[:60])
+    inits = {t.name for t in model.graph.initializer}
+    missing = [n for n in names if n not in inits]
+    if missing:
+        raise InputError(path, where, "names of initializers of the model", repr(missing[0]))
+    return set(names)
+
+
+def mark_constants(model_path: str, names, out_path: str | None = None) -> list[str]:
+    """Record `names` (initializers) as constants in the model's ``tag.constants`` metadata, so that tag neither
+    trains them nor counts them as parameters; writes `out_path` (default: the model in place, atomically) and
+    returns the names recorded (names that are not initializers of the file are skipped). Typical use, after
+    ``torch.onnx.export(module, ..., "m.onnx")``: ``mark_constants("m.onnx", [n for n, b in
+    module.named_buffers() if b.is_floating_point()])``; buffers the exporter folded away are skipped."""
+    from tag.fileio import atomic_write
+
+    model = onnx.load(model_path, load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    keep = [n for n in dict.fromkeys(names) if n in inits]
+    for p in list(model.metadata_props):
+        if p.key == CONSTANTS_KEY:
+            model.metadata_props.remove(p)
+    model.metadata_props.add(key=CONSTANTS_KEY, value=json.dumps(keep))
+    atomic_write(out_path or model_path, lambda f: f.write(model.SerializeToString()), binary=True)
+    return keep
 
 
 def _symbolic_leading(vi: onnx.ValueInfoProto) -> bool:

@@ -45,8 +45,12 @@ def default_data_inputs(model: onnx.ModelProto, file_batch: int = 1) -> list[str
 def default_param_names(model: onnx.ModelProto, data_inputs: list[str]) -> list[str]:
     """Parameters by DESIGN.md's rule: every float initializer and every float non-data graph input.
 
-    Outputs of weight generators (ConstantOfShape, ...) are added by the constant-folding pass."""
-    names = [t.name for t in model.graph.initializer if _is_float(t.data_type)]
+    Outputs of weight generators (ConstantOfShape, ...) are added by the constant-folding pass. Initializers the
+    model's ``tag.constants`` metadata lists (`tag.graph.roles.marked_constants`) are not parameters."""
+    from tag.graph.roles import marked_constants
+
+    marked = marked_constants(model, "model")
+    names = [t.name for t in model.graph.initializer if _is_float(t.data_type) and t.name not in marked]
     seen = set(names)
     for i in model.graph.input:
         if i.name not in seen and i.name not in data_inputs and _is_float(i.type.tensor_type.elem_type):
