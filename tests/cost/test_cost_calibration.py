@@ -17,7 +17,7 @@ from tag.topology.cluster import DeviceType
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OP_CLASSES = {"conv", "matmul", "norm", "elementwise", "reduce", "pool", "softmax", "gather", "data_movement",
-              "shape", "other"}
+              "shape", "other", "rnn"}
 
 
 def _mm(name="mm", fpr=2e9):
