@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from tag.deploy.data import batch_shape, torch_dtype
-from tag.deploy.loss import CLASS_LABEL_LOSSES, LOSS_NAMES, Loss
+from tag.deploy.loss import CLASS_LABEL_LOSSES, LOSS_NAMES, Loss, class_axis
 from tag.errors import InputError, short_repr
 
 
@@ -211,7 +211,8 @@ def check_dataset(ds, shapes: DataShapes, loss: Loss, batch_rows: int, spec: str
             raise InputError("--data", f"output '{shapes.output}'",
                              f"[rows, classes] (or [rows, positions..., classes]) scores for {loss.name}",
                              f"per-row shape {out_row}")
-        n_classes, positions = out_row[-1], out_row[:-1]
+        axis = class_axis((1,) + out_row, (1,) + tuple(target.shape)) - 1  # the classes' axis within a row
+        n_classes, positions = out_row[axis], out_row[:axis] + out_row[axis + 1:]
         if tuple(target.shape) != positions or _kind(target.dtype) != "integer":
             what = ("one integer class label per row" if not positions else
                     f"integer class labels of shape {positions} per row (one per position of the output {out_row})")

@@ -8,7 +8,9 @@ of the terms add up to the full-batch gradient (every sync method sums). Per-row
   float output with a target);
 - ``cross_entropy``: -log softmax(y)[t] with y = [rows, C] logits and t = [rows] integer classes in [0, C); for
   y = [rows, P1, ..., Pk, C] (a sequence model's logits, classes last) and t = [rows, P1, ..., Pk], the mean over
-  the row's P1 x ... x Pk positions of -log softmax(y[p])[t[p]] (token-level language modelling);
+  the row's P1 x ... x Pk positions of -log softmax(y[p])[t[p]] (token-level language modelling); y = [rows, C,
+  P1, ..., Pk] (torch's convention, e.g. segmentation) likewise, the classes' axis told by t's shape
+  (`class_axis`);
 - ``nll``: -y[t] with y = [rows, C] log-probabilities (positions as for cross_entropy);
 - ``bce``: mean over the row's elements of -(t log y + (1 - t) log(1 - y)), y probabilities in [0, 1];
 - a callable ``fn(y_rows, t_rows) -> [rows]`` per-row losses (``module:function`` or ``file.py:function``).
@@ -62,7 +64,7 @@ class Loss:
             return F.binary_cross_entropy(y, target, reduction="sum") / numel
         if self.name in CLASS_LABEL_LOSSES:
             per_position = (F.cross_entropy if self.name == "cross_entropy" else F.nll_loss)(
-                y.movedim(-1, 1) if y.dim() > 2 else y, target, reduction="none")  # [rows, P1, ..., Pk]
+                y.movedim(class_axis(y.shape, target.shape), 1), target, reduction="none")  # [rows, P1, ..., Pk]
             return _row_means(per_position).sum() / global_rows
         raise ValueError(f"unknown loss {self.name!r}")
 
@@ -75,7 +77,24 @@ class Loss:
             if self.name == "bce":
                 ok = (y >= 0.5) == (target >= 0.5)
                 return float(ok.reshape(ok.shape[0], -1).all(dim=1).sum())
-            return float(_row_means((y.argmax(dim=-1) == target).to(torch.float64)).sum())
+            right = y.argmax(dim=class_axis(y.shape, target.shape)) == target
+            return float(_row_means(right.to(torch.float64)).sum())
+
+
+def class_axis(y_shape, target_shape) -> int:
+    """The classes' axis of scores y for integer labels: the last when the labels have y's shape without it
+    ([rows, P..., C] with [rows, P...]: a language model's logits), else axis 1 when they have y's shape without
+    axis 1 ([rows, C, P...] with [rows, P...]: torch's convention, e.g. segmentation); the last when both fit.
+
+    >>> class_axis((4, 7, 10), (4, 7)), class_axis((4, 10, 7), (4, 7)), class_axis((4, 10), (4,))
+    (2, 1, 1)
+    """
+    y_shape, target_shape = tuple(y_shape), tuple(target_shape)
+    if len(y_shape) <= 2 or target_shape == y_shape[:-1]:
+        return len(y_shape) - 1
+    if target_shape == y_shape[:1] + y_shape[2:]:
+        return 1
+    return len(y_shape) - 1
 
 
 def _row_means(per_position: torch.Tensor) -> torch.Tensor:

@@ -65,15 +65,19 @@ def test_rank_terms_add_up_to_the_whole_batch_loss(name):
 
 
 @pytest.mark.parametrize("name", ["cross_entropy", "nll"])
-def test_sequence_logits_take_the_mean_over_each_rows_positions(name):
-    """y [rows, T, C] with labels [rows, T] (a language model): per-row loss = mean over the row's T positions of
-    -log softmax(y[r, p])[t[r, p]], worked out by a loop over rows and positions in float64; the ranks' terms of
-    an uneven row split add up to the batch mean of those; accuracy counts each row's fraction of positions right."""
+@pytest.mark.parametrize("classes_first", [False, True])
+def test_sequence_logits_take_the_mean_over_each_rows_positions(name, classes_first):
+    """y [rows, T, C] with labels [rows, T] (a language model), or y [rows, C, T] (torch's convention): per-row
+    loss = mean over the row's T positions of -log softmax(y[r, :, p])[t[r, p]], worked out by a loop over rows and
+    positions in float64; the ranks' terms of an uneven row split add up to the batch mean of those; accuracy counts
+    each row's fraction of positions right."""
     g = torch.Generator().manual_seed(1)
     B, T, C = 7, 5, 6
     logits = torch.randn(B, T, C, generator=g, dtype=torch.float64)
     labels = torch.randint(0, C, (B, T), generator=g)
     y = logits if name == "cross_entropy" else F.log_softmax(logits, -1)
+    if classes_first:
+        y = y.transpose(1, 2).contiguous()  # [B, C, T]; the loop below still reads logits [B, T, C]
     by_hand, right = 0.0, 0.0
     for r in range(B):
         row = 0.0
