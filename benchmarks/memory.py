@@ -216,7 +216,7 @@ def main() -> None:
         json.dump(CPU2, f)
     rows = []
     for m in a.models.split(","):
-        model = os.path.join(MODELS, f"{m}.onnx")
+        model = m if m.endswith(".onnx") else os.path.join(MODELS, f"{m}.onnx")  # a name in datasets/models, or a path
         plans = build_plans(model, topo, a.batch_size, work)
         if a.only_plans:
             plans = {k: v for k, v in plans.items() if k in a.only_plans.split(",")}

@@ -24,8 +24,8 @@ and its delivery unblocks the consumer's forward. In backward the same pairs car
 other way, from the consumer's backward to the producer's backward. A device pair on an edge with no
 bytes still gets a latency-only message (a control dependency).
 
-Gradient sync. A replicated group's own gradients (its param_bytes less the parameters it shares with other
-groups, per ``GroupGraph.shared_params`` {name: group ids}, which sync once over the union of their devices) go
+Gradient sync. A replicated group's own gradients (of the parameters only it reads; those several groups read, per
+``GroupGraph.shared_params`` {name: group ids}, sync once over the union of their devices) go
 into a gradient bucket (`tag.sim.buckets`: DDP's rule, reverse backward order, one replica set and sync per
 bucket, Strategy.bucket_mb the cap; 0 = one bucket per group). A bucket syncs when the backward of all its groups
 has finished on all its replicas, while other backwards continue; with ``simulate(..., overlap_sync=False)``, as

@@ -1,8 +1,8 @@
 """Gradient buckets: which groups' gradients one collective sums, and by which algorithm.
 
-A replicated group's **own sync bytes** are its parameter bytes minus the parameters it shares with other groups
-(those sync once over the union of the sharing groups' devices, `tag.sim.gradsync.shared_params`) minus the
-weights its SFB ops send as sufficient factors (`tag.sim.sfb`).
+A replicated group's **own sync bytes** are the bytes of the parameters only it reads (a parameter read by several
+groups syncs once over the union of their devices, `tag.sim.gradsync.shared_params`), less the weights its SFB ops
+send as sufficient factors (`tag.sim.sfb`): the parameters deploy's buckets hold for it (`tag.deploy.bucket_plan`).
 
 Buckets are formed as DDP forms them (`bucket_cap_mb`): walk the groups in the order their gradients become ready
 (reverse backward order: group K-1 first); a group with own sync bytes joins the open bucket when it
@@ -77,10 +77,13 @@ def own_sync_bytes(gg, decisions) -> list[float]:
 
 
 def _own_sync_bytes(gg, decisions) -> list[float]:
-    """`own_sync_bytes` computed."""
-    owned_shared: dict[int, float] = {}
+    """`own_sync_bytes` computed: a group's param_bytes less the shared parameters counted in it. A group's
+    ``param_bytes`` counts each parameter at its first reader in op order (`tag.graph.load`), which for a shared
+    parameter need not be in the lowest group id reading it (`_counted_in`)."""
+    counted: dict[int, float] = {}
     for name, gids in shared_params(gg).items():
-        owned_shared[gids[0]] = owned_shared.get(gids[0], 0.0) + tensor_bytes(gg, name)
+        g = _counted_in(gg, name, gids)
+        counted[g] = counted.get(g, 0.0) + tensor_bytes(gg, name)
     out = []
     for g, dec in enumerate(decisions):
         grp = gg.groups[g]
@@ -90,10 +93,20 @@ def _own_sync_bytes(gg, decisions) -> list[float]:
         if dec.shard is not None:
             out.append(float(sum(position_bytes(gg, g, dec))))
             continue
-        nbytes = grp.param_bytes - owned_shared.get(g, 0.0)
+        nbytes = grp.param_bytes - counted.get(g, 0.0)
         nbytes -= sum(f.weight_bytes for f in group_sfb_factors(gg, g, dec))
         out.append(max(0.0, nbytes))
     return out
+
+
+def _counted_in(gg, name: str, gids) -> int:
+    """The group among `gids` whose op first reads parameter `name` in op order (where its bytes are counted); the
+    lowest id when the graph's ops do not name their parameters."""
+    ops = getattr(getattr(gg, "graph", None), "ops", None)
+    if not ops:
+        return gids[0]
+    first = min(((i, g) for g in gids for i in gg.groups[g].op_ids if name in ops[i].params), default=None)
+    return first[1] if first is not None else gids[0]
 
 
 def derive_buckets(gg, decisions, bucket_mb: float, choose) -> tuple[Bucket, ...]:
