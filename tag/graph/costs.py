@@ -225,7 +225,7 @@ def is_shape_plumbing(op: Op, ins, outs, traced: set[str]) -> bool:
 # op -> (tensors of its first output's shape it saves that are no graph tensor, whose dtype: its output's, its
 # first input's, or a fixed one)
 INTERNAL_SAVED = {"BatchNormalization": (2, "output"), "LayerNormalization": (3, "input"), "MaxPool": (1, "int64"),
-                  "LSTM": (7, "output"), "GRU": (6, "output"), "RNN": (1, "output")}
+                  "LSTM": (8, "output"), "GRU": (7, "output"), "RNN": (1, "output")}
 
 
 def internal_saved_bytes(op: Op, tensors: dict[str, TensorInfo], file_batch: int = 1, dtypes=None,
@@ -239,9 +239,10 @@ def internal_saved_bytes(op: Op, tensors: dict[str, TensorInfo], file_batch: int
     * LayerNormalization: ``(x - mean) ** 2``, ``(x - mean) * inv`` and ``.. * scale`` keep two copies of ``x -
       mean`` and the normalised x: 3 in x's dtype (the scale's fp32 enters only at the last product), and not x;
     * MaxPool keeps its argmax indices (int64) besides its input;
-    * the recurrent ops (`tag.deploy.onnx_torch.ops_rnn`) keep, per step and direction, [B, H] tensors: LSTM 7 (its
-      gates i, f, c~, o, the cell c, tanh(c) and h), GRU 6 (z, r, 1 - z, the candidate, r's product and h), RNN 1
-      (h): that many copies of Y [T, D, B, H] (counted from the converter's autograd graph, not measured).
+    * the recurrent ops (`tag.deploy.onnx_torch.ops_rnn`): copies of Y [T, D, B, H], LSTM 8 and GRU 7 (per step
+      the LSTM keeps i, f, c~, o, c, tanh(c) and h and the GRU z, r, the candidate, the reset product, z's
+      complement and h for the backward, 7 and 6; the steps' gradient buffers live at the backward's peak add
+      0-3 more, depending on the model: measured on CPU ranks, benchmarks/memory.md), RNN 1 (h; not measured).
 
     dtypes: an `tag.graph.autocast.AutocastDtypes` (with `op_id` and `graph`) for the dtypes under autocast; None:
     the graph's. Corrections measured on CPU ranks (small_cnn, small_transformer: benchmarks/memory.md); each was

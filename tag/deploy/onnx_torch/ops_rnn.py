@@ -16,7 +16,8 @@ ONNX's order, with f, g, h the ``activations`` (default sigmoid, tanh, tanh):
 
 ``clip`` bounds every gate's pre-activation to [-clip, clip]. Not implemented (`Unsupported`): LSTM's
 input_forget = 1, sequence_lens below T, activations other than Sigmoid / Tanh / Relu, activation alpha / beta.
-The x W' products of all steps are one matmul; the recurrence is a Python loop over T (autograd flows through it).
+The x W' products of all steps are one matmul, unbound into steps; the recurrence is a Python loop over T (autograd
+flows through it).
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def _recurrent(node, ins):
         xw = torch.matmul(x, w[d].t())  # [T, B, G*H]: every step's input product at once
         if wb is not None:
             xw = xw + wb
+        xw = xw.unbind(0)  # one view per step; its backward stacks the steps' gradients once (indexing xw[t]
+        # would make every step's backward allocate and fill a whole [T, B, G*H] gradient)
         h = _state(h0, layout, d)
         h = h if h is not None else x.new_zeros(batch, hidden)
         c = _state(c0, layout, d)
@@ -99,15 +102,17 @@ def _recurrent(node, ins):
         for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
             if op == "GRU":
                 xz, xr, xh = xw[t].split(hidden, dim=-1)
-                rz, rr, rh = r[d].split(hidden, dim=0)
-                bz, br, bh = rb.split(hidden) if rb is not None else (0, 0, 0)
-                z = f(bound(xz + h @ rz.t() + bz))
-                rg = f(bound(xr + h @ rr.t() + br))
+                hz, hr = (h @ r[d][:2 * hidden].t() + (rb[:2 * hidden] if rb is not None else 0)).split(hidden, -1)
+                rh, bh = r[d][2 * hidden:], (rb[2 * hidden:] if rb is not None else None)
+                z = f(bound(xz + hz))
+                rg = f(bound(xr + hr))
                 if linear_before_reset:
-                    cand = g(bound(xh + rg * (h @ rh.t() + bh)))
+                    hh = h @ rh.t()
+                    cand = g(bound(xh + rg * (hh + bh if bh is not None else hh)))
                 else:
-                    cand = g(bound(xh + (rg * h) @ rh.t() + bh))
-                h = (1 - z) * cand + z * h
+                    hh = (rg * h) @ rh.t()
+                    cand = g(bound(xh + (hh + bh if bh is not None else hh)))
+                h = cand + z * (h - cand)  # (1 - z) * cand + z * h
             else:
                 pre = xw[t] + h @ r[d].t()
                 if rb is not None:
@@ -115,12 +120,14 @@ def _recurrent(node, ins):
                 if op == "RNN":
                     h = f(bound(pre))
                 else:
-                    pi, po, pf = p[d].split(hidden) if p is not None else (0, 0, 0)
                     zi, zo, zf, zc = pre.split(hidden, dim=-1)
-                    i = f(bound(zi + pi * c))
-                    fg = f(bound(zf + pf * c))
+                    if p is not None:  # peepholes read the previous cell (i, f) and the new one (o)
+                        pi, po, pf = p[d].split(hidden)
+                        zi, zf = zi + pi * c, zf + pf * c
+                    i = f(bound(zi))
+                    fg = f(bound(zf))
                     c = fg * c + i * g(bound(zc))
-                    o = f(bound(zo + po * c))
+                    o = f(bound(zo + po * c if p is not None else zo))
                     h = o * hact(c)
             out[t] = h
         ys.append(torch.stack(out))  # [T, B, H]
