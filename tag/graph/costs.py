@@ -240,8 +240,8 @@ def internal_saved_bytes(op: Op, tensors: dict[str, TensorInfo], file_batch: int
       mean`` and the normalised x: 3 in x's dtype (the scale's fp32 enters only at the last product), and not x;
     * MaxPool keeps its argmax indices (int64) besides its input;
     * the recurrent ops (`tag.deploy.onnx_torch.ops_rnn`): copies of Y [T, D, B, H], LSTM 8 and GRU 7 (per step
-      the LSTM keeps i, f, c~, o, c, tanh(c) and h and the GRU z, r, the candidate, the reset product, z's
-      complement and h for the backward, 7 and 6; the steps' gradient buffers live at the backward's peak add
+      the LSTM keeps i, f, c~, o, c, tanh(c) and h and the GRU z, r, the candidate, the reset product, h
+      minus the candidate and h for the backward, 7 and 6; the steps' gradient buffers live at the backward's peak add
       0-3 more, depending on the model: measured on CPU ranks, benchmarks/memory.md), RNN 1 (h; not measured).
 
     dtypes: an `tag.graph.autocast.AutocastDtypes` (with `op_id` and `graph`) for the dtypes under autocast; None:
