@@ -35,7 +35,9 @@ def add_parser(sub):
                    help="a Python callable (module:name or path/to/file.py:name) returning a dataset of "
                         "(inputs, target) pairs or a pair (X, y) of arrays")
     p.add_argument("--loss", default=None, metavar="NAME",
-                   help="mse, cross_entropy, nll, bce, or module:function returning per-row losses (default mse)")
+                   help="mse, cross_entropy, nll, bce, or module:function returning per-row losses (default mse); "
+                        "cross_entropy and nll take [rows, C] scores with [rows] labels, or a sequence's "
+                        "[rows, T, C] (or [rows, C, T]) with [rows, T] labels: the mean over positions")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the plan's training.lr)")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="resume from DIR if it holds a checkpoint of this run; save there after every epoch and "
