@@ -212,7 +212,7 @@ def run(args) -> int:
                   "step is this machine's, and the prediction is for the plan's GPUs)")
     elif job.profile_path is None:  # the catalog's nominal figures: say how to predict this machine instead
         human += (f"\n(the plan has no profile, so the prediction uses the device catalog's nominal figures; for one "
-                  f"of this machine: tag profile ops {job.model_path}{_shape_flags(job.plan_path)} -o profile.json, "
+                  f"of this machine: tag profile ops {job.model_path}{_shape_flags(job.graph.input_shapes)} -o profile.json, "
                   f"then tag plan ... --profile profile.json)")
     if job.checkpoint:
         human += f"\ncheckpoint: {job.checkpoint} at step {job.steps}"
@@ -222,10 +222,7 @@ def run(args) -> int:
     return 0
 
 
-def _shape_flags(plan_path: str) -> str:
-    """` --input-shape NAME=AxB ...` for the data-input shapes the plan records (model.input_shapes), else ''."""
-    from tag.strategy.planfile import load_plan_json
-
-    shapes = (load_plan_json(plan_path).get("model") or {}).get("input_shapes") or {}
-    return "".join(f" --input-shape {name}=" + "x".join(str(d) for d in dims) for name, dims in shapes.items()
-                   if isinstance(dims, list))
+def _shape_flags(input_shapes: dict) -> str:
+    """` --input-shape NAME=AxB ...` for the data-input shapes the model was loaded with (the plan's
+    model.input_shapes, `OpGraph.input_shapes`), else ''."""
+    return "".join(f" --input-shape {name}=" + "x".join(str(d) for d in dims) for name, dims in input_shapes.items())

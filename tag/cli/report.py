@@ -13,16 +13,16 @@ def add_parser(sub):
                              "script) that shows a plan: the cluster as a graph with the plan's traffic on every "
                              "link, the placement of op groups on devices, the simulated timeline per device, "
                              "memory per device against usable memory, the plan against every baseline, and how "
-                             "the search found it. The plan is checked against MODEL and TOPOLOGY (default: the plan's "
-                             "topology.path) as `tag simulate --plan` checks it. Identical devices and runs of identical groups are aggregated, "
-                             "so the page stays readable up to 1,024 devices.")
+                             "the search found it. The plan is checked against MODEL and TOPOLOGY (default: the "
+                             "plan's topology.path) as `tag simulate --plan` checks it. Identical devices and runs of "
+                             "identical groups are aggregated, so the page stays readable up to 1,024 devices.")
     p.add_argument("plan", help="a plan written by `tag plan` (checked against MODEL and TOPOLOGY)")
     p.add_argument("model", help="the model .onnx")
     p.add_argument("topology", nargs="?", default=None,
                    help="the cluster topology .json (default: the plan's topology.path)")
     p.add_argument("-o", "--output", metavar="R.html", required=True, help="write the HTML report here")
-    p.add_argument("--profile", metavar="F", default=None, help="profile.json with measured op times (default: the one the plan records, else "
-                        "roofline)")
+    p.add_argument("--profile", metavar="F", default=None,
+                   help="profile.json with measured op times (default: the one the plan records, else roofline)")
     add_model_flags(p)
     add_output_flags(p)
     return p
@@ -31,10 +31,9 @@ def add_parser(sub):
 def run(args) -> int:
     from tag.cli.inputs import load_verb_inputs, plan_profile_default
     from tag.cli.util import check_outputs, emit
+    from tag.deploy.job import topology_path_of
     from tag.report import gather, write_report
     from tag.strategy.planfile import load_plan_json
-
-    from tag.deploy.job import topology_path_of
 
     args.topology = topology_path_of(args.plan, args.topology, "TOPOLOGY after MODEL")
     plan_profile_default(args, "report")

@@ -18,8 +18,8 @@ def add_parser(sub):
     which.add_argument("--plan", metavar="P.json", help="a plan written by `tag plan` (checked against MODEL and TOPOLOGY)")
     which.add_argument("--baseline", choices=BASELINE_NAMES, metavar="NAME",
                        help="a baseline strategy: " + ", ".join(BASELINE_NAMES))
-    p.add_argument("--profile", metavar="F", default=None, help="profile.json with measured op times (default: the one a --plan records, else "
-                        "roofline)")
+    p.add_argument("--profile", metavar="F", default=None,
+                   help="profile.json with measured op times (default: the one a --plan records, else roofline)")
     p.add_argument("--trace", metavar="T.json", default=None, help="write a Chrome trace (chrome://tracing, Perfetto)")
     p.add_argument("--groups", type=int, default=None, metavar="K", help="op groups for baselines (default: automatic)")
     add_model_flags(p)

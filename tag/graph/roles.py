@@ -16,9 +16,8 @@ float initializers in an export, so the rule above would train them. The model's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import json
+from dataclasses import dataclass, field
 
 import onnx
 
