@@ -1,7 +1,7 @@
 """Measured vs predicted step time of `tag deploy` for a few plans on this machine (4 local cpu ranks).
 
-Usage: python benchmarks/deploy_bench.py [--steps N] [--models mlp,gpt2_tiny] [--baselines dp-even,m-topo]
-                                        [--nproc N] [--profile]
+Usage: python benchmarks/deploy_bench.py [--steps N] [--models mlp,gpt2_tiny] [--baselines dp-even,m-topo,plan]
+                                        [--nproc N] [--profile] [--topology T.json]
 
 Writes a 4-device cpu topology (two machines of two `cpu` devices) and one plan per (model, baseline) with
 `tag plan --baseline`, deploys each with `tag deploy --json`, and prints one row per plan: the plan's
@@ -40,15 +40,18 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--models", default="mlp,gpt2_tiny")
-    ap.add_argument("--baselines", default="dp-even,single-device,m-topo")
+    ap.add_argument("--baselines", default="dp-even,single-device,m-topo",
+                    help="baselines to plan with `tag plan --baseline`; `plan` is tag plan's own search")
     ap.add_argument("--nproc", type=int, default=None, help="local ranks (default: one per plan device)")
     ap.add_argument("--profile", action="store_true", help="plan with a `tag profile ops` profile of each model")
+    ap.add_argument("--topology", default=None, help="a topology.json to plan on (default: the 4-device one above)")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        topo = os.path.join(d, "cpu4.json")
-        with open(topo, "w") as f:
-            json.dump(TOPO, f)
+        topo = a.topology or os.path.join(d, "cpu4.json")
+        if a.topology is None:
+            with open(topo, "w") as f:
+                json.dump(TOPO, f)
         for model in a.models.split(","):
             path = model if model.endswith(".onnx") else os.path.join(MODELS, f"{model}.onnx")
             prof = []
@@ -57,17 +60,20 @@ def main() -> None:
                 _tag("profile", "ops", path, "-o", prof[1])
             for base in a.baselines.split(","):
                 plan = os.path.join(d, f"{os.path.basename(model)}-{base}.json")
-                _tag("plan", path, topo, "--baseline", base, "--batch-size", str(a.batch_size), "-o", plan, *prof)
+                how = [] if base == "plan" else ["--baseline", base]  # "plan": tag plan's own search
+                _tag("plan", path, topo, *how, "--batch-size", str(a.batch_size), "-o", plan, *prof)
                 out = _tag("deploy", plan, path, "--steps", str(a.steps),
                            *(["--nproc", str(a.nproc)] if a.nproc else []))
+                with open(plan) as f:
+                    method = json.load(f)["search"]["method"]
                 rows.append((model, base, out["predicted_step_ms"], out["measured_step_ms"],
-                             out["losses"][0], out["losses"][-1]))
+                             out["losses"][0], out["losses"][-1], method))
                 print(f"  done {model} {base}", file=sys.stderr)
-    head = ("model", "plan", "predicted_ms", "measured_ms", "loss_first", "loss_last", "measured/pred")
+    head = ("model", "plan", "predicted_ms", "measured_ms", "loss_first", "loss_last", "measured/pred", "method")
     print("  ".join(f"{h:>14}" for h in head))
     for r in rows:
         print(f"{os.path.basename(r[0]):>14}  {r[1]:>14}  {r[2]:>14.2f}  {r[3]:>14.2f}  {r[4]:>14.4f}  {r[5]:>14.4f}  "
-              f"{r[3] / r[2]:>14.2f}")
+              f"{r[3] / r[2]:>14.2f}  {r[6]}")
 
 
 if __name__ == "__main__":

@@ -173,7 +173,9 @@ def memory_line(res) -> str:
     return f"precision {prec}{how}; ZeRO: {zero}; recomputed groups: {summary['recompute']}"
 
 
-def report_text(inp, res, output_path: str | None) -> str:
+def report_text(inp, res, output_path: str | None, deployed: list[str] = ()) -> str:
+    """`tag plan`'s text: decisions, buckets, the comparison table, `deployed` (the as-deployed choice's lines,
+    `tag.cli._plan_deployed.deployed_lines`), memory and the search's provenance."""
     cluster = inp.cluster
     lines = [f"model {inp.model_path}: batch {inp.batch_size}, {inp.gg.n_groups} groups; cluster {cluster.name}: "
              f"{cluster.n_devices} devices; cost model {inp.cost.name}", ""]
@@ -193,6 +195,7 @@ def report_text(inp, res, output_path: str | None) -> str:
     lines.append("")
     lines.append(table(comparison_rows(res, cluster),
                        ["strategy", "iteration ms", "samples/s", "vs dp-even", "vs dp-prop", "peak GB", "OOM"]))
+    lines += list(deployed)
     if res.sfb and res.sfb.get("ops"):
         try:
             from tag.compression import sfb_summary

@@ -67,6 +67,11 @@ def add_parser(sub):
                         "by column, row or heads, with uneven shares solved by a linear program); plan.json's "
                         "search.shards says whether they were considered")
     p.add_argument("--no-refine", action="store_true", help="skip the local refinement after the tree search")
+    p.add_argument("--no-as-deployed", action="store_true",
+                   help="with a profile that has contention terms (`tag profile ops` on this machine), keep the "
+                        "searched plan even when `tag deploy` predicts a baseline faster on this machine's ranks "
+                        "(by default the plan is the finalist predicted fastest as deployed; plan.json's "
+                        "search.as_deployed lists them)")
     p.add_argument("--baseline", choices=BASELINE_NAMES, metavar="NAME", default=None,
                    help="write this baseline as the plan instead of searching: " + ", ".join(BASELINE_NAMES))
     p.add_argument("--profile", metavar="F", default=None, help="profile.json with measured op times (default: roofline)")
@@ -189,6 +194,11 @@ def run(args) -> int:
 
     if res.result.oom and args.baseline is None:
         res = _least_overflowing(res, inp.cluster)
+    deployed = None
+    if args.baseline is None and not args.no_as_deployed:
+        from tag.cli._plan_deployed import choose_as_deployed
+
+        res, deployed = choose_as_deployed(res, inp, args.topology)
     if res.capped:
         sys.stderr.write(f"tag plan: warning: the --budget safety cap ({args.budget or DEFAULT_BUDGET_S:g} s) cut the "
                          f"search short ({res.playouts} playouts, {res.simulations} simulations); search.capped is "
@@ -200,6 +210,7 @@ def run(args) -> int:
               "memory": res.memory or memory_report(res.strategy, {})}
     if res.structure:
         search["structure"] = res.structure
+    search["as_deployed"] = None if deployed is None else deployed.to_json()
     from tag.sim.context import sim_context
 
     buckets = sim_context(inp.gg, inp.cluster, inp.cost, inp.training).bucket_syncs(res.strategy)
@@ -225,7 +236,9 @@ def run(args) -> int:
         if args.json:
             emit(args, obj, "")
         return EXIT_OOM
-    emit(args, obj, report_text(inp, res, args.output))
+    from tag.cli._plan_deployed import deployed_lines
+
+    emit(args, obj, report_text(inp, res, args.output, deployed_lines(deployed)))
     return 0
 
 
