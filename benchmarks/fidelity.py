@@ -113,7 +113,7 @@ def build_plans(model: str, topo: str, profile: str, batch: int, work: str, n_ra
     for s in (0, 1):
         p = os.path.join(work, f"{stem}-search{s}.json")
         _tag("plan", model, topo, "--batch-size", str(batch), "--profile", profile, "--playouts", "60",
-             "--seed", str(s), "--no-gnn", "-o", p)
+             "--seed", str(s), "--no-gnn", "--no-as-deployed", "-o", p)  # the search's own plans, not a baseline
         plans[f"search-s{s}"] = p
     with open(plans["dp-even"]) as f:
         base = json.load(f)
