@@ -35,6 +35,21 @@ def _tag(*args) -> dict:
     return json.loads(p.stdout)
 
 
+def topology_file(work_dir: str, given: str | None, default: dict) -> str:
+    """`given`, or `default` written as work_dir/<its name>.json."""
+    if given:
+        return given
+    path = os.path.join(work_dir, f"{default['name']}.json")
+    with open(path, "w") as f:
+        json.dump(default, f)
+    return path
+
+
+def model_path(model: str) -> str:
+    """A path ending in .onnx as given, else datasets/models/MODEL.onnx."""
+    return model if model.endswith(".onnx") else os.path.join(MODELS, f"{model}.onnx")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=6)
@@ -48,12 +63,9 @@ def main() -> None:
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        topo = a.topology or os.path.join(d, "cpu4.json")
-        if a.topology is None:
-            with open(topo, "w") as f:
-                json.dump(TOPO, f)
+        topo = topology_file(d, a.topology, TOPO)
         for model in a.models.split(","):
-            path = model if model.endswith(".onnx") else os.path.join(MODELS, f"{model}.onnx")
+            path = model_path(model)
             prof = []
             if a.profile:
                 prof = ["--profile", os.path.join(d, f"{os.path.basename(model)}-profile.json")]

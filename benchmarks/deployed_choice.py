@@ -17,22 +17,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = os.path.join(HERE, "..", "datasets", "models")
-TOPO2 = {"version": 1, "name": "cpu2", "machines": [
-    {"name": "m0", "devices": [{"type": "cpu", "count": 1}], "nic_bandwidth_gbps": 10},
-    {"name": "m1", "devices": [{"type": "cpu", "count": 1}], "nic_bandwidth_gbps": 10}]}
+from deploy_bench import _tag, model_path, topology_file  # this directory is on the path when a script here runs
 
-
-def _tag(*args) -> dict:
-    p = subprocess.run([sys.executable, "-m", "tag.cli", *args, "--json"], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise SystemExit(f"tag {' '.join(args)} failed: {p.stderr.strip()}")
-    return json.loads(p.stdout)
+TOPO2 = {"version": 1, "name": "cpu2", "machines": [  # two machines of one device: 2 ranks on 2 cores
+    {"name": m, "devices": [{"type": "cpu", "count": 1}], "nic_bandwidth_gbps": 10} for m in ("m0", "m1")]}
 
 
 def main() -> None:
@@ -45,12 +36,9 @@ def main() -> None:
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as d:
-        topo = a.topology or os.path.join(d, "cpu2.json")
-        if a.topology is None:
-            with open(topo, "w") as f:
-                json.dump(TOPO2, f)
+        topo = topology_file(d, a.topology, TOPO2)
         for model in a.models.split(","):
-            path = model if model.endswith(".onnx") else os.path.join(MODELS, f"{model}.onnx")
+            path = model_path(model)
             name = os.path.basename(path)[:-5]
             prof = os.path.join(d, f"{name}-profile.json")
             _tag("profile", "ops", path, "-o", prof)
