@@ -10,7 +10,7 @@ run slower than a plain baseline. Here every finalist F (the searched plan, then
 simulator's fastest pipeline candidate and shard candidate that fit) gets
 ``T_dep(F)`` = `tag.cli._as_deployed.as_deployed_step` on n ranks (one per plan device, as `tag deploy` runs by
 default), and the plan is ``argmin T_dep`` (ties keep the earlier: the searched plan first). Without contention
-terms (a GPU profile, or the roofline) nothing changes.
+terms (a GPU profile, or the roofline), or on a cluster with any GPU, nothing changes.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ class DeployedChoice:
 def choose_as_deployed(res, inp, topology_path: str):
     """(res, DeployedChoice or None): `res` (a `PlanResult` that fits) with its strategy replaced by the finalist
     of least predicted deployed step (method ``...+as-deployed:NAME``), or unchanged; None when the cost model has no
-    contention terms."""
+    contention terms or the cluster has a device that is not a CPU."""
     from tag.cli._as_deployed import as_deployed_step
 
-    if getattr(inp.cost, "contention", None) is None or res.result.oom:
+    if getattr(inp.cost, "contention", None) is None or res.result.oom or \
+            any(d.type.kind != "cpu" for d in inp.cluster.devices):  # GPU ranks: the CPU probe's terms do not apply
         return res, None
     ranks = inp.cluster.n_devices
     finalists = [("plan", res.strategy, res.result)] + [(name, s, r) for name, (s, r) in res.baselines.items()

@@ -78,3 +78,12 @@ def test_text_names_the_choice(capsys, tmp_path):
     text = capsys.readouterr().out
     assert "as tag deploy runs it on 4 ranks of this machine" in text
     assert "chose single-device" in text
+
+
+def test_gpu_cluster_ignores_a_cpu_probe(capsys, tmp_path):
+    """The contention terms describe CPU ranks sharing this machine's cores: a GPU cluster's plan stays the search's."""
+    prof = _profile(tmp_path, TERMS)
+    topo = os.path.join(ROOT, "datasets", "topologies", "heterog8.json")
+    a = _run(capsys, ["plan", MODEL, topo, "--profile", prof, *FAST])
+    b = _run(capsys, ["plan", MODEL, topo, "--profile", prof, "--no-as-deployed", *FAST])
+    assert a["search"]["as_deployed"] is None and a["decisions"] == b["decisions"]
