@@ -37,7 +37,8 @@ def add_parser(sub):
     p.add_argument("--loss", default=None, metavar="NAME",
                    help="mse, cross_entropy, nll, bce, or module:function returning per-row losses (default mse); "
                         "cross_entropy and nll take [rows, C] scores with [rows] labels, or a sequence's "
-                        "[rows, T, C] (or [rows, C, T]) with [rows, T] labels: the mean over positions")
+                        "[rows, T, C] (or [rows, C, T]) with [rows, T] labels: the mean over positions; a label "
+                        "of -100 is ignored (torch's ignore_index)")
     p.add_argument("--lr", type=float, default=None, help="learning rate (default: the plan's training.lr)")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="resume from DIR if it holds a checkpoint of this run; save there after every epoch and "

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from tag.deploy.data import batch_shape, torch_dtype
-from tag.deploy.loss import CLASS_LABEL_LOSSES, LOSS_NAMES, Loss, class_axis
+from tag.deploy.loss import CLASS_LABEL_LOSSES, IGNORE_INDEX, LOSS_NAMES, Loss, class_axis
 from tag.errors import InputError, short_repr
 
 
@@ -218,12 +218,16 @@ def check_dataset(ds, shapes: DataShapes, loss: Loss, batch_rows: int, spec: str
                     f"integer class labels of shape {positions} per row (one per position of the output {out_row})")
             raise InputError("--data", f"{spec}: dataset[0] target", f"{what} for {loss.name}",
                              f"shape {tuple(target.shape)} of {target.dtype}")
-        labels = _all_labels(ds)
+        labels = label_rows(ds).reshape(-1)
+        labels = labels[labels != IGNORE_INDEX]  # padding (torch's ignore_index): no class
+        if labels.numel() == 0:
+            raise InputError("--data", f"{spec}: labels", f"at least one class label that is not {IGNORE_INDEX} "
+                             "(the ignored padding label)", f"every label is {IGNORE_INDEX}")
         lo, hi = int(labels.min()), int(labels.max())
         if lo < 0 or hi >= n_classes:
             bad = lo if lo < 0 else hi
-            raise InputError("--data", f"{spec}: labels", f"class indices in [0, {n_classes}) (the model's outputs)",
-                             str(bad))
+            raise InputError("--data", f"{spec}: labels", f"class indices in [0, {n_classes}) (the model's outputs), "
+                             f"or {IGNORE_INDEX} for a position to ignore", str(bad))
         return
     if tuple(target.shape) != shapes.output_row_shape or _kind(target.dtype) != "float":
         raise InputError("--data", f"{spec}: dataset[0] target",
@@ -231,8 +235,9 @@ def check_dataset(ds, shapes: DataShapes, loss: Loss, batch_rows: int, spec: str
                          f"shape {tuple(target.shape)} of {target.dtype}")
 
 
-def _all_labels(ds) -> torch.Tensor:
-    """Every label of `ds`: its ``targets`` attribute if it has one (torchvision's convention), else ds[i][1]."""
+def label_rows(ds) -> torch.Tensor:
+    """Every label of `ds`, [rows, P...]: its ``targets`` attribute if it has one (torchvision's convention), else
+    ds[i][1]."""
     t = getattr(ds, "targets", None)
     if t is not None and len(t) == len(ds):
         labels = _as_tensor(t)
@@ -240,7 +245,7 @@ def _all_labels(ds) -> torch.Tensor:
         labels = torch.stack([_as_tensor(ds[i][1]) for i in range(len(ds))])
     if _kind(labels.dtype) != "integer":
         raise InputError("--data", "labels", "integer class indices", str(labels.dtype))
-    return labels.reshape(-1)
+    return labels
 
 
 def load_rows(ds, idx: list[int], shapes: DataShapes, spec: str = "--data",

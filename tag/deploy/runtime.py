@@ -66,6 +66,7 @@ class RankRuntime(GradSync):
         # user data (tag.deploy.train): data/targets hold global rows [row_base, ...) only; `correct` counts the
         # step's rows classified right (classification losses; Loss.correct: fractions with positions)
         self.loss, self.row_base, self.correct = loss, 0, 0.0
+        self.counted = None  # the step's global count of labels that are not ignored, when some are (loss.py)
         # training-mode ops (BatchNormalization, Dropout): mask seed and step, set by the step loop
         self.seed, self.step_index = 0, 0
         self.shard = ShardRank(schedule, graph, program, rank, comm)  # slices sharded weights: before the optimizer
@@ -208,9 +209,9 @@ class RankRuntime(GradSync):
                 if self.loss.name in ("mse", "bce") and tuple(y.shape) != tuple(target.shape):
                     raise RuntimeError(f"output {t!r} has shape {tuple(y.shape)} on {n} rows, expected "
                                        f"{tuple(target.shape)} from the model's shapes and batch axis")
-                term = self.loss.term(y, target, self.s.batch_size, None if ax is None else n)
+                term = self.loss.term(y, target, self.s.batch_size, None if ax is None else n, self.counted)
                 if self.shard.reports(g):  # every position of a sharded group back-propagates the loss
-                    self.correct += self.loss.correct(y, target)
+                    self.correct += self.loss.correct(y, target, self.counted, self.s.batch_size)
                 loss = term if loss is None else loss + term
         if loss is not None:
             self.losses[g] = loss

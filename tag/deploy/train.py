@@ -87,7 +87,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
     comm = Comm(rank, schedule.n_ranks, schedule.rank_machine,
                 Comm.needed_sets(schedule.buckets, schedule.sfb, schedule.rank_machine) + group_sets, device,
                 [rep for sg in schedule.shards.values() for rep in sg.replicas])
-    sampler = ds = None
+    sampler = ds = ignored = None
     if data is None:
         batch, targets = synthetic_batch(graph, schedule.batch_size, seed)
         batch = {k: v.to(device) for k, v in batch.items()}
@@ -96,6 +96,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
         from tag.deploy.dataset import make_dataset
 
         ds = make_dataset(data.spec) if data.dataset is None else data.dataset
+        ignored = _ignored_labels(ds, loss)
         lo, hi = data_span(schedule, rank, data.shapes.output)
         sampler = RankBatchSampler(data.order, lo, hi, stop_step=steps, start_step=start_step)
         batch, targets = {}, {}
@@ -115,6 +116,7 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
         rt.step_index = step
         if sampler is not None:
             _load_step(rt, ds, sampler, step, data, device)
+            rt.counted = None if ignored is None else ignored.counted(data.order.batch(step))
         if schedule.n_ranks > 1:
             dist.barrier()
         t0 = time.perf_counter()
@@ -137,6 +139,17 @@ def train_rank(schedule: Schedule, graph: OpGraph, program, rank: int, steps: in
         if on_progress is not None:
             on_progress(i, True)
     return RankResult(losses, times, rt.trained_weights(), epochs, correct, rt.optimizer_state())
+
+
+def _ignored_labels(ds, loss: Loss):
+    """`tag.deploy.loss.IgnoredLabels` of the dataset's labels for a class-label loss that has ignored ones, else
+    None (every rank counts them the same way, so no message carries a step's count)."""
+    from tag.deploy.dataset import label_rows
+    from tag.deploy.loss import CLASS_LABEL_LOSSES, count_labels
+
+    if loss.fn is not None or loss.name not in CLASS_LABEL_LOSSES:
+        return None
+    return count_labels(label_rows(ds))
 
 
 def _load_step(rt: RankRuntime, ds, sampler: RankBatchSampler, step: int, data: DataSource, device) -> None:

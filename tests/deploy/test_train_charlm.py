@@ -122,13 +122,19 @@ def label_out_of_range():
     y = _ids(40)
     y[3, 5] = 128
     return _ids(40), y
+
+def every_label_ignored():
+    return _ids(40), np.full((40, 32), -100, dtype=np.int64)
 '''
 
 
 @pytest.mark.parametrize("fn, needle", [
     ("one_label_per_row", "dataset[0] target: expected integer class labels of shape (32,) per row (one per position "
                           "of the output (32, 128)) for cross_entropy, found shape () of torch.int64"),
-    ("label_out_of_range", "labels: expected class indices in [0, 128) (the model's outputs), found 128"),
+    ("label_out_of_range", "labels: expected class indices in [0, 128) (the model's outputs), or -100 for a "
+                           "position to ignore, found 128"),
+    ("every_label_ignored", "labels: expected at least one class label that is not -100 (the ignored padding "
+                            "label), found every label is -100"),
 ])
 def test_sequence_labels_that_do_not_fit_are_one_line(files, capsys, fn, needle):
     d, model, topo, dp = files
@@ -138,3 +144,63 @@ def test_sequence_labels_that_do_not_fit_are_one_line(files, capsys, fn, needle)
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert needle in err
+
+
+MASKED = '''
+import sys
+sys.path.insert(0, {example!r})
+from charlm import train_set
+
+
+def masked():
+    """train_set with -100 labels: row i's first i mod 32 positions (a prompt), and every 7th row wholly."""
+    x, y = train_set()
+    y = y.copy()
+    for i in range(len(y)):
+        y[i, :i % 32] = -100
+        if i % 7 == 0:
+            y[i] = -100
+    return x, y
+'''
+
+
+def test_ignored_labels_train_like_torch_ignore_index(files, tmp_path):
+    """Labels of -100 are padding, as with F.cross_entropy(ignore_index=-100): dp-even over 4 plan devices on 2
+    ranks, so each rank's rows hold a different number of counted positions, and the loss is still the mean over
+    the global batch's counted positions (a per-rank mean would weight the ranks' tokens differently)."""
+    d, model, topo, dp = files
+    (tmp_path / "masked.py").write_text(MASKED.format(example=os.path.abspath(EXAMPLE)))
+    weights = tmp_path / "w.pt"
+    p = subprocess.run([sys.executable, "-m", "tag.cli", "deploy", dp, model, "--steps", str(STEPS), "--nproc", "2",
+                        "--data", f"{tmp_path}/masked.py:masked", "--loss", "cross_entropy", "--optimizer",
+                        "momentum", "--lr", str(LR), "--export", str(weights), "--json"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    data, make_model = _example("charlm"), _example("make_model")
+    x, y = data.train_set()
+    y = y.copy()
+    for i in range(len(y)):
+        y[i, :i % 32] = -100
+        if i % 7 == 0:
+            y[i] = -100
+    x, y = torch.from_numpy(x), torch.from_numpy(y)
+    ref = make_model.charlm(0)
+    opt = torch.optim.SGD(ref.parameters(), lr=LR, momentum=0.9)
+    perm = np.random.default_rng([0, 0]).permutation(len(y))
+    losses, acc = [], []
+    for k in range(STEPS):
+        idx = torch.from_numpy(perm[k * B:(k + 1) * B])
+        opt.zero_grad()
+        logits = ref(x[idx])
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[idx].reshape(-1), ignore_index=-100)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        keep = y[idx] != -100
+        acc.append(float(((logits.argmax(-1) == y[idx]) & keep).sum()) / float(keep.sum()))
+    assert out["losses"] == pytest.approx(losses, rel=1e-4)
+    assert out["epochs"][-1]["accuracy"] == pytest.approx(np.mean(acc), abs=1e-6)
+    trained = torch.load(weights, weights_only=True)
+    for name, v in trained.items():
+        torch.testing.assert_close(v, ref.state_dict()[name], rtol=1e-4, atol=1e-6, msg=name)
