@@ -7,6 +7,7 @@ sequence model's labels of the wrong shape are one exit-2 line before any rank s
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 import subprocess
@@ -68,11 +69,14 @@ def _pipelined_plan(d, model, topo, dp) -> str:
     return path
 
 
-def _reference():
+def _reference(labels=lambda y: y):
     """Plain torch: CharLM seeded 0, epoch 0's default_rng([0, 0]) permutation, mean cross entropy over every
-    position of the batch, SGD with momentum 0.9 (tag's `momentum`)."""
+    counted position of the batch (torch's ignore_index=-100), SGD with momentum 0.9 (tag's `momentum`), on the
+    data's labels passed through `labels`. Returns the losses, each step's fraction of counted positions right and
+    the trained state."""
     data, make_model = _example("charlm"), _example("make_model")
-    x, y = (torch.from_numpy(a) for a in data.train_set())
+    x, y = data.train_set()
+    x, y = torch.from_numpy(x), torch.from_numpy(labels(y.copy()))
     model = make_model.charlm(0)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     perm = np.random.default_rng([0, 0]).permutation(len(y))
@@ -81,11 +85,12 @@ def _reference():
         idx = torch.from_numpy(perm[k * B:(k + 1) * B])
         opt.zero_grad()
         logits = model(x[idx])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[idx].reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[idx].reshape(-1), ignore_index=-100)
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
-        right.append(float((logits.argmax(-1) == y[idx]).double().mean()))
+        keep = y[idx] != -100
+        right.append(float(((logits.argmax(-1) == y[idx]) & keep).sum()) / float(keep.sum()))
     return losses, right, model.state_dict()
 
 
@@ -146,6 +151,15 @@ def test_sequence_labels_that_do_not_fit_are_one_line(files, capsys, fn, needle)
     assert needle in err
 
 
+def _mask(y):
+    """-100 labels: row i's first i mod 32 positions (a prompt), and every 7th row wholly."""
+    for i in range(len(y)):
+        y[i, :i % 32] = -100
+        if i % 7 == 0:
+            y[i] = -100
+    return y
+
+
 MASKED = '''
 import sys
 sys.path.insert(0, {example!r})
@@ -153,14 +167,8 @@ from charlm import train_set
 
 
 def masked():
-    """train_set with -100 labels: row i's first i mod 32 positions (a prompt), and every 7th row wholly."""
     x, y = train_set()
-    y = y.copy()
-    for i in range(len(y)):
-        y[i, :i % 32] = -100
-        if i % 7 == 0:
-            y[i] = -100
-    return x, y
+    return x, _mask(y.copy())
 '''
 
 
@@ -169,7 +177,7 @@ def test_ignored_labels_train_like_torch_ignore_index(files, tmp_path):
     ranks, so each rank's rows hold a different number of counted positions, and the loss is still the mean over
     the global batch's counted positions (a per-rank mean would weight the ranks' tokens differently)."""
     d, model, topo, dp = files
-    (tmp_path / "masked.py").write_text(MASKED.format(example=os.path.abspath(EXAMPLE)))
+    (tmp_path / "masked.py").write_text(MASKED.format(example=os.path.abspath(EXAMPLE)) + inspect.getsource(_mask))
     weights = tmp_path / "w.pt"
     p = subprocess.run([sys.executable, "-m", "tag.cli", "deploy", dp, model, "--steps", str(STEPS), "--nproc", "2",
                         "--data", f"{tmp_path}/masked.py:masked", "--loss", "cross_entropy", "--optimizer",
@@ -177,30 +185,9 @@ def test_ignored_labels_train_like_torch_ignore_index(files, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
-    data, make_model = _example("charlm"), _example("make_model")
-    x, y = data.train_set()
-    y = y.copy()
-    for i in range(len(y)):
-        y[i, :i % 32] = -100
-        if i % 7 == 0:
-            y[i] = -100
-    x, y = torch.from_numpy(x), torch.from_numpy(y)
-    ref = make_model.charlm(0)
-    opt = torch.optim.SGD(ref.parameters(), lr=LR, momentum=0.9)
-    perm = np.random.default_rng([0, 0]).permutation(len(y))
-    losses, acc = [], []
-    for k in range(STEPS):
-        idx = torch.from_numpy(perm[k * B:(k + 1) * B])
-        opt.zero_grad()
-        logits = ref(x[idx])
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[idx].reshape(-1), ignore_index=-100)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-        keep = y[idx] != -100
-        acc.append(float(((logits.argmax(-1) == y[idx]) & keep).sum()) / float(keep.sum()))
+    losses, acc, state = _reference(_mask)
     assert out["losses"] == pytest.approx(losses, rel=1e-4)
     assert out["epochs"][-1]["accuracy"] == pytest.approx(np.mean(acc), abs=1e-6)
     trained = torch.load(weights, weights_only=True)
     for name, v in trained.items():
-        torch.testing.assert_close(v, ref.state_dict()[name], rtol=1e-4, atol=1e-6, msg=name)
+        torch.testing.assert_close(v, state[name], rtol=1e-4, atol=1e-6, msg=name)
