@@ -60,13 +60,22 @@ def choose_as_deployed(res, inp, topology_path: str):
                    memory={}), choice
 
 
-def deployed_lines(choice) -> list[str]:
-    """The text `tag plan` prints for a `DeployedChoice`: each finalist's predicted deployed step, fastest first."""
+def written_ms(choice: DeployedChoice) -> dict:
+    """name -> predicted deployed step for `tag plan`'s table: "plan" is the plan written (the chosen finalist),
+    each other finalist under its own name."""
+    out = {k: v for k, v in choice.step_ms.items() if k != "plan"}
+    out["plan"] = choice.step_ms[choice.chosen]
+    return out
+
+
+def deployed_lines(choice: DeployedChoice | None) -> list[str]:
+    """The lines `tag plan` prints after its table for a `DeployedChoice` (none for None)."""
     if choice is None:
         return []
-    order = sorted(choice.step_ms.items(), key=lambda kv: kv[1])
-    fig = ", ".join(f"{n} {ms:.2f}" for n, ms in order)
-    head = (f"as tag deploy runs it on {choice.ranks} ranks of this machine (the profile's contention terms), ms: {fig}")
+    head = (f"as deployed: the step tag deploy predicts on {choice.ranks} ranks of this machine (the profile's "
+            "contention terms: blocking exchanges, bucket sums after the backward when the ranks fill the cores)")
     if choice.chosen == "plan":
-        return ["", head, "kept the searched plan"]
-    return ["", head, f"chose {choice.chosen}: the searched plan is faster in the simulator but not as deployed here"]
+        return ["", head, "the searched plan is the fastest as deployed"]
+    return ["", head, f"wrote {choice.chosen} ({choice.step_ms[choice.chosen]:.2f} ms as deployed): the searched plan "
+                      f"is faster in the simulator but {choice.step_ms['plan']:.2f} ms as deployed "
+                      "(--no-as-deployed keeps it)"]

@@ -137,9 +137,10 @@ def buckets_line(bucket_syncs, bucket_mb: float) -> str:
             + ", ".join(f"{a} x {n}" for a, n in per.items()))
 
 
-def comparison_rows(res, cluster) -> list[list]:
+def comparison_rows(res, cluster, deployed_ms: dict | None = None) -> list[list]:
     """Rows of the plan-vs-baselines table: name, ms, samples/s, speedup over dp-even and dp-proportional,
-    peak memory (GB, worst device) and OOM."""
+    peak memory (GB, worst device) and OOM; with `deployed_ms` (name -> the step as deploy runs it, "plan" the
+    plan written), that figure last ("-" where it has none)."""
     ref = {name: r.iteration_ms for name, (_, r) in res.baselines.items() if not r.oom}
 
     def speedup(ms: float, name: str) -> float:
@@ -154,6 +155,8 @@ def comparison_rows(res, cluster) -> list[list]:
 
     out = [row("plan", res.result)]
     out += [row(name, r) for name, (_, r) in res.baselines.items()]
+    if deployed_ms is not None:
+        out = [r + [deployed_ms.get(r[0], "-")] for r in out]
     return out
 
 
@@ -173,9 +176,12 @@ def memory_line(res) -> str:
     return f"precision {prec}{how}; ZeRO: {zero}; recomputed groups: {summary['recompute']}"
 
 
-def report_text(inp, res, output_path: str | None, deployed: list[str] = ()) -> str:
-    """`tag plan`'s text: decisions, buckets, the comparison table, `deployed` (the as-deployed choice's lines,
-    `tag.cli._plan_deployed.deployed_lines`), memory and the search's provenance."""
+def report_text(inp, res, output_path: str | None, deployed=None) -> str:
+    """`tag plan`'s text: decisions, buckets, the comparison table (with an "as deployed ms" column when
+    `deployed`, a `tag.cli._plan_deployed.DeployedChoice`, is given, and its lines after), memory and the search's
+    provenance."""
+    from tag.cli._plan_deployed import deployed_lines, written_ms
+
     cluster = inp.cluster
     lines = [f"model {inp.model_path}: batch {inp.batch_size}, {inp.gg.n_groups} groups; cluster {cluster.name}: "
              f"{cluster.n_devices} devices; cost model {inp.cost.name}", ""]
@@ -193,9 +199,10 @@ def report_text(inp, res, output_path: str | None, deployed: list[str] = ()) -> 
     lines.append("")
     lines.append(buckets_line(ctx.bucket_syncs(res.strategy), res.strategy.bucket_mb))
     lines.append("")
-    lines.append(table(comparison_rows(res, cluster),
-                       ["strategy", "iteration ms", "samples/s", "vs dp-even", "vs dp-prop", "peak GB", "OOM"]))
-    lines += list(deployed)
+    head = ["strategy", "iteration ms", "samples/s", "vs dp-even", "vs dp-prop", "peak GB", "OOM"]
+    lines.append(table(comparison_rows(res, cluster, None if deployed is None else written_ms(deployed)),
+                       head + ([] if deployed is None else ["as deployed ms"])))
+    lines += deployed_lines(deployed)
     if res.sfb and res.sfb.get("ops"):
         try:
             from tag.compression import sfb_summary

@@ -236,9 +236,7 @@ def run(args) -> int:
         if args.json:
             emit(args, obj, "")
         return EXIT_OOM
-    from tag.cli._plan_deployed import deployed_lines
-
-    emit(args, obj, report_text(inp, res, args.output, deployed_lines(deployed)))
+    emit(args, obj, report_text(inp, res, args.output, deployed))
     return 0
 
 

@@ -76,8 +76,14 @@ def test_text_names_the_choice(capsys, tmp_path):
     capsys.readouterr()
     assert main(["plan", MODEL, TOPO, "--profile", prof, "--playouts", "0", "--no-sfb", "--jobs", "1"]) == 0
     text = capsys.readouterr().out
-    assert "as tag deploy runs it on 4 ranks of this machine" in text
-    assert "chose single-device" in text
+    assert "the step tag deploy predicts on 4 ranks of this machine" in text
+    assert "wrote single-device" in text
+    obj = _run(capsys, ["plan", MODEL, TOPO, "--profile", prof, *FAST])
+    head = next(line for line in text.splitlines() if line.startswith("strategy"))
+    plan_row = next(line for line in text.splitlines() if line.startswith("plan "))
+    assert head.rstrip().endswith("as deployed ms")  # the plan row's last figure: the written plan's deployed step
+    assert float(plan_row.split()[-1]) == pytest.approx(obj["search"]["as_deployed"]["step_ms"]["single-device"],
+                                                        abs=0.006)
 
 
 def test_gpu_cluster_ignores_a_cpu_probe(capsys, tmp_path):
