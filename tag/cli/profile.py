@@ -186,6 +186,14 @@ def _run_ops(args, device_type: str, rows: list[int]) -> int:
     finally:
         bar.close()
     save(db, args.output)
+    if db.contention is not None:
+        import sys
+
+        from tag.profile.contention import busy_warning
+
+        warning = busy_warning(db.contention.alone_stretch, db.contention.clock)
+        if warning:
+            sys.stderr.write(f"tag profile: warning: {warning}\n")
     summary = ops_summary(db, graph, args.output)
     emit(args, summary, ops_table(db, graph, summary))
     return 0

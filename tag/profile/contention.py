@@ -216,6 +216,27 @@ def measure_contention(model_path: str, graph, groups: list[list[int]], rows: in
             "call_ms": {k: float(v) for k, v in res["call_ms"].items()}, "cores": usable_cores()}
 
 
+BUSY_STRETCH = 1.15  # wall / thread CPU ms of one rank computing alone above this: other processes hold the cores
+
+
+def busy_warning(alone_stretch: float, clock: str) -> str | None:
+    """The warning for a contention probe that ran on a busy machine, else None: with one rank computing and the
+    others waiting, a quiet machine gives it its core (wall / thread CPU time ~1.0); a stretch above BUSY_STRETCH
+    means other processes took the core, so the profile's terms (and the plan `tag plan` writes for this machine
+    from them) describe that load.
+
+    >>> busy_warning(1.002, "thread") is None, busy_warning(1.6, "wall") is None
+    (True, True)
+    >>> busy_warning(1.625, "thread")[:62]
+    'the contention probe ran on a busy machine: one rank computing'
+    """
+    if clock != "thread" or alone_stretch <= BUSY_STRETCH:
+        return None
+    return (f"the contention probe ran on a busy machine: one rank computing alone got 1/{alone_stretch:.2f} of its "
+            "core (other processes use the cores), so the profile's contention terms, and the plan tag plan picks "
+            "for this machine from them, describe that load; profile again when the machine is quiet")
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity mask; os.cpu_count() where affinity is not offered)."""
     try:

@@ -86,3 +86,23 @@ def test_probe_on_two_ranks(tmp_path):
     assert set(c["call_ms"]) == {"allreduce", "p2p"} and all(0 <= v < 50 for v in c["call_ms"].values())
     assert c["cores"] == len(os.sched_getaffinity(0))
     from_json({"version": 1, "device_type": "cpu", "contention": c}, "p.json")  # a valid block
+
+
+@pytest.mark.parametrize("stretch, warned", [(1.01, False), (1.6, True)])
+def test_profile_ops_warns_when_its_probe_ran_on_a_busy_machine(monkeypatch, tmp_path, capsys, stretch, warned):
+    """A rank computing alone that gets only 1/1.6 of its core means other processes hold the cores: `tag profile
+    ops` says so on stderr (the ops are profiled for real; the probe's ranks are replaced by a block reading that
+    stretch)."""
+    import os
+
+    import tag.profile.contention as probe
+    from tag.cli import main
+
+    block = {k: v for k, v in {**BLOCK, "alone_stretch": stretch}.items() if k not in ("alone_step_ms",
+                                                                                        "together_step_ms")}
+    monkeypatch.setattr(probe, "measure_contention", lambda *a, **k: block)
+    model = os.path.join(os.path.dirname(__file__), "..", "..", "datasets", "models", "mlp.onnx")
+    capsys.readouterr()
+    assert main(["profile", "ops", model, "-o", str(tmp_path / "p.json"), "--rows", "1"]) == 0
+    err = capsys.readouterr().err
+    assert ("the contention probe ran on a busy machine: one rank computing alone got 1/1.60" in err) == warned
