@@ -23,11 +23,6 @@ _SCALE_SLOTS = {"BatchNormalization": {1: "ones", 2: "zeros", 3: "zeros", 4: "on
                 "GroupNormalization": {1: "ones", 2: "zeros"}}
 
 
-def _is_float(elem_type: int) -> bool:
-    return elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16,
-                         onnx.TensorProto.BFLOAT16)
-
-
 def default_data_inputs(model: onnx.ModelProto, file_batch: int = 1) -> list[str]:
     """Data inputs by DESIGN.md's rule without a loader: non-initializer graph inputs whose leading dim is
     symbolic; failing that, those whose leading dim is the file's batch; failing that, the first one."""
@@ -43,20 +38,13 @@ def default_data_inputs(model: onnx.ModelProto, file_batch: int = 1) -> list[str
 
 
 def default_param_names(model: onnx.ModelProto, data_inputs: list[str]) -> list[str]:
-    """Parameters by DESIGN.md's rule: every float initializer and every float non-data graph input.
+    """Parameters by DESIGN.md's rule, from the one place that states it (`tag.graph.roles.assign_roles`): float
+    initializers with more than one element or in a weight slot, and float non-data graph inputs, less the
+    initializers the model's ``tag.constants`` metadata lists. Outputs of weight generators (ConstantOfShape, ...)
+    are added by the constant-folding pass."""
+    from tag.graph.roles import assign_roles
 
-    Outputs of weight generators (ConstantOfShape, ...) are added by the constant-folding pass. Initializers the
-    model's ``tag.constants`` metadata lists (`tag.graph.roles.marked_constants`) are not parameters."""
-    from tag.graph.roles import marked_constants
-
-    marked = marked_constants(model, "model")
-    names = [t.name for t in model.graph.initializer if _is_float(t.data_type) and t.name not in marked]
-    seen = set(names)
-    for i in model.graph.input:
-        if i.name not in seen and i.name not in data_inputs and _is_float(i.type.tensor_type.elem_type):
-            names.append(i.name)
-            seen.add(i.name)
-    return names
+    return assign_roles(model, "<model>", data_inputs).params
 
 
 def input_shape(model: onnx.ModelProto, name: str) -> tuple[int, ...] | None:
