@@ -13,7 +13,6 @@ import math
 import onnx
 import torch
 
-from tag.errors import InputError
 from tag.graph.toposort import stable_topological_order  # noqa: F401  (the shared node-order rule)
 
 _PASS_THROUGH = {"Identity", "Cast", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "CastLike"}
