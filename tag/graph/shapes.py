@@ -68,6 +68,13 @@ def data_input_shapes(model: onnx.ModelProto, path: str, roles: Roles,
             raise InputError(path, f"input '{name}'", f"a declared shape, or --input-shape {name}=DIMS", "no shape")
         fixed = [1 if (i == 0 and isinstance(d, str)) else d for i, d in enumerate(dims)]
         symbolic = [str(d) for d in fixed if isinstance(d, str)]
+        if dims and isinstance(dims[0], int) and len(symbolic) == 1:  # the batch elsewhere (time-major), or a length
+            axis = next(i for i, d in enumerate(dims) if isinstance(d, str))
+            raise InputError(path, f"input '{name}'", f"the batch on axis 0: if {symbolic[0]} is the batch "
+                             "(a time-major input), export the model batch-first (e.g. torch.nn.LSTM(..., "
+                             "batch_first=True), or transpose inside it); if it is a length, --input-shape "
+                             f"{_shape_example(name, dims)}",
+                             f"dims [{', '.join(str(d) for d in dims)}], the symbolic {symbolic[0]} on axis {axis}")
         if symbolic or any(d == 0 for d in fixed if isinstance(d, int)):
             raise InputError(path, f"input '{name}'", f"concrete non-batch dims, or --input-shape {name}=DIMS "
                              f"(e.g. {_shape_example(name, dims)})",

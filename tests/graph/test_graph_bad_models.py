@@ -67,6 +67,19 @@ def test_symbolic_image_size_needs_input_shape(tmp_path, capsys):
     assert s["forward_flops_per_sample"] == 2 * 8 * 8 * 10 * 27
 
 
+def test_time_major_input_says_batch_first(tmp_path, capsys):
+    """[T, N, I] with the batch symbolic on axis 1 (torch.nn.LSTM's default layout): one line saying that rows are
+    read from axis 0, how to export batch-first, and the --input-shape to paste if N is a length instead."""
+    nodes = [helper.make_node("Relu", ["x"], ["y"])]
+    p = save(tmp_path, nodes, [("x", F, [10, "N", 8])], [("y", F, None)], [])
+    line = _fails(capsys, p)
+    assert "input 'x': expected the batch on axis 0: if N is the batch (a time-major input), export the model " \
+           "batch-first" in line
+    assert "found dims [10, N, 8], the symbolic N on axis 1" in line
+    assert "--input-shape x=1x128x8" in line
+    assert main(["inspect", p, "--input-shape", "x=1x128x8", "--json"]) == 0  # the pasted flag is accepted
+
+
 def test_non_float_input_that_is_not_data(tmp_path, capsys):
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Gather", ["a", "idx"], ["y"], axis=1)]
     p = save(tmp_path, nodes, [("x", F, ["N", 8]), ("idx", I64, [3])], [("y", F, None)])
