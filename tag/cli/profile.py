@@ -191,7 +191,7 @@ def _run_ops(args, device_type: str, rows: list[int]) -> int:
 
         from tag.profile.contention import busy_warning
 
-        warning = busy_warning(db.contention.alone_stretch, db.contention.clock)
+        warning = busy_warning(db.contention)
         if warning:
             sys.stderr.write(f"tag profile: warning: {warning}\n")
     summary = ops_summary(db, graph, args.output)

@@ -219,22 +219,34 @@ def measure_contention(model_path: str, graph, groups: list[list[int]], rows: in
 BUSY_STRETCH = 1.15  # wall / thread CPU ms of one rank computing alone above this: other processes hold the cores
 
 
-def busy_warning(alone_stretch: float, clock: str) -> str | None:
-    """The warning for a contention probe that ran on a busy machine, else None: with one rank computing and the
-    others waiting, a quiet machine gives it its core (wall / thread CPU time ~1.0); a stretch above BUSY_STRETCH
-    means other processes took the core, so the profile's terms (and the plan `tag plan` writes for this machine
-    from them) describe that load.
+def busy_warning(terms) -> str | None:
+    """The warning for a contention probe (`tag.cost.contention.ContentionTerms`) that ran on a busy machine, else
+    None. On a quiet machine a rank computing alone gets its core (wall / thread CPU time ~1.0), and so does each
+    of the probe's ranks computing together when they are no more than the cores; a stretch above BUSY_STRETCH
+    (together: above BUSY_STRETCH x ranks / cores when the ranks outnumber the cores) means other processes took
+    cores, so the profile's terms (and the plan `tag plan` writes for this machine from them) describe that load.
 
-    >>> busy_warning(1.002, "thread") is None, busy_warning(1.6, "wall") is None
-    (True, True)
-    >>> busy_warning(1.625, "thread")[:62]
-    'the contention probe ran on a busy machine: one rank computing'
+    >>> from tag.cost.contention import ContentionTerms as T
+    >>> busy_warning(T(2, 16, 0.1, 1.002, 1.003, 1.0, cores=2)) is None
+    True
+    >>> busy_warning(T(2, 16, 0.1, 1.6, 1.6, 1.0, clock="wall")) is None  # a wall-clock profile has no stretch
+    True
+    >>> busy_warning(T(2, 16, 0.1, 1.625, 2.9, 1.0, cores=2))[:79]
+    'the contention probe ran on a busy machine: one rank computing alone got 1/1.62'
+    >>> busy_warning(T(2, 16, 0.1, 1.05, 2.47, 1.0, cores=2))[:85]
+    'the contention probe ran on a busy machine: 2 ranks computing together each got 1/2.47'
     """
-    if clock != "thread" or alone_stretch <= BUSY_STRETCH:
+    if terms.clock != "thread":
         return None
-    return (f"the contention probe ran on a busy machine: one rank computing alone got 1/{alone_stretch:.2f} of its "
-            "core (other processes use the cores), so the profile's contention terms, and the plan tag plan picks "
-            "for this machine from them, describe that load; profile again when the machine is quiet")
+    if terms.alone_stretch > BUSY_STRETCH:
+        what = f"one rank computing alone got 1/{terms.alone_stretch:.2f} of its core"
+    elif terms.together_stretch > BUSY_STRETCH * max(1.0, terms.ranks / (terms.cores or terms.ranks)):
+        what = f"{terms.ranks} ranks computing together each got 1/{terms.together_stretch:.2f} of a core"
+    else:
+        return None
+    return (f"the contention probe ran on a busy machine: {what} (other processes use the cores), so the "
+            "profile's contention terms, and the plan tag plan picks for this machine from them, describe that "
+            "load; profile again when the machine is quiet")
 
 
 def usable_cores() -> int:

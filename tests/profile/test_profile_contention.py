@@ -90,6 +90,7 @@ def test_probe_on_two_ranks(tmp_path):
 
 @pytest.mark.parametrize("stretch, warned", [(1.01, False), (1.6, True)])
 def test_profile_ops_warns_when_its_probe_ran_on_a_busy_machine(monkeypatch, tmp_path, capsys, stretch, warned):
+    # BLOCK's together_stretch 1.05 is below 1.15 (its probe has no cores figure: ranks / cores taken as 1)
     """A rank computing alone that gets only 1/1.6 of its core means other processes hold the cores: `tag profile
     ops` says so on stderr (the ops are profiled for real; the probe's ranks are replaced by a block reading that
     stretch)."""
