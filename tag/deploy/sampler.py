@@ -15,6 +15,7 @@ can serve as a torch ``DataLoader``'s ``batch_sampler``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -33,8 +34,10 @@ class EpochOrder:
         return self.n_rows // self.batch_rows
 
     def permutation(self, epoch: int) -> np.ndarray:
-        """The order of the dataset's rows in `epoch` (a permutation of range(n_rows))."""
-        return np.random.default_rng([int(self.seed), int(epoch)]).permutation(self.n_rows)
+        """The order of the dataset's rows in `epoch` (a permutation of range(n_rows)), read-only: drawn once per
+        (order, epoch) and shared by every step of the epoch and every caller (the rank's sampler, the ignored-label
+        count)."""
+        return _permutation(int(self.n_rows), int(self.seed), int(epoch))
 
     def batch(self, step: int) -> np.ndarray:
         """Dataset indices of the global batch of run step `step`, in row order (B of them)."""
@@ -43,6 +46,13 @@ class EpochOrder:
 
     def epoch_of(self, step: int) -> int:
         return int(step) // self.steps_per_epoch
+
+
+@lru_cache(maxsize=4)
+def _permutation(n_rows: int, seed: int, epoch: int) -> np.ndarray:
+    order = np.random.default_rng([seed, epoch]).permutation(n_rows)
+    order.flags.writeable = False
+    return order
 
 
 @dataclass(frozen=True)

@@ -216,7 +216,7 @@ def measure_contention(model_path: str, graph, groups: list[list[int]], rows: in
             "call_ms": {k: float(v) for k, v in res["call_ms"].items()}, "cores": usable_cores()}
 
 
-BUSY_STRETCH = 1.15  # wall / thread CPU ms of one rank computing alone above this: other processes hold the cores
+BUSY_STRETCH = 1.15  # wall / thread CPU ms of a probe rank's compute above this (`busy_warning`): others hold cores
 
 
 def busy_warning(terms) -> str | None:
