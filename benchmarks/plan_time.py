@@ -10,8 +10,8 @@ Run (alone on the machine's cores, as the figures in plan_time.md were taken):
 2. The random clusters of benchmarks/ablate.md (seeds 1-3, `tag.bench.ablate.random_topology_file`) with resnet50
    and gpt2_medium: the plan's predicted step against ablate.md's `full` column.
 3. Unless --no-big: `tag plan datasets/models/resnet50.onnx datasets/topologies/mixed1024.json --batch-size 65536
-   --optimizer momentum`, and `tag simulate ... --baseline dp-even` on the same inputs, both as whole processes, with
-   the lines the plan prints.
+   --optimizer momentum` (or each of `--big-models M1,M2`), and `tag simulate ... --baseline dp-even` on the same
+   inputs, both as whole processes, with the lines the plan prints.
 
 Each row prints the wall and CPU (user + system) seconds of the process, plan()'s own seconds (plan.json search.seconds), the simulations
 (search.simulations) and the predicted step (predicted.iteration_ms) beside the previous figures (`BEFORE`), and
@@ -20,7 +20,8 @@ whether the step is no worse (within 0.01 ms of the figure before, or faster).
 With `--against TREE` (another checkout or worktree, e.g. `git worktree add --detach /tmp/before <rev>`), each of
 the 9 datasets cases also runs there (cwd and PYTHONPATH = TREE), right before or after this tree's run (the order
 alternating by case, so both see the same load), and the table shows both trees' figures side by side; the two
-plan.json files are compared key by key (`search.seconds` and paths aside) and every difference is printed.
+plan.json files are compared key by key (`search.seconds` and paths aside) and every difference is printed. With
+`--against TREE --big-models M1,M2`, the same for those models on mixed1024 instead of the datasets cases.
 """
 
 from __future__ import annotations
@@ -133,6 +134,30 @@ def against_rows(other: str, tmp: str) -> None:
     print(f"- plans identical (key by key, search.seconds and paths aside): {len(rows) - differing} of {len(rows)}\n")
 
 
+def big_against_rows(other: str, models: list[str], tmp: str) -> None:
+    """Each model on mixed1024 (`BIG_FLAGS`) in the tree `other` and in this one, back to back (order alternating
+    by model): wall and CPU s, simulations, step, and the plans compared key by key."""
+    from tag.textfmt import table
+
+    topo = os.path.join(ROOT, "datasets", "topologies", "mixed1024.json")
+    rows = []
+    for i, m in enumerate(models):
+        runs = {}
+        for name, root in ([("before", other), ("after", ROOT)] if i % 2 == 0 else
+                           [("after", ROOT), ("before", other)]):
+            os.makedirs(os.path.join(tmp, name), exist_ok=True)
+            runs[name] = plan_row(m, "mixed1024", topo, BIG_FLAGS, os.path.join(tmp, name), root)
+        a, b = runs["before"], runs["after"]
+        diffs = plan_differences(a["plan"], b["plan"])
+        for p, x, y in diffs[:5]:
+            print(f"  {a['case']}: {p}: {str(x)[:60]} -> {str(y)[:60]}")
+        rows.append([a["case"], f"{a['wall']:.1f} / {b['wall']:.1f}", f"{a['cpu']:.1f} / {b['cpu']:.1f}",
+                     f"{a['sims']} / {b['sims']}", f"{a['ms']:.2f} / {b['ms']:.2f}",
+                     "yes" if not diffs else f"NO ({len(diffs)}: {', '.join(p for p, _, _ in diffs[:3])})"])
+    print(f"before = {other}, after = {ROOT}; mixed1024, {' '.join(BIG_FLAGS)}")
+    print(table(rows, ["case", "wall s before / after", "CPU s", "sims", "step ms", "same plan"]) + "\n")
+
+
 def _fmt(x, spec: str) -> str:
     return "-" if x is None else format(x, spec)
 
@@ -156,12 +181,15 @@ def main(argv=None) -> int:
     ap.add_argument("--plans-dir", default=None, help="keep the plans here (MODEL-TOPO.json), e.g. to diff two commits'")
     ap.add_argument("--against", default=None, metavar="TREE",
                     help="time the 9 datasets cases in TREE too, back to back with this tree, and compare the plans")
+    ap.add_argument("--big-models", default=None, metavar="M1,M2",
+                    help="the models planned on mixed1024 (default resnet50); with --against, those (and no "
+                         "datasets case) in both trees")
     args = ap.parse_args(argv)
     print("load average (1, 5, 15 min) at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.plans_dir or scratch
         os.makedirs(tmp, exist_ok=True)
-        if args.against:
+        if args.against and not args.big_models:
             against_rows(os.path.abspath(args.against), tmp)
         elif not args.only_big:
             rows = [plan_row(m, t, os.path.join("datasets", "topologies", f"{t}.json"), ["--json"], tmp)
@@ -178,11 +206,13 @@ def main(argv=None) -> int:
                         for s in (1, 2, 3) for m in ("resnet50", "gpt2_medium")]
                 print_rows("random clusters of benchmarks/ablate.md (seeds 1-3), default settings", rows)
                 print(f"- plans no worse than before: {sum(r['no_worse'] for r in rows)} of {len(rows)}\n")
+        if args.against and args.big_models:
+            big_against_rows(os.path.abspath(args.against), args.big_models.split(","), tmp)
         if not args.no_big and not args.against:
             topo = os.path.join("datasets", "topologies", "mixed1024.json")
-            row = plan_row("resnet50", "mixed1024", topo, BIG_FLAGS, tmp)
-            print_rows("mixed1024 (512 V100 + 512 A100, 16 racks, 4:1 spine), resnet50 at batch 65,536, momentum",
-                       [row])
+            rows = [plan_row(m, "mixed1024", topo, BIG_FLAGS, tmp) for m in (args.big_models or "resnet50").split(",")]
+            print_rows("mixed1024 (512 V100 + 512 A100, 16 racks, 4:1 spine), batch 65,536, momentum", rows)
+            row = rows[0]
             wall, _, proc = run_tag(["simulate", os.path.join("datasets", "models", "resnet50.onnx"), topo, *BIG_FLAGS,
                                   "--baseline", "dp-even"])
             print(f"- tag plan: {row['wall']:.0f} s wall, {row['sims']} simulations, {row['lines']} lines printed "

@@ -58,18 +58,20 @@ class Evaluator:
         if self.prefetch is not None:
             self.prefetch([s for s in strategies if s not in self.cache and s not in self.floors])
 
-    def can_exceed(self, strategy: Strategy, value: float) -> bool:
+    def can_exceed(self, strategy: Strategy, value: float,
+                   floor_fn: Callable[[Strategy], float] | None = None) -> bool:
         """False when `strategy` provably scores at most `value`: the value of its `floor_fn` time (a lower bound on
-        its iteration time) is at most `value` (a plan that fits scores less the slower it is; one that does not fit
-        scores less than any that fits). It is then not simulated, but counts in `simulations` as if it had been
-        (`floored`), so budgets spend as before and a strict-improvement search (`tag.search.refine`) takes the same
-        path; scored later (asked again above its floor, or through `result`), it is simulated uncounted, as a cache
-        hit. True otherwise, and for a strategy scored before."""
-        if self.floor_fn is None or strategy in self.cache:
+        its iteration time; the argument, else the evaluator's) is at most `value` (a plan that fits scores less the
+        slower it is; one that does not fit scores less than any that fits). It is then not simulated, but counts in
+        `simulations` as if it had been (`floored`), so budgets spend as before and a strict-improvement search
+        (`tag.search.refine`) takes the same path; scored later (asked again above its floor, or through `result`),
+        it is simulated uncounted, as a cache hit. True otherwise, and for a strategy scored before."""
+        floor_fn = floor_fn if floor_fn is not None else self.floor_fn
+        if floor_fn is None or strategy in self.cache:
             return True
         floor = self.floors.get(strategy)
         if floor is None:
-            floor = self.floor_fn(strategy)
+            floor = floor_fn(strategy)
             if floor > 0 and self._ms_value(floor) <= value:
                 self.floors[strategy] = floor
                 self.simulations += 1
@@ -120,6 +122,25 @@ class Evaluator:
         """The value of a plan that fits and takes `iteration_ms` (module docstring)."""
         ratio = self.reference_ms / iteration_ms
         return math.log(ratio) if ratio >= 1 else ratio - 1.0
+
+
+def link_floor_ms(ctx, strategy: Strategy) -> float:
+    """A lower bound on the simulated iteration time of `strategy`, any kind (pipelined, sharded, SFB): the busiest
+    directed link's bytes over its capacity, max_l (sum over flows f of volume_f x w_f,l) / cap_l, over every flow
+    of the simulator's task graph (`tag.sim.build`, default options: each activation and gradient transfer, each
+    phase of each gradient sync). Max-min sharing never puts more than cap_l on link l, and every flow drains
+    within the iteration. `ctx`: the strategy's `tag.sim.context.SimContext`. Costs one task-graph build: cheap
+    beside the event loop of a plan whose thousands of concurrent flows share links (a stage placement on a
+    1,024-device cluster)."""
+    from tag.sim.build import BuildOptions, build_task_graph
+
+    tg = build_task_graph(ctx, strategy, BuildOptions())
+    load = [0.0] * len(ctx.cluster.links)
+    specs = [t.spec for t in tg.transfers] + [f for u in tg.syncs for phase in u.phases for f in phase]
+    for spec in specs:
+        for l, w in zip(spec.links, spec.weights):
+            load[l] += spec.volume_bytes * w
+    return max((b / link.bytes_per_ms for b, link in zip(load, ctx.cluster.links) if b > 0), default=0.0)
 
 
 def simulation_key(ctx, strategy: Strategy) -> tuple:

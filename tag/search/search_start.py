@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from tag.search.baselines import best_baseline, least_oom_baseline
 from tag.search.budget import WallCap
-from tag.search.evaluate import Evaluator, compute_floor_ms, simulation_key
+from tag.search.evaluate import Evaluator, compute_floor_ms, link_floor_ms, simulation_key
 from tag.search.precision import choose_precision, make_seeds
 from tag.search.prefetch import Prefetcher
+from tag.search.sfb_choice import never_sfb_start
 from tag.search.shard_search import SHARD_MAX_DEVICES, shard_candidates
 from tag.search.space import fits_pipeline
 from tag.strategy import Strategy, TrainingConfig
@@ -107,8 +108,13 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
                              else ({}, []))
     sharded = _shard_candidates(gg, cluster, cost, training, ev,
                                 _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
+    def start_floor_ms(s: Strategy) -> float:  # 0 (no floor) when SFB might start from s
+        floor = max(compute_floor_ms(gg, cluster, cost, s), link_floor_ms(ctx, s))
+        return floor if never_sfb_start(ev, floor) else 0.0
+
     start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
-                                  extra={**variants, **({**candidates, **sharded} if fit_name is None else {})})
+                                  extra={**variants, **({**candidates, **sharded} if fit_name is None else {})},
+                                  floor_fn=start_floor_ms)
     return SearchStart(training=training, cost=cost, baselines=baselines, variants=variants, ev=ev,
                        base_name=base_name, start_name=start_name, base=base, candidates=candidates,
                        pipelines=pipelines, sharded=sharded, pipeline=pipeline, shard=shard,
@@ -116,13 +122,17 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
 
 
 def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines: dict, start_name: str, *,
-               cap: WallCap | None = None, extra: dict | None = None) -> tuple[str, Strategy]:
+               cap: WallCap | None = None, extra: dict | None = None,
+               floor_fn=None) -> tuple[str, Strategy]:
     """The strategy the tree search starts from: the best baseline, or a memory-feasible start
     (`tag.search.starts`) that the evaluator values higher. When a baseline fits, only the 1- and 2-stage
     pipelines are tried; when none fits, pipelines in increasing stage count, stopping two stage counts
     after the first that fits (or when the safety `cap` is reached; when no baseline fits, only after
     MIN_STARTS_WHEN_OOM starts), then, if none of them fits, the simulation-fitted tape layout. `extra`: name ->
     (strategy, SimResult) already simulated (the searched pipelines), considered before the stage placements.
+    `floor_fn`: a lower bound on a strategy's iteration ms; a stage placement whose bound already scores no better
+    than the best so far is not simulated (`Evaluator.can_exceed`: it counts as a simulation, so the same start,
+    counts and later search follow; a 2-stage placement on 1,024 devices can take minutes to simulate).
     Returns (name, strategy); ties keep the earlier one (the baseline first)."""
     from tag.search.starts import fitted_tape, pipeline_starts
 
@@ -132,6 +142,8 @@ def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines
 
     def consider(name: str, s: Strategy) -> bool:
         nonlocal best_name, best, best_v
+        if floor_fn is not None and not ev.can_exceed(s, best_v, floor_fn):
+            return False  # provably no better; the caller reads "fits" only while nothing fits, when nothing is ruled out
         v = ev.value(s)
         if v > best_v:
             best_name, best, best_v = name, s, v

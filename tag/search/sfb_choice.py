@@ -33,9 +33,7 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
     name = best_baseline(baselines)
     if name is not None and baselines[name][0].pipeline is None:
         starts.append(baselines[name][0])
-    ranked = sorted((res.iteration_ms, i, s) for i, (s, res) in enumerate(ev.cache.items())
-                    if not res.oom and math.isfinite(res.iteration_ms) and _sfb_start(s)
-                    and not any(d.sfb for d in s.decisions))
+    ranked = sorted((res.iteration_ms, i, s) for i, (s, res) in enumerate(ev.cache.items()) if _ranked_start(s, res))
     for _, _, s in ranked:
         if len(starts) >= 2 + extra_starts:
             break
@@ -58,6 +56,29 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
         if ev.value(s) > ev.value(chosen):
             chosen, report = s, rep
     return chosen, report
+
+
+def _ranked_start(strategy: Strategy, res) -> bool:
+    """Whether `_apply_sfb` ranks a simulated strategy among the fastest it may start from: it fits, takes a finite
+    time, may start SFB (`_sfb_start`) and has no SFB decision yet."""
+    return (not res.oom and math.isfinite(res.iteration_ms) and _sfb_start(strategy)
+            and not any(d.sfb for d in strategy.decisions))
+
+
+def never_sfb_start(ev, floor_ms: float, extra_starts: int = SFB_EXTRA_STARTS) -> bool:
+    """True when `_apply_sfb` can never start from a strategy that takes at least `floor_ms`, whatever the search
+    adds to `ev`'s cache later: the cache already holds 2 + `extra_starts` strategies it ranks (`_ranked_start`)
+    that take less. Its starts are the searched plan, the best baseline and then the fastest ranked strategies not
+    among them, 2 + `extra_starts` in all, so at most that many ranked ones are taken, each faster than the slowest
+    of those already there (the cache only grows). A strategy ruled out by a floor (`Evaluator.can_exceed`) is then
+    missing from no SFB start."""
+    need = 2 + extra_starts
+    for s, res in ev.cache.items():
+        if res.iteration_ms < floor_ms and _ranked_start(s, res):
+            need -= 1
+            if need == 0:
+                return True
+    return False
 
 
 def _sfb_start(strategy: Strategy) -> bool:
