@@ -108,6 +108,7 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
                              else ({}, []))
     sharded = _shard_candidates(gg, cluster, cost, training, ev,
                                 _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
+
     def start_floor_ms(s: Strategy) -> float:  # 0 (no floor) when SFB might start from s
         floor = max(compute_floor_ms(gg, cluster, cost, s), link_floor_ms(ctx, s))
         return floor if never_sfb_start(ev, floor) else 0.0
@@ -143,7 +144,7 @@ def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines
     def consider(name: str, s: Strategy) -> bool:
         nonlocal best_name, best, best_v
         if floor_fn is not None and not ev.can_exceed(s, best_v, floor_fn):
-            return False  # provably no better; the caller reads "fits" only while nothing fits, when nothing is ruled out
+            return False  # provably no better; "fits" is read only while nothing fits, when nothing is ruled out
         v = ev.value(s)
         if v > best_v:
             best_name, best, best_v = name, s, v
