@@ -189,7 +189,9 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.plans_dir or scratch
         os.makedirs(tmp, exist_ok=True)
-        if args.against and not args.big_models:
+        if args.against and args.big_models:
+            big_against_rows(os.path.abspath(args.against), args.big_models.split(","), tmp)
+        elif args.against:
             against_rows(os.path.abspath(args.against), tmp)
         elif not args.only_big:
             rows = [plan_row(m, t, os.path.join("datasets", "topologies", f"{t}.json"), ["--json"], tmp)
@@ -206,17 +208,16 @@ def main(argv=None) -> int:
                         for s in (1, 2, 3) for m in ("resnet50", "gpt2_medium")]
                 print_rows("random clusters of benchmarks/ablate.md (seeds 1-3), default settings", rows)
                 print(f"- plans no worse than before: {sum(r['no_worse'] for r in rows)} of {len(rows)}\n")
-        if args.against and args.big_models:
-            big_against_rows(os.path.abspath(args.against), args.big_models.split(","), tmp)
         if not args.no_big and not args.against:
             topo = os.path.join("datasets", "topologies", "mixed1024.json")
-            rows = [plan_row(m, "mixed1024", topo, BIG_FLAGS, tmp) for m in (args.big_models or "resnet50").split(",")]
+            big = (args.big_models or "resnet50").split(",")
+            rows = [plan_row(m, "mixed1024", topo, BIG_FLAGS, tmp) for m in big]
             print_rows("mixed1024 (512 V100 + 512 A100, 16 racks, 4:1 spine), batch 65,536, momentum", rows)
             row = rows[0]
-            wall, _, proc = run_tag(["simulate", os.path.join("datasets", "models", "resnet50.onnx"), topo, *BIG_FLAGS,
+            wall, _, proc = run_tag(["simulate", os.path.join("datasets", "models", f"{big[0]}.onnx"), topo, *BIG_FLAGS,
                                   "--baseline", "dp-even"])
-            print(f"- tag plan: {row['wall']:.0f} s wall, {row['sims']} simulations, {row['lines']} lines printed "
-                  "(issue 20: <= 300 s, >= 100 simulations, <= 200 lines)")
+            print(f"- tag plan ({big[0]}): {row['wall']:.0f} s wall, {row['sims']} simulations, {row['lines']} lines "
+                  "printed (issue 20: <= 300 s, >= 100 simulations, <= 200 lines)")
             print(f"- tag simulate --baseline dp-even: {wall:.1f} s wall, {len(proc.stdout.splitlines())} lines "
                   "(issue 20: <= 15 s)")
     print("load average (1, 5, 15 min) at the end: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
