@@ -24,6 +24,10 @@ log-speedup along the chain start -> tree (uniform) -> tree (GNN) -> tree+refine
 (a part that makes the plan slower has a negative share; shares sum to 1 when t_full < t_start). `refine alone`
 is ln(t_start / t_start+refine) / ln(t_start / t_full): what refinement earns without the tree. Times that do not
 fit in memory are inf, and shares involving them are nan.
+
+As `tag plan` does, no column runs SFB selection on more than `SFB_MAX_DEVICES` devices (`full` is then
+`tree+refine` again). Unlike `tag plan`, the GNN columns use the networks on any cluster (`tag plan` searches with
+uniform priors above `GNN_MAX_DEVICES`), so that the ablation measures them there too.
 """
 
 from __future__ import annotations
@@ -149,7 +153,7 @@ def run_ablation(model_path: str, topology_path: str, *, model: str | None = Non
     from tag.gnn.structure_priors import load_structure_priors_fn
     from tag.modelio import ModelOptions, cost_model_for, load_inputs
     from tag.search.budget import DEFAULT_BUDGET_S
-    from tag.search.planner import plan
+    from tag.search.planner import SFB_MAX_DEVICES, plan
 
     settings = AblationSettings(batch_size, optimizer, playouts, refine_simulations, seed)
     case = AblationCase(model or os.path.basename(model_path), topology or os.path.basename(topology_path),
@@ -170,6 +174,7 @@ def run_ablation(model_path: str, topology_path: str, *, model: str | None = Non
     res = None
     for part in parts:
         tree, gnn, refine, sfb = _SETTINGS[part]
+        sfb = sfb and inp.cluster.n_devices <= SFB_MAX_DEVICES  # as `tag plan`: no SFB selection above its limit
         res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=playouts if tree else 0,
                    refine_simulations=refine_simulations, budget_s=budget_s or DEFAULT_BUDGET_S, seed=seed,
                    priors_fn=priors if gnn else None, refine=refine, sfb=sfb, cost_for=cost_for,

@@ -93,3 +93,28 @@ def test_bench_ablate_prints_the_table_with_random_clusters(capsys):
 def test_random_needs_ablate(capsys):
     assert main(["bench", "--random", "2", "--models", "mlp", "--topologies", "cpu4"]) == 2
     assert "--random: without --ablate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("machines,sfb", [(16, True), (17, False)])
+def test_full_runs_sfb_only_where_tag_plan_does(tmp_path, monkeypatch, machines, sfb):
+    """`tag plan` skips SFB selection above SFB_MAX_DEVICES (128) devices; so does the ablation's `full` column:
+    16 machines of 8 = 128 devices runs it, 17 = 136 does not (plan() is stopped at its call, its arguments read)."""
+    import tag.search.planner as planner
+
+    topo = tmp_path / "t.json"
+    topo.write_text(json.dumps({"version": 1, "name": "t", "machines": [
+        {"name": f"m{i}", "devices": [{"type": "V100-16GB", "count": 8}], "nic_bandwidth_gbps": 25}
+        for i in range(machines)]}))
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_plan(*args, **kwargs):
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(planner, "plan", fake_plan)
+    with pytest.raises(Stop):
+        run_ablation("datasets/models/mlp.onnx", str(topo), parts=("full",))
+    assert seen["sfb"] is sfb and seen["priors_fn"] is not None  # the GNN column's networks on any cluster
