@@ -65,9 +65,10 @@ class Evaluator:
         slower it is; one that does not fit scores less than any that fits). It is then not simulated, but counts in
         `simulations` as if it had been (`floored`), so budgets spend as before and a strict-improvement search
         (`tag.search.refine`) takes the same path; scored later (asked again above its floor, or through `result`),
-        it is simulated uncounted, as a cache hit. True otherwise, and for a strategy scored before."""
+        it is simulated uncounted, as a cache hit. True otherwise, and for a strategy scored before, and without
+        asking for a floor when `value` is one of a plan that does not fit (every finite floor scores above it)."""
         floor_fn = floor_fn if floor_fn is not None else self.floor_fn
-        if floor_fn is None or strategy in self.cache:
+        if floor_fn is None or strategy in self.cache or value <= OOM_VALUE:
             return True
         floor = self.floors.get(strategy)
         if floor is None:

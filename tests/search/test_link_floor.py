@@ -49,11 +49,9 @@ def test_one_cut_by_hand(tmp_path):
     strat = Strategy(tuple(Decision((batch, 0) if g < cut else (0, batch)) for g in range(gg.n_groups)))
     crossing = [e for e in gg.edges if e.src < cut <= e.dst]
     assert crossing
-    tensors = {}
-    for e in crossing:  # a tensor crosses once, however many groups past the cut read it
-        for t in e.tensors:
-            tensors[t] = e.bytes_per_row * batch + e.bytes_fixed if len(e.tensors) == 1 else None
-    assert None not in tensors.values()  # one tensor per crossing edge: its bytes are the edge's
+    assert all(len(e.tensors) == 1 for e in crossing)  # one tensor per crossing edge: its bytes are the edge's
+    # a tensor crosses once, however many groups past the cut read it
+    tensors = {e.tensors[0]: e.bytes_per_row * batch + e.bytes_fixed for e in crossing}
     nic_bytes_per_ms = NIC_GBPS * 1e9 / 8 / 1e3
     by_hand = sum(tensors.values()) / nic_bytes_per_ms  # activations one way; gradients as large, the other way
     floor = link_floor_ms(sim_context(gg, cluster, cost, training), strat)
