@@ -209,7 +209,7 @@ def _pipeline_candidates(gg, cluster, cost, training, batch: int, ev: Evaluator,
 def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict) -> dict:
     """name -> (strategy, SimResult) of every shard candidate (`tag.search.shard_search.shard_candidates`) built on
     the bases (name -> strategy), simulated through the evaluator."""
-    made = shard_candidates(gg, cluster, cost, training, bases, ev.result)
+    made = shard_candidates(gg, cluster, cost, training, bases, ev.result, ev.ahead)
     ev.ahead(made.values())
     return {name: (s, ev.result(s)) for name, s in made.items()}
 

@@ -16,11 +16,12 @@ against every other plan kind (`tag.search.planner`), as it judges pipelines.
   gradient sync across machines.
 * **Rows**: a replica takes the rows its devices had in the base (the sum; a pipeline's multiples of m stay so);
   on a one-replica grid every device takes the whole batch.
-* **Shares** (`solve_grid_ratios`): one linear program per grid (`tag.search.shard_ratios`) over the summed work of
-  the grid's groups: work_ms = the sharded ops' share of the group's forward and backward on the device at its
-  replica's rows (by FLOPs), fixed_ms = the rest; sliced bytes = the sliced parameters x (weight + gradient +
-  optimizer state) per element; whole bytes = the device's simulated peak at even shares less its even share of
-  the sliced bytes; usable = 0.92 x memory. Shares are then whole units of every sharded pair (heads exactly).
+* **Shares** (`shard_parts`): the candidate is simulated once at even shares; then one linear program per grid
+  (`tag.search.shard_ratios`; a pipelined base has one grid per stage) over the summed work of the grid's groups:
+  work_ms = the sharded ops' share of the group's forward and backward on the device at its replica's rows (by
+  FLOPs), fixed_ms = the rest; sliced bytes = the sliced parameters x (weight + gradient + optimizer state) per
+  element; whole bytes = the device's simulated peak at even shares less its even share of the sliced bytes;
+  usable = 0.92 x memory. Shares are then whole units of every sharded pair (heads exactly).
 
 The candidates (`shard_candidates`), per base: every shardable group sharded on each grid (``<base>+shard-k<k>``,
 ``-strided``, ``-m<machine>``), and the MAX_TOP_GROUPS groups with the most parameter bytes sharded alone on each
@@ -209,28 +210,59 @@ def apply_grid(gg, base: Strategy, groups: list[int], replicas, ratios, shards: 
 
 def solve_grid_ratios(gg, cluster, cost, training, base: Strategy, groups: list[int], replicas,
                       shards: dict[int, GroupShard], result_fn) -> Strategy | None:
-    """`base` with `groups` sharded on `replicas`: simulated at even shares (`result_fn`), then at the LP's
-    whole-unit shares under each device's memory (module docstring). The strategy at the LP's shares, or at even
-    shares when the LP finds none; None when no shares can be built."""
-    chosen = [shards[g] for g in groups]
-    k = len(replicas[0])
-    even = even_ratios(k, chosen)
-    if even is None:
-        return None
-    first = apply_grid(gg, base, groups, replicas, even, shards)
+    """`base` with `groups` sharded on `replicas` (`shard_parts` with one part): the strategy at the LP's shares, or
+    at even shares when the LP finds none; None when no shares can be built."""
+    return shard_parts(gg, cluster, cost, training, base, [(groups, replicas)], shards, result_fn)
+
+
+def shard_parts(gg, cluster, cost, training, base: Strategy, parts, shards: dict[int, GroupShard],
+                result_fn) -> Strategy | None:
+    """`base` with each part (groups, replicas) sharded: every part at even shares, simulated once (`result_fn`);
+    then each part at its LP's whole-unit shares under each device's memory, read from that simulation's peaks
+    (module docstring). The strategy at the LP's shares (a part whose LP finds none, or whose shares cannot be
+    built, stays at even shares), or at even shares when no part's LP moved them; a part whose even shares cannot
+    be built stays as `base` has it; None when no part can be built.
+
+    A pipelined base has one part per stage (its groups on its devices): one simulation at even shares serves every
+    stage's LP (a device's peak is mostly its own stage's groups'; the LP's memory term is an estimate either way)."""
+    first, built = even_parts(gg, base, parts, shards)
     if first is None:
         return None
     res = result_fn(first)
+    s, moved = base, False  # the parts' groups are disjoint: each is built on base's decisions
+    for groups, replicas, even in built:
+        ratios = _lp_ratios(gg, cluster, cost, training, first, groups, replicas, shards, res.peak_memory_gb, even)
+        nxt = apply_grid(gg, s, groups, replicas, ratios, shards) if ratios is not None else None
+        moved = moved or nxt is not None
+        s = nxt if nxt is not None else apply_grid(gg, s, groups, replicas, even, shards)
+    return s if moved else first
+
+
+def even_parts(gg, base: Strategy, parts, shards: dict[int, GroupShard]) -> tuple[Strategy | None, list]:
+    """(`base` with every part (groups, replicas) that can be sharded at even shares (`even_ratios`) so sharded,
+    [(groups, replicas, even shares) of those parts]); (None, []) when none can."""
+    s, built = base, []
+    for groups, replicas in parts:
+        even = even_ratios(len(replicas[0]), [shards[g] for g in groups])
+        nxt = apply_grid(gg, s, groups, replicas, even, shards) if even is not None else None
+        if nxt is not None:
+            s = nxt
+            built.append((groups, replicas, even))
+    return (s, built) if built else (None, [])
+
+
+def _lp_ratios(gg, cluster, cost, training, first: Strategy, groups, replicas, shards, peak_gb, even):
+    """The LP's whole-unit shares of `groups` on `replicas` in `first` (sharded there at `even`, whose simulated
+    peaks are `peak_gb`); None when the LP finds none or keeps `even`."""
+    chosen = [shards[g] for g in groups]
     rows_of = [first.decisions[groups[0]].rows[rep[0]] for rep in replicas]
-    problem = grid_problem(gg, cluster, cost, training, chosen, replicas, rows_of, res.peak_memory_gb, even)
+    problem = grid_problem(gg, cluster, cost, training, chosen, replicas, rows_of, peak_gb, even)
     sol = solve_ratios(problem)
     if sol is None:
-        return first
+        return None
     units, exact = _units(chosen)
     whole = whole_unit_ratios(problem, sol.ratios, units, exact)
-    if whole is None or whole.ratios == even:
-        return first
-    return apply_grid(gg, base, groups, replicas, whole.ratios, shards) or first
+    return None if whole is None or whole.ratios == even else whole.ratios
 
 
 def _grids_for(cluster, devices, machine: dict) -> dict:
@@ -240,39 +272,48 @@ def _grids_for(cluster, devices, machine: dict) -> dict:
     return {**out, **machine}
 
 
-def shard_candidates(gg, cluster, cost, training, bases: dict[str, Strategy], result_fn) -> dict[str, Strategy]:
+def shard_candidates(gg, cluster, cost, training, bases: dict[str, Strategy], result_fn,
+                     ahead=None) -> dict[str, Strategy]:
     """name -> sharded strategy over every base (module docstring), each simulated through `result_fn` (the
     search's evaluator, so the best of them enters its best-ever). Pipelined bases shard within each stage's
-    devices only (grids over a group's own devices; no one-machine grid)."""
+    devices only (grids over a group's own devices; no one-machine grid). `ahead(strategies)`: told first the
+    even-share strategies in the order they are simulated (`Evaluator.ahead`: other cores simulate them meanwhile;
+    no result changes)."""
     shards = group_shards(gg)
     if not shards:
         return {}
+    jobs = list(_candidate_parts(cluster, bases, shards))
+    if ahead is not None:
+        ahead([s for s in (even_parts(gg, bases[b], parts, shards)[0] for _, b, parts in jobs) if s is not None])
+    out: dict[str, Strategy] = {}
+    for name, bname, parts in jobs:
+        s = shard_parts(gg, cluster, cost, training, bases[bname], parts, shards, result_fn)
+        if s is not None:
+            out[name] = s
+    return out
+
+
+def _candidate_parts(cluster, bases: dict[str, Strategy], shards: dict[int, GroupShard]):
+    """(name, base name, parts) of every candidate of `shard_candidates`, in order: per base, every shardable group
+    on one grid per device set (its groups' base devices: one part per set; the grid names agree), then each of
+    the MAX_TOP_GROUPS groups with the most sliced bytes alone on each grid of its devices (and, unpipelined, on
+    each one-machine grid)."""
     top = sorted(shards, key=lambda g: (-shards[g].sliced_param_bytes, g))[:MAX_TOP_GROUPS]
     machine = machine_grids(cluster)
-    out: dict[str, Strategy] = {}
     for bname, base in bases.items():
         by_devices: dict[tuple, list[int]] = {}
         for g in shards:
             by_devices.setdefault(base.decisions[g].devices, []).append(g)
-        # every shardable group on one grid per device set (its groups' base devices); the grid names agree
         names: dict[str, list[tuple]] = {}
         for devs, groups in by_devices.items():
             for gname, reps in _grids_for(cluster, devs, {}).items():
                 names.setdefault(gname, []).append((groups, reps))
         for gname, parts in names.items():
-            s = base
-            for groups, reps in parts:
-                s = solve_grid_ratios(gg, cluster, cost, training, s, groups, reps, shards, result_fn) or s
-            if s is not base:
-                out[f"{bname}+shard-{gname}"] = s
+            yield f"{bname}+shard-{gname}", bname, parts
         for g in top:
-            own = base.decisions[g].devices
-            grids = _grids_for(cluster, own, {} if base.pipeline is not None else machine)
+            grids = _grids_for(cluster, base.decisions[g].devices, {} if base.pipeline is not None else machine)
             for gname, reps in grids.items():
-                s = solve_grid_ratios(gg, cluster, cost, training, base, [g], reps, shards, result_fn)
-                if s is not None:
-                    out[f"{bname}+shard-g{g}-{gname}"] = s
-    return out
+                yield f"{bname}+shard-g{g}-{gname}", bname, [([g], reps)]
 
 
 def shard_like_neighbour(strategy: Strategy, g: int, shards: dict[int, GroupShard], splittable: bool,

@@ -30,7 +30,8 @@ from tag.graph.groups import group_has_params
 from tag.search.baselines import compute_ms, replicated_strategy
 from tag.search.memory_pass import MEMORY_SUFFIX, fit_memory
 from tag.search.refine import BUCKET_SIZES_MB
-from tag.search.shard_search import DEGREES, MAX_TOP_GROUPS, grids_over, machine_grids, solve_grid_ratios
+from tag.search.shard_search import (DEGREES, MAX_TOP_GROUPS, grids_over, machine_grids, shard_parts,
+                                     solve_grid_ratios)
 from tag.search.space import balanced_rows, knot_interpolated_ms
 from tag.strategy import AUTO, Strategy
 from tag.strategy.memory_decisions import max_zero
@@ -167,13 +168,9 @@ def shard_actions(gg, cluster, cost, training, base: Strategy, shards: dict, res
             for gname, reps in grids_over(cluster, devs, k).items():
                 names.setdefault(gname, []).append((groups, reps))
 
-    def build_all(parts) -> Strategy | None:
-        s = base
-        for groups, reps in parts:
-            s = solve_grid_ratios(gg, cluster, cost, training, s, groups, reps, shards, result_fn) or s
-        return s if s is not base else None
-
-    out = [Action(f"shard-{gname}", lambda parts=parts: build_all(parts)) for gname, parts in names.items()]
+    out = [Action(f"shard-{gname}", lambda parts=parts: shard_parts(gg, cluster, cost, training, base, parts, shards,
+                                                                   result_fn))
+           for gname, parts in names.items()]
     top = sorted(shards, key=lambda g: (-shards[g].sliced_param_bytes, g))[:MAX_TOP_GROUPS]
     machine = {} if base.pipeline is not None else machine_grids(cluster)
     for g in top:

@@ -10,7 +10,7 @@ from tag.graph import load_model
 from tag.graph.coarsen import coarsen
 from tag.search.refine import row_shift_neighbours, with_rows_of
 from tag.search.shard_search import (apply_grid, grids_over, group_shards, machine_grids, shard_like_neighbour,
-                                     sharded_decision, solve_grid_ratios)
+                                     shard_parts, sharded_decision, solve_grid_ratios)
 from tag.strategy import AUTO, Decision, Strategy, TrainingConfig
 from tag.strategy.shard import Shard, shard_sizes
 from tag.topology.loader import parse_topology
@@ -101,6 +101,30 @@ def test_a_memory_cap_moves_the_share_off_the_fast_device(setup):
     s = solve_grid_ratios(gg, cluster, cost, training, base, [first], reps, g, _peaks(cluster, peaks))
     r_v = s.decisions[first].shard.ratios[0]
     assert r_v <= 0.3 + 1e-9 and r_v > 0.29  # the cap binds: 153 of 512 columns (0.2988), the most that fit
+
+
+def test_parts_share_one_simulation_and_each_gets_its_own_shares(setup):
+    """Two parts on the two machines (as a 2-stage pipeline's stages): one simulation at even shares, then each
+    part's shares are those its grid gets alone (the one-part LP, worked by hand above)."""
+    gg, cluster, cost, training = setup
+    g = group_shards(gg)
+    w = sorted(g)
+    a, b = (0, 1, 2, 3), (4, 5, 6, 7)
+    on = lambda devs: Decision(tuple(8 if d in devs else 0 for d in range(8)), AUTO)
+    base = Strategy(tuple(on(b) if i >= w[1] else on(a) for i in range(gg.n_groups)))
+    pairs = grids_over(cluster, range(8), 2)["k2-strided"]
+    parts = [([w[0]], pairs[:2]), ([w[1], w[2]], pairs[2:])]
+    calls = []
+    peaks = _peaks(cluster, {})
+    s = shard_parts(gg, cluster, cost, training, base, parts, g, lambda x: calls.append(x) or peaks(x))
+    assert len(calls) == 1  # the even-share strategy only
+    assert calls[0].decisions[w[0]].shard.ratios == (0.5, 0.5)
+    alone_a = solve_grid_ratios(gg, cluster, cost, training, base, [w[0]], pairs[:2], g, peaks)
+    alone_b = shard_parts(gg, cluster, cost, training, base, parts[1:], g, peaks)
+    assert s.decisions[w[0]] == alone_a.decisions[w[0]] and s.decisions[w[0]].shard.ratios[0] > 0.5  # V100 first
+    assert s.decisions[w[1]] == alone_b.decisions[w[1]] and s.decisions[w[2]] == alone_b.decisions[w[2]]
+    assert s.decisions[w[1]].rows == (0, 0, 0, 0, 16, 16, 16, 16)  # each pair takes the rows its devices had
+    assert all(s.decisions[x] == base.decisions[x] for x in range(gg.n_groups) if x not in w)
 
 
 def test_apply_grid_refuses_replicas_of_an_unsplittable_group(setup):
