@@ -8,7 +8,7 @@ strategy into another complete strategy (or None when it cannot be built), which
     stages    (pipeline) the stage count S: the DP's best-estimated pipeline of S stages
     micro     (pipeline) the cuts, micro-batch count m and schedule among the DP's pipelines of S stages
     shard     none | every shardable group on one grid | one of the largest groups alone on one grid; the shares
-              are the linear program's (`tag.search.shard_search.solve_grid_ratios`, solved inside the action)
+              are the linear program's (`tag.search.shard_search.shard_parts`, solved inside the action)
     memory    keep | ZeRO stage z on every replicated group with parameters | recomputation on every group | the
               memory pass (`tag.search.memory_pass.fit_memory`) when the strategy does not fit
     bucket    keep | each other gradient bucket cap of `tag.search.refine.BUCKET_SIZES_MB`
