@@ -225,6 +225,18 @@ def _max_min_rates_np(flows: list[Flow], caps_bytes_per_ms) -> None:
         f.rate = r
 
 
+def _first_drain_ms(flows, now: float) -> float:
+    """min over `flows` of now + max(remaining_bytes, 0) / rate: when the first of them drains at their rates (a plain
+    loop: this runs at every recomputation)."""
+    first = INF
+    for f in flows:
+        r = f.remaining_bytes
+        t = now + (r if r > 0.0 else 0.0) / f.rate
+        if t < first:
+            first = t
+    return first
+
+
 class Network:
     """The flows in flight over a cluster's directed links, advanced in time by the engine.
 
@@ -291,8 +303,7 @@ class Network:
             self.on_link = None
             if self.active:
                 max_min_rates(list(self.active.values()), self.caps, self.memo)
-                now = self.now
-                self._next = min(now + max(f.remaining_bytes, 0.0) / f.rate for f in self.active.values())
+                self._next = _first_drain_ms(self.active.values(), self.now)
             else:
                 self._next = INF
         else:
@@ -306,8 +317,7 @@ class Network:
                     _max_min_rates_np(comp, caps)
                 else:
                     _memoised(comp, caps, memo, _max_min_rates_py)
-            now = self.now
-            self._next = min(now + max(f.remaining_bytes, 0.0) / f.rate for f in self.active.values())
+            self._next = _first_drain_ms(self.active.values(), self.now)
         self.changed = {}
         self._n_changed = 0
 
