@@ -282,38 +282,37 @@ def shard_candidates(gg, cluster, cost, training, bases: dict[str, Strategy], re
     shards = group_shards(gg)
     if not shards:
         return {}
-    jobs = list(_candidate_parts(cluster, bases, shards))
+    jobs = [(f"{bname}+{name}", base, parts) for bname, base in bases.items()
+            for name, parts in candidate_parts(cluster, base, shards)]
     if ahead is not None:
-        ahead([s for s in (even_parts(gg, bases[b], parts, shards)[0] for _, b, parts in jobs) if s is not None])
+        ahead([s for s in (even_parts(gg, base, parts, shards)[0] for _, base, parts in jobs) if s is not None])
     out: dict[str, Strategy] = {}
-    for name, bname, parts in jobs:
-        s = shard_parts(gg, cluster, cost, training, bases[bname], parts, shards, result_fn)
+    for name, base, parts in jobs:
+        s = shard_parts(gg, cluster, cost, training, base, parts, shards, result_fn)
         if s is not None:
             out[name] = s
     return out
 
 
-def _candidate_parts(cluster, bases: dict[str, Strategy], shards: dict[int, GroupShard]):
-    """(name, base name, parts) of every candidate of `shard_candidates`, in order: per base, every shardable group
-    on one grid per device set (its groups' base devices: one part per set; the grid names agree), then each of
-    the MAX_TOP_GROUPS groups with the most sliced bytes alone on each grid of its devices (and, unpipelined, on
-    each one-machine grid)."""
+def candidate_parts(cluster, base: Strategy, shards: dict[int, GroupShard]):
+    """(name, parts) of every shard candidate on `base`, in order (`shard_parts` builds each): every shardable group
+    on one grid per device set (its groups' base devices: one part per set; the grid names agree), ``shard-<grid>``;
+    then each of the MAX_TOP_GROUPS groups with the most sliced bytes alone on each grid of its devices (and,
+    unpipelined, on each one-machine grid), ``shard-g<g>-<grid>``."""
+    by_devices: dict[tuple, list[int]] = {}
+    for g in shards:
+        by_devices.setdefault(base.decisions[g].devices, []).append(g)
+    names: dict[str, list[tuple]] = {}
+    for devs, groups in by_devices.items():
+        for gname, reps in _grids_for(cluster, devs, {}).items():
+            names.setdefault(gname, []).append((groups, reps))
+    for gname, parts in names.items():
+        yield f"shard-{gname}", parts
     top = sorted(shards, key=lambda g: (-shards[g].sliced_param_bytes, g))[:MAX_TOP_GROUPS]
-    machine = machine_grids(cluster)
-    for bname, base in bases.items():
-        by_devices: dict[tuple, list[int]] = {}
-        for g in shards:
-            by_devices.setdefault(base.decisions[g].devices, []).append(g)
-        names: dict[str, list[tuple]] = {}
-        for devs, groups in by_devices.items():
-            for gname, reps in _grids_for(cluster, devs, {}).items():
-                names.setdefault(gname, []).append((groups, reps))
-        for gname, parts in names.items():
-            yield f"{bname}+shard-{gname}", bname, parts
-        for g in top:
-            grids = _grids_for(cluster, base.decisions[g].devices, {} if base.pipeline is not None else machine)
-            for gname, reps in grids.items():
-                yield f"{bname}+shard-g{g}-{gname}", bname, [([g], reps)]
+    machine = {} if base.pipeline is not None else machine_grids(cluster)
+    for g in top:
+        for gname, reps in _grids_for(cluster, base.decisions[g].devices, machine).items():
+            yield f"shard-g{g}-{gname}", [([g], reps)]
 
 
 def shard_like_neighbour(strategy: Strategy, g: int, shards: dict[int, GroupShard], splittable: bool,

@@ -30,8 +30,7 @@ from tag.graph.groups import group_has_params
 from tag.search.baselines import compute_ms, replicated_strategy
 from tag.search.memory_pass import MEMORY_SUFFIX, fit_memory
 from tag.search.refine import BUCKET_SIZES_MB
-from tag.search.shard_search import (DEGREES, MAX_TOP_GROUPS, grids_over, machine_grids, shard_parts,
-                                     solve_grid_ratios)
+from tag.search.shard_search import candidate_parts, shard_parts
 from tag.search.space import balanced_rows, knot_interpolated_ms
 from tag.strategy import AUTO, Strategy
 from tag.strategy.memory_decisions import max_zero
@@ -156,31 +155,12 @@ def shard_actions(gg, cluster, cost, training, base: Strategy, shards: dict, res
     """The shard level's actions on `base` (module docstring): every shardable group on one grid per device set
     (grids of k = 2, 4, 8 devices inside a machine, plain and strided, `grids_over`), and each of the
     MAX_TOP_GROUPS groups with the most sliced parameter bytes alone on each grid of its devices (and on one whole
-    machine, `machine_grids`, without a pipeline). Each builds its shares by the LP when the tree widens to it."""
+    machine, `machine_grids`, without a pipeline): `tag.search.shard_search.candidate_parts`, the candidates
+    `tag plan` simulates before the tree. Each builds its shares by the LP when the tree widens to it."""
     if not shards:
         return []
-    by_devices: dict[tuple, list[int]] = {}
-    for g in shards:
-        by_devices.setdefault(base.decisions[g].devices, []).append(g)
-    names: dict[str, list[tuple]] = {}
-    for devs, groups in by_devices.items():
-        for k in DEGREES:
-            for gname, reps in grids_over(cluster, devs, k).items():
-                names.setdefault(gname, []).append((groups, reps))
-
-    out = [Action(f"shard-{gname}", lambda parts=parts: shard_parts(gg, cluster, cost, training, base, parts, shards,
-                                                                   result_fn))
-           for gname, parts in names.items()]
-    top = sorted(shards, key=lambda g: (-shards[g].sliced_param_bytes, g))[:MAX_TOP_GROUPS]
-    machine = {} if base.pipeline is not None else machine_grids(cluster)
-    for g in top:
-        grids = {}
-        for k in DEGREES:
-            grids.update(grids_over(cluster, base.decisions[g].devices, k))
-        for gname, reps in {**grids, **machine}.items():
-            out.append(Action(f"shard-g{g}-{gname}", lambda g=g, reps=reps: solve_grid_ratios(
-                gg, cluster, cost, training, base, [g], reps, shards, result_fn)))
-    return out
+    return [Action(name, lambda parts=parts: shard_parts(gg, cluster, cost, training, base, parts, shards, result_fn))
+            for name, parts in candidate_parts(cluster, base, shards)]
 
 
 def memory_actions(gg, cluster, cost, training, base: Strategy, result_fn) -> list[Action]:
