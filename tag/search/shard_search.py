@@ -228,14 +228,22 @@ def shard_parts(gg, cluster, cost, training, base: Strategy, parts, shards: dict
     first, built = even_parts(gg, base, parts, shards)
     if first is None:
         return None
+    return _at_lp_shares(gg, cluster, cost, training, base, first, built, shards, result_fn)
+
+
+def _at_lp_shares(gg, cluster, cost, training, base: Strategy, first: Strategy, built, shards, result_fn) -> Strategy:
+    """`first` (`even_parts` of `base`, whose parts are `built`) simulated, then each part at its LP's shares where
+    they can be built (`shard_parts`); `first` itself when no part's shares moved."""
     res = result_fn(first)
-    s, moved = base, False  # the parts' groups are disjoint: each is built on base's decisions
+    decisions, moved = list(first.decisions), False
     for groups, replicas, even in built:
         ratios = _lp_ratios(gg, cluster, cost, training, first, groups, replicas, shards, res.peak_memory_gb, even)
-        nxt = apply_grid(gg, s, groups, replicas, ratios, shards) if ratios is not None else None
-        moved = moved or nxt is not None
-        s = nxt if nxt is not None else apply_grid(gg, s, groups, replicas, even, shards)
-    return s if moved else first
+        lp = apply_grid(gg, base, groups, replicas, ratios, shards) if ratios is not None else None
+        if lp is not None:  # a sharded decision is built from base's rows; the parts' groups are disjoint
+            moved = True
+            for g in groups:
+                decisions[g] = lp.decisions[g]
+    return first.with_decisions(decisions) if moved else first
 
 
 def even_parts(gg, base: Strategy, parts, shards: dict[int, GroupShard]) -> tuple[Strategy | None, list]:
@@ -282,16 +290,13 @@ def shard_candidates(gg, cluster, cost, training, bases: dict[str, Strategy], re
     shards = group_shards(gg)
     if not shards:
         return {}
-    jobs = [(f"{bname}+{name}", base, parts) for bname, base in bases.items()
+    jobs = [(f"{bname}+{name}", base, *even_parts(gg, base, parts, shards)) for bname, base in bases.items()
             for name, parts in candidate_parts(cluster, base, shards)]
+    jobs = [job for job in jobs if job[2] is not None]  # (name, base, first, built); None: no part can be built
     if ahead is not None:
-        ahead([s for s in (even_parts(gg, base, parts, shards)[0] for _, base, parts in jobs) if s is not None])
-    out: dict[str, Strategy] = {}
-    for name, base, parts in jobs:
-        s = shard_parts(gg, cluster, cost, training, base, parts, shards, result_fn)
-        if s is not None:
-            out[name] = s
-    return out
+        ahead([first for _, _, first, _ in jobs])
+    return {name: _at_lp_shares(gg, cluster, cost, training, base, first, built, shards, result_fn)
+            for name, base, first, built in jobs}
 
 
 def candidate_parts(cluster, base: Strategy, shards: dict[int, GroupShard]):
