@@ -306,6 +306,19 @@ def device_orders(cluster, limit: int = MAX_DEVICE_CUTS) -> list[list[int]]:
     return [order, [d.index for mach in reversed(machines) for d in cluster.devices if d.machine == mach]]
 
 
+def start_candidates(found: list[PipelineCandidate], keep: int = KEEP) -> list[PipelineCandidate]:
+    """The pipelines of `found` (best first) that the search simulates as starts: the first `keep`, and the best of
+    each further stage count (a one-stage candidate counts as one stage).
+
+    >>> from types import SimpleNamespace as N
+    >>> c = lambda n, s: N(name=n, strategy=N(pipeline=s and N(stages=[0] * s)))
+    >>> [x.name for x in start_candidates([c("a", 2), c("b", 2), c("c", 3), c("d", None), c("e", 3)], keep=1)]
+    ['a', 'c', 'd']
+    """
+    stages = [c.strategy.pipeline and len(c.strategy.pipeline.stages) for c in found]
+    return [c for i, c in enumerate(found) if i < keep or stages[i] not in stages[:i]]
+
+
 def pipeline_candidates(gg, cluster, cost, training, batch: int, *, max_stages: int = MAX_STAGES,
                         keep: int = KEEP, workers: int = 0) -> list[PipelineCandidate]:
     """The best `keep` pipelines by the stage model's estimate (`estimate_ms`) over every micro-batch count m,

@@ -6,12 +6,15 @@ records its tensor-core peak: ``tf32_tflops`` for tf32, ``amp_tflops`` above ``p
 precision that only changes numerics (bf16 on CPU ranks, fp16 on a GTX 1080 Ti at 1/64 of its fp32 rate) is never
 chosen by itself; ``--precision`` still asks for it.
 
-Score of a precision (`Seeds.score`): its fastest start that fits in memory — the baselines and the memory pass's
-variants of those that do not fit (`tag.search.memory_pass.memory_variants`), each simulated under that precision's
-cost model — or, when none fits, its least overflow. Candidates go in `PREFERENCE` order (full precision first; bf16
+Score of a precision (`Seeds.score`): its fastest start that fits in memory — the baselines, the memory pass's
+variants of those that do not fit (`tag.search.memory_pass.memory_variants`) and, when pipelines are searched, the
+pipelines the stage DP proposes as starts (`tag.search.pipeline_search.start_candidates`), each simulated under that
+precision's cost model — or, when none fits, its least overflow. The pipelines count because a precision changes
+them most: under fp16 / bf16 the activations that cross between stages are half the bytes (`tag.sim.precision`),
+while the data-parallel baselines' gradient syncs keep their fp32 bytes. Candidates go in `PREFERENCE` order (full precision first; bf16
 before fp16, which needs loss scaling), and a later one replaces the current choice only when its score is more than
 `MIN_GAIN` (1%) faster, or it fits where the current choice does not: mixed precision changes the numerics, so it must
-pay. Work: (baselines + memory passes) per candidate, counted in the plan's simulations; a candidate not chosen
+pay. Work: (baselines + memory passes + the stage DP and its starts) per candidate, counted in the plan's simulations; a candidate not chosen
 runs the pass only on the baselines whose variant could change its score (`can_score`: below the fastest fitting
 baseline's compute floor), so the choice and every score are those of running every pass.
 """
@@ -60,10 +63,17 @@ class Seeds:
     cache: dict = field(default_factory=dict)  # strategy -> SimResult of every simulation made
     complete: bool = True  # the memory pass ran on every baseline that does not fit (`make_seeds`)
     simulate_fn: Callable | None = None
+    pipelines: list = field(default_factory=list)  # the stage DP's PipelineCandidates, best first ([]: not searched)
+    pipeline_starts: dict = field(default_factory=dict)  # name -> (strategy, SimResult): those simulated as starts
+
+    def held(self) -> int:
+        """The simulations these seeds hold: baselines, memory passes and pipeline starts (what a candidate not chosen
+        cost the plan)."""
+        return len(self.cache) + len(self.pipeline_starts)
 
     def score(self, usable_gb: dict) -> tuple[int, float]:
         """(0, fastest fitting start ms) or (1, least worst-device peak / usable memory) when none fits."""
-        starts = list(self.baselines.values()) + list(self.variants.values())
+        starts = list(self.baselines.values()) + list(self.variants.values()) + list(self.pipeline_starts.values())
         fits = [r.iteration_ms for _, r in starts if not r.oom and math.isfinite(r.iteration_ms)]
         if fits:
             return 0, min(fits)
@@ -72,11 +82,15 @@ class Seeds:
 
 
 def make_seeds(gg, cluster, cost, training, *, pass_simulations: int = DEFAULT_PASS_SIMULATIONS,
-               simulate_fn: Callable | None = None, scoring_only: bool = False) -> Seeds:
-    """Run the baselines under (cost, training), then the memory pass on each that does not fit.
-    `simulate_fn(strategy)`: the simulator call to use (default `tag.sim.simulate` on these inputs).
-    scoring_only: run the pass only on the baselines whose variant could change `Seeds.score` (`can_score`); the
-    seeds are then `complete` only when that was every baseline that does not fit (`complete_seeds` runs the rest)."""
+               simulate_fn: Callable | None = None, scoring_only: bool = False, pipelines: bool = False,
+               workers: int = 0) -> Seeds:
+    """Run the baselines under (cost, training), then the memory pass on each that does not fit, then (pipelines)
+    the stage DP and its starts (`pipeline_seeds`). `simulate_fn(strategy)`: the simulator call to use (default
+    `tag.sim.simulate` on these inputs). scoring_only: run the pass only on the baselines whose variant could change
+    `Seeds.score` (`can_score`; a pipeline start only lowers the score, so that set still holds every variant that
+    could); the seeds are then `complete` only when that was every baseline that does not fit (`complete_seeds`
+    runs the rest). workers: forked processes for the DP and the starts' simulations (the same seeds with any
+    number)."""
     from tag.search.baselines import run_baselines
 
     baselines = run_baselines(gg, cluster, cost, training)
@@ -85,7 +99,25 @@ def make_seeds(gg, cluster, cost, training, *, pass_simulations: int = DEFAULT_P
     named = can_score(gg, cluster, cost, baselines) if scoring_only else baselines
     seeds.complete = all(not r.oom or name in named for name, (_, r) in baselines.items())
     seeds.variants = _variants(gg, cluster, seeds, named, pass_simulations)
+    if pipelines:
+        pipeline_seeds(gg, cluster, seeds, workers)
     return seeds
+
+
+def pipeline_seeds(gg, cluster, seeds: Seeds, workers: int = 0) -> None:
+    """Fill `seeds.pipelines` with the stage DP's PIPELINE_KEEP best pipelines under the seeds' precision
+    (`tag.search.pipeline_search.pipeline_candidates`, for the structure tree) and `seeds.pipeline_starts` with those
+    the search simulates as starts (`start_candidates`), simulated here and counted in `seeds.simulations`."""
+    from tag.search.pipeline_search import pipeline_candidates, start_candidates
+    from tag.search.prefetch import fork_map
+    from tag.search.structure import PIPELINE_KEEP
+
+    seeds.pipelines = pipeline_candidates(gg, cluster, seeds.cost, seeds.training, gg.graph.batch_size,
+                                          keep=PIPELINE_KEEP, workers=workers)
+    starts = start_candidates(seeds.pipelines)
+    results = fork_map(seeds.simulate_fn, [c.strategy for c in starts], workers)
+    seeds.simulations += len(starts)
+    seeds.pipeline_starts = {c.name: (c.strategy, r) for c, r in zip(starts, results)}
 
 
 def complete_seeds(gg, cluster, seeds: Seeds, *, pass_simulations: int = DEFAULT_PASS_SIMULATIONS) -> Seeds:
@@ -131,10 +163,12 @@ class PrecisionChoice:
 
 
 def choose_precision(gg, cluster, training, cost_for: Callable[[str], object], *,
-                     pass_simulations: int = DEFAULT_PASS_SIMULATIONS, workers: int = 0) -> PrecisionChoice:
+                     pass_simulations: int = DEFAULT_PASS_SIMULATIONS, workers: int = 0,
+                     pipelines: bool = False) -> PrecisionChoice:
     """Score every candidate of `auto_precisions` (module docstring) and keep the best; `cost_for(precision)` builds
-    the cost model of a precision (the CLI's, with its profile). The candidates' seeds are made by this process and
-    `workers` forked ones (`tag.search.prefetch.fork_map`): the same seeds with any number."""
+    the cost model of a precision (the CLI's, with its profile); pipelines: the pipelines the stage DP proposes are
+    starts too (`make_seeds`). The candidates' seeds are made by this process and `workers` forked ones
+    (`tag.search.prefetch.fork_map`): the same seeds with any number."""
     from tag.search.prefetch import fork_map
 
     usable_gb = {d.id: d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
@@ -143,10 +177,13 @@ def choose_precision(gg, cluster, training, cost_for: Callable[[str], object], *
     precisions = auto_precisions(cluster)
     costs = {p: cost_for(p) for p in precisions}
 
+    inner = workers if len(precisions) == 1 else 0  # one candidate: its own DP and starts take the workers
+
     def seeds_of(p: str) -> dict:  # what a forked process sends back: no cost model, no simulate_fn
         made = make_seeds(gg, cluster, costs[p], replace(training, precision=p),
-                          pass_simulations=pass_simulations, scoring_only=True)
-        return {k: getattr(made, k) for k in ("baselines", "variants", "simulations", "cache", "complete")}
+                          pass_simulations=pass_simulations, scoring_only=True, pipelines=pipelines, workers=inner)
+        return {k: getattr(made, k) for k in ("baselines", "variants", "simulations", "cache", "complete",
+                                              "pipelines", "pipeline_starts")}
 
     for p, made in zip(precisions, fork_map(seeds_of, precisions, workers)):
         tr, cost = replace(training, precision=p), costs[p]
@@ -155,10 +192,10 @@ def choose_precision(gg, cluster, training, cost_for: Callable[[str], object], *
         tried[p] = {"fits": score[0] == 0, "best_start_ms": round(score[1], 4) if score[0] == 0 else None}
         if chosen is None or _better(score, chosen[1]):
             if chosen is not None:
-                sims += len(chosen[0].cache)
+                sims += chosen[0].held()
             chosen = (seeds, score)
         else:
-            sims += len(seeds.cache)
+            sims += seeds.held()
     seeds = complete_seeds(gg, cluster, chosen[0], pass_simulations=pass_simulations)
     p = seeds.training.precision
     why = ("the only candidate" if len(tried) == 1 else

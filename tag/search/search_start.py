@@ -1,7 +1,7 @@
 """The search's starts: everything `tag.search.planner.plan` simulates before any tree, and the tree's root.
 
-Under the chosen precision (`tag.search.precision`): the baselines and the memory pass's variants, then the
-micro-batched pipelines the DP proposes (`tag.search.pipeline_search`) and the tensor-shard candidates
+Under the chosen precision (`tag.search.precision`): its seeds, the baselines, the memory pass's variants and the
+micro-batched pipelines the DP proposes (`tag.search.pipeline_search`), then the tensor-shard candidates
 (`tag.search.shard_search`) built on the best of them, each simulated through one `Evaluator` (whose best-ever
 the search result is), and the root of the trees, `pick_start`. `tag plan` and the structure network's
 self-play (`tag.gnn.structure_selfplay`) both start here, so the network trains on the roots `tag plan` searches
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import chain
 
 from tag.search.baselines import best_baseline, least_oom_baseline
 from tag.search.budget import WallCap
@@ -70,11 +71,14 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
     cap = cap if cap is not None else WallCap.after(None)
     batch = gg.graph.batch_size
     usable_gb = {d.id: d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
+    pipeline = pipeline and cluster.n_devices <= PIPELINE_MAX_DEVICES
+    shard = shard and cluster.n_devices <= SHARD_MAX_DEVICES
+    # the stage DP's pipelines are seeds: starts like the baselines, and part of each precision's score
     if cost_for is not None:
-        choice = choose_precision(gg, cluster, training, cost_for, workers=workers)
+        choice = choose_precision(gg, cluster, training, cost_for, workers=workers, pipelines=pipeline)
         seeds, precision_report, seed_sims = choice.seeds, choice.report, choice.simulations
     else:
-        seeds = make_seeds(gg, cluster, cost, training)
+        seeds = make_seeds(gg, cluster, cost, training, pipelines=pipeline, workers=workers)
         precision_report, seed_sims = {"chosen": training.precision, "by": "fixed"}, 0
     training, cost, baselines, variants = seeds.training, seeds.cost, seeds.baselines, seeds.variants
     base_name = best_baseline(baselines)
@@ -98,14 +102,12 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
     ev = Evaluator(simulate_fn, reference_ms, usable_gb, key_fn=lambda s: simulation_key(ctx, s),
                    floor_fn=(lambda s: compute_floor_ms(gg, cluster, cost, s)) if floors else None,
                    prefetch=ahead.ahead if ahead.workers else None)
-    for s, r in seeds.cache.items():  # seed the cache and the best-ever with the baselines and memory variants
+    # seed the cache and the best-ever with the baselines, the memory variants and the pipeline starts. The per-group
+    # tree's moves keep a pipelined start inside its stages, so it starts from a pipeline only when no baseline fits;
+    # otherwise the pipelines and shard candidates compete through the evaluator's best-ever
+    for s, r in chain(seeds.cache.items(), seeds.pipeline_starts.values()):
         ev.add(s, r)
-    pipeline = pipeline and cluster.n_devices <= PIPELINE_MAX_DEVICES
-    shard = shard and cluster.n_devices <= SHARD_MAX_DEVICES
-    # The per-group tree's moves keep a pipelined start inside its stages, so it starts from a pipeline only when no
-    # baseline fits; otherwise the pipelines and shard candidates compete through the evaluator's best-ever
-    candidates, pipelines = (_pipeline_candidates(gg, cluster, cost, training, batch, ev, workers) if pipeline
-                             else ({}, []))
+    candidates, pipelines = dict(seeds.pipeline_starts), seeds.pipelines
     sharded = _shard_candidates(gg, cluster, cost, training, ev,
                                 _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
 
@@ -189,21 +191,6 @@ def broken_pipeline_result(cluster, batch: int):
     peak = {d.id: 2.0 * d.type.usable_memory_bytes / 1e9 for d in cluster.devices}
     return SimResult(iteration_ms=math.inf, samples_per_s=0.0, oom=True, oom_devices=list(peak), peak_memory_gb=peak,
                      busy_ms={}, link_bytes={}, fit_iteration_ms=math.inf, batch_size=batch)
-
-
-def _pipeline_candidates(gg, cluster, cost, training, batch: int, ev: Evaluator,
-                         workers: int = 0) -> tuple[dict, list]:
-    """(name -> (strategy, SimResult) of the pipelines the DP proposes as starts, the first KEEP by its estimate
-    and the best of each stage count, simulated through the evaluator (so the best of them is the search's best-ever
-    when it wins); the PIPELINE_KEEP best it proposes, for the structure tree, best first)."""
-    from tag.search.pipeline_search import KEEP, pipeline_candidates
-    from tag.search.structure import PIPELINE_KEEP
-
-    found = pipeline_candidates(gg, cluster, cost, training, batch, keep=PIPELINE_KEEP, workers=workers)
-    stages = [c.strategy.pipeline and len(c.strategy.pipeline.stages) for c in found]
-    starts = [c for i, c in enumerate(found) if i < KEEP or stages[i] not in stages[:i]]
-    ev.ahead(c.strategy for c in starts)
-    return {c.name: (c.strategy, ev.result(c.strategy)) for c in starts}, found
 
 
 def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict) -> dict:
