@@ -1,0 +1,88 @@
+"""Which precision `tag plan` chooses, scored with and without the stage DP's pipeline starts (benchmarks/precision_choice.md).
+
+Run (one core; about 10 minutes for the default grid, the large models on hap64 taking a minute each):
+
+    python benchmarks/precision_choice.py [--models M1,M2] [--topologies T1,T2]
+
+For every model x topology (datasets/models, datasets/topologies; `metis10` is the Metis example cluster file,
+datasets/topologies/metis/metis_cluster.json, which `tag` reads directly) at `tag plan`'s default batch and optimizer,
+each precision the search compares (`tag.search.precision.auto_precisions`) gets its seeds as `tag plan` makes them
+(`make_seeds(scoring_only=True, pipelines=...)`), and the table prints two scores per precision: the fastest fitting
+baseline or memory variant (the rule before commit 5765968) / the fastest fitting start with the pipeline starts too
+(the rule since), and the precision each rule chooses (`tag.search.precision._better`: a later precision must be over
+1 % faster). Clusters of more than 128 devices are skipped: no pipelines are searched there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from dataclasses import replace
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = ("mlp", "small_cnn", "resnet_tiny", "inception_tiny", "bert_tiny", "gpt2_tiny", "transformer_tiny",
+          "dlrm_tiny", "small_transformer", "fc_wide", "resnet50", "inception_v3", "transformer_base", "resnet101",
+          "vgg19", "dlrm", "bert_large", "gpt2_medium")
+TOPOLOGIES = ("heterog8", "modern8", "amp16", "metis10", "hap64")
+
+
+def topology_path(name: str) -> str:
+    if name == "metis10":
+        return os.path.join(ROOT, "datasets", "topologies", "metis", "metis_cluster.json")
+    return os.path.join(ROOT, "datasets", "topologies", f"{name}.json")
+
+
+def fastest_fit(pairs) -> tuple[int, float]:
+    """(0, ms) of the fastest (strategy, SimResult) that fits, or (1, inf) when none does."""
+    ms = [r.iteration_ms for _, r in pairs if not r.oom and math.isfinite(r.iteration_ms)]
+    return (0, min(ms)) if ms else (1, math.inf)
+
+
+def case(model: str, topology: str) -> str:
+    from tag.modelio import cost_model_for, load_inputs
+    from tag.search.precision import _better, auto_precisions, make_seeds
+    from tag.search.search_start import PIPELINE_MAX_DEVICES
+
+    topo = topology_path(topology)
+    inp = load_inputs(os.path.join(ROOT, "datasets", "models", f"{model}.onnx"), topo)
+    if inp.cluster.n_devices > PIPELINE_MAX_DEVICES:
+        return f"| {model} | {topology} | (no pipelines above {PIPELINE_MAX_DEVICES} devices) | | | |"
+    t0 = time.process_time()
+    old = new = None
+    cells = []
+    for p in auto_precisions(inp.cluster):
+        training = replace(inp.training, precision=p)
+        seeds = make_seeds(inp.gg, inp.cluster, cost_model_for(inp.gg, training, topo), training, scoring_only=True,
+                           pipelines=True)
+        before = fastest_fit(list(seeds.baselines.values()) + list(seeds.variants.values()))
+        after = min(before, fastest_fit(seeds.pipeline_starts.values()))
+        cells.append(f"{p} {before[1]:.4g} / {after[1]:.4g}")
+        if old is None or _better(before, old[1]):
+            old = (p, before)
+        if new is None or _better(after, new[1]):
+            new = (p, after)
+    changed = "**changed**" if old[0] != new[0] else ""
+    return (f"| {model} | {topology} | {'; '.join(cells)} | {old[0]} | {new[0]} {changed} | "
+            f"{time.process_time() - t0:.0f} |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--topologies", default=",".join(TOPOLOGIES))
+    args = ap.parse_args(argv)
+    print("| model | cluster | per precision: baselines and variants / with pipeline starts (ms) | chosen before | "
+          "chosen now | CPU s |")
+    print("|---|---|---|---|---|---:|")
+    for m in args.models.split(","):
+        for t in args.topologies.split(","):
+            print(case(m, t), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
+    sys.exit(main())
