@@ -70,11 +70,13 @@ def run_case(model: str, topology_path: str, name: str, ns: list[int], seed: int
 
     from tag.modelio import cost_model_for
     from tag.search.precision import choose_precision
+    from tag.search.search_start import PIPELINE_MAX_DEVICES
 
     model_path = os.fspath(case_files(model, TOPOLOGIES[0], None).model_path)
     inp = load_inputs(model_path, topology_path, ModelOptions())
     seeds = choose_precision(inp.gg, inp.cluster, inp.training, lambda p: cost_model_for(
-        inp.gg, replace(inp.training, precision=p), topology_path)).seeds  # as `tag plan` chooses it
+        inp.gg, replace(inp.training, precision=p), topology_path),
+        pipelines=inp.cluster.n_devices <= PIPELINE_MAX_DEVICES).seeds  # as `tag plan` chooses it (since 5765968)
     top = max(ns)
     uni, s_uni = curve(inp, seeds.cost, seeds.training, None, top, seed)
     # the network's features as `tag plan` builds them (the loaded inputs' cost model)
