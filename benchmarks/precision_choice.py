@@ -2,7 +2,7 @@
 
 Run (one core; about 10 minutes for the default grid, the large models on hap64 taking a minute each):
 
-    python benchmarks/precision_choice.py [--models M1,M2] [--topologies T1,T2]
+    python benchmarks/precision_choice.py [--models M1,M2] [--topologies T1,T2] [--random R]
 
 For every model x topology (datasets/models, datasets/topologies; `metis10` is the Metis example cluster file,
 datasets/topologies/metis/metis_cluster.json, which `tag` reads directly) at `tag plan`'s default batch and optimizer,
@@ -10,7 +10,9 @@ each precision the search compares (`tag.search.precision.auto_precisions`) gets
 (`make_seeds(scoring_only=True, pipelines=...)`), and the table prints two scores per precision: the fastest fitting
 baseline or memory variant (the rule before commit 5765968) / the fastest fitting start with the pipeline starts too
 (the rule since), and the precision each rule chooses (`tag.search.precision._better`: a later precision must be over
-1 % faster). Clusters of more than 128 devices are skipped: no pipelines are searched there.
+1 % faster). Clusters of more than 128 devices are skipped: no pipelines are searched there. `--random R` adds the
+random clusters of seeds 1..R that benchmarks/ablate.md uses (`tag.bench.ablate.random_topology_file`), named
+random-SEED.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ TOPOLOGIES = ("heterog8", "modern8", "amp16", "metis10", "hap64")
 
 
 def topology_path(name: str) -> str:
+    if name.startswith("random-"):
+        import tempfile
+
+        from tag.bench.ablate import random_topology_file
+
+        return random_topology_file(int(name.split("-")[1]), tempfile.mkdtemp(prefix="tag-precision-"))
     if name == "metis10":
         return os.path.join(ROOT, "datasets", "topologies", "metis", "metis_cluster.json")
     return os.path.join(ROOT, "datasets", "topologies", f"{name}.json")
@@ -73,12 +81,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--topologies", default=",".join(TOPOLOGIES))
+    ap.add_argument("--random", type=int, default=0, help="also the random clusters of seeds 1..R")
     args = ap.parse_args(argv)
+    topologies = [t for t in args.topologies.split(",") if t] + [f"random-{i}" for i in range(1, args.random + 1)]
     print("| model | cluster | per precision: baselines and variants / with pipeline starts (ms) | chosen before | "
           "chosen now | CPU s |")
     print("|---|---|---|---|---|---:|")
     for m in args.models.split(","):
-        for t in args.topologies.split(","):
+        for t in topologies:
             print(case(m, t), flush=True)
     return 0
 
