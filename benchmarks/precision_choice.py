@@ -1,4 +1,6 @@
-"""Which precision `tag plan` chooses, scored with and without the stage DP's pipeline starts (benchmarks/precision_choice.md).
+"""Which precision `tag plan` chooses, scored with and without the stage DP's pipeline starts.
+
+Lab notes: benchmarks/precision_choice.md.
 
 Run (one core; about 10 minutes for the default grid, the large models on hap64 taking a minute each):
 

@@ -11,12 +11,13 @@ variants of those that do not fit (`tag.search.memory_pass.memory_variants`) and
 pipelines the stage DP proposes as starts (`tag.search.pipeline_search.start_candidates`), each simulated under that
 precision's cost model — or, when none fits, its least overflow. The pipelines count because a precision changes
 them most: under fp16 / bf16 the activations that cross between stages are half the bytes (`tag.sim.precision`),
-while the data-parallel baselines' gradient syncs keep their fp32 bytes. Candidates go in `PREFERENCE` order (full precision first; bf16
-before fp16, which needs loss scaling), and a later one replaces the current choice only when its score is more than
-`MIN_GAIN` (1%) faster, or it fits where the current choice does not: mixed precision changes the numerics, so it must
-pay. Work: (baselines + memory passes + the stage DP and its starts) per candidate, counted in the plan's simulations; a candidate not chosen
-runs the pass only on the baselines whose variant could change its score (`can_score`: below the fastest fitting
-baseline's compute floor), so the choice and every score are those of running every pass.
+while the data-parallel baselines' gradient syncs keep their fp32 bytes. Candidates go in `PREFERENCE` order (full
+precision first; bf16 before fp16, which needs loss scaling), and a later one replaces the current choice only when
+its score is more than `MIN_GAIN` (1%) faster, or it fits where the current choice does not: mixed precision changes
+the numerics, so it must pay. Work: (baselines + memory passes + the stage DP and its starts) per candidate, counted
+in the plan's simulations; a candidate not chosen runs the pass only on the baselines whose variant could change its
+score (`can_score`: below the fastest fitting baseline's compute floor), so the choice and every score are those of
+running every pass.
 """
 
 from __future__ import annotations
