@@ -208,13 +208,6 @@ def apply_grid(gg, base: Strategy, groups: list[int], replicas, ratios, shards: 
     return base.with_decisions(decisions)
 
 
-def solve_grid_ratios(gg, cluster, cost, training, base: Strategy, groups: list[int], replicas,
-                      shards: dict[int, GroupShard], result_fn) -> Strategy | None:
-    """`base` with `groups` sharded on `replicas` (`shard_parts` with one part): the strategy at the LP's shares, or
-    at even shares when the LP finds none; None when no shares can be built."""
-    return shard_parts(gg, cluster, cost, training, base, [(groups, replicas)], shards, result_fn)
-
-
 def shard_parts(gg, cluster, cost, training, base: Strategy, parts, shards: dict[int, GroupShard],
                 result_fn) -> Strategy | None:
     """`base` with each part (groups, replicas) sharded: every part at even shares, simulated once (`result_fn`);

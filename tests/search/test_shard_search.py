@@ -10,7 +10,7 @@ from tag.graph import load_model
 from tag.graph.coarsen import coarsen
 from tag.search.refine import row_shift_neighbours, with_rows_of
 from tag.search.shard_search import (apply_grid, grids_over, group_shards, machine_grids, shard_like_neighbour,
-                                     shard_parts, sharded_decision, solve_grid_ratios)
+                                     shard_parts, sharded_decision)
 from tag.strategy import AUTO, Decision, Strategy, TrainingConfig
 from tag.strategy.shard import Shard, shard_sizes
 from tag.topology.loader import parse_topology
@@ -77,7 +77,7 @@ def _strided(gg, cluster):
 def test_shares_follow_speed_on_a_mixed_pair(setup):
     gg, cluster, cost, training = setup
     g, first, base, reps = _strided(gg, cluster)
-    s = solve_grid_ratios(gg, cluster, cost, training, base, [first], reps, g, _peaks(cluster, {}))
+    s = shard_parts(gg, cluster, cost, training, base, [([first], reps)], g, _peaks(cluster, {}))
     # the batch is 32: replica rows 8; the LP balances r_V x t_V = r_P x t_P, t the group's forward + backward
     v, p = cluster.devices[0].type, cluster.devices[2].type
     t_v = cost.group_fwd_ms(first, v, 8) + cost.group_bwd_ms(first, v, 8)
@@ -98,7 +98,7 @@ def test_a_memory_cap_moves_the_share_off_the_fast_device(setup):
     # the V100s' peak at even shares leaves room for 0.3 of the sliced bytes: whole = usable - 0.3 sliced
     peak_v_gb = (usable_v - 0.3 * sliced + 0.5 * sliced) / 1e9
     peaks = {cluster.devices[d].id: peak_v_gb for d in (0, 1, 4, 5)}
-    s = solve_grid_ratios(gg, cluster, cost, training, base, [first], reps, g, _peaks(cluster, peaks))
+    s = shard_parts(gg, cluster, cost, training, base, [([first], reps)], g, _peaks(cluster, peaks))
     r_v = s.decisions[first].shard.ratios[0]
     assert r_v <= 0.3 + 1e-9 and r_v > 0.29  # the cap binds: 153 of 512 columns (0.2988), the most that fit
 
@@ -119,7 +119,7 @@ def test_parts_share_one_simulation_and_each_gets_its_own_shares(setup):
     s = shard_parts(gg, cluster, cost, training, base, parts, g, lambda x: calls.append(x) or peaks(x))
     assert len(calls) == 1  # the even-share strategy only
     assert calls[0].decisions[w[0]].shard.ratios == (0.5, 0.5)
-    alone_a = solve_grid_ratios(gg, cluster, cost, training, base, [w[0]], pairs[:2], g, peaks)
+    alone_a = shard_parts(gg, cluster, cost, training, base, [([w[0]], pairs[:2])], g, peaks)
     alone_b = shard_parts(gg, cluster, cost, training, base, parts[1:], g, peaks)
     assert s.decisions[w[0]] == alone_a.decisions[w[0]] and s.decisions[w[0]].shard.ratios[0] > 0.5  # V100 first
     assert s.decisions[w[1]] == alone_b.decisions[w[1]] and s.decisions[w[2]] == alone_b.decisions[w[2]]
