@@ -73,13 +73,18 @@ class Evaluator:
         floor = self.floors.get(strategy)
         if floor is None:
             floor = floor_fn(strategy)
-            if floor > 0 and self._ms_value(floor) <= value:
+            if not self.floor_can_exceed(floor, value):
                 self.floors[strategy] = floor
                 self.simulations += 1
                 self.floored += 1
                 return False
             return True
         return self._ms_value(floor) > value
+
+    def floor_can_exceed(self, floor_ms: float, value: float) -> bool:
+        """Whether a plan that takes at least `floor_ms` (0: no floor) may score above `value`: `can_exceed`'s test,
+        with nothing recorded or counted (a `value` of a plan that does not fit is exceeded by any finite floor)."""
+        return value <= OOM_VALUE or floor_ms <= 0 or self._ms_value(floor_ms) > value
 
     def result(self, strategy: Strategy):
         res = self.cache.get(strategy)
@@ -135,7 +140,22 @@ def link_floor_ms(ctx, strategy: Strategy) -> float:
     1,024-device cluster)."""
     from tag.sim.build import BuildOptions, build_task_graph
 
+    return _link_floor_of(ctx, build_task_graph(ctx, strategy, BuildOptions()))
+
+
+def link_floor_and_peak(ctx, strategy: Strategy) -> tuple[float, dict[str, float]]:
+    """(`link_floor_ms`, the peak memory per device id in 1e9 bytes that its simulation reports,
+    `tag.sim.engine.peak_memory_gb`) from one task-graph build: what a search needs of a strategy it may rule out
+    by the floor but whose memory it still reads (`tag.search.shard_search`'s LP)."""
+    from tag.sim.build import BuildOptions, build_task_graph
+    from tag.sim.engine import peak_memory_gb
+
     tg = build_task_graph(ctx, strategy, BuildOptions())
+    return _link_floor_of(ctx, tg), peak_memory_gb(ctx, strategy, tg)
+
+
+def _link_floor_of(ctx, tg) -> float:
+    """`link_floor_ms` of a built task graph."""
     load = [0.0] * len(ctx.cluster.links)
     specs = [t.spec for t in tg.transfers] + [f for u in tg.syncs for phase in u.phases for f in phase]
     for spec in specs:

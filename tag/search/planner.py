@@ -143,7 +143,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
             best, space, res, start_name = _start_search(
                 gg, cluster, cost, training, ev, baselines, variants, start_name, base, candidates, sharded,
                 playouts=playouts, seed=seed, priors_fn=priors_fn, refine=refine, refine_simulations=refine_simulations,
-                shard=shard, cap=cap, progress=progress, on_refine=lambda: phase("refine"))
+                shard=shard, cap=cap, progress=progress, on_refine=lambda: phase("refine"), floor=st.floor)
             tree_playouts, records = res.playouts, res.records
             method = ("mcts+gnn" if priors_fn is not None else "mcts") + ("+refine" if refine else "")
         sfb_report: dict = {}
@@ -167,11 +167,13 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
 
 def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, variants: dict, start_name: str,
                   base: Strategy, candidates: dict, sharded: dict, *, playouts: int, seed: int, priors_fn,
-                  refine: bool, refine_simulations: int, shard: bool, cap: WallCap, progress, on_refine=None):
+                  refine: bool, refine_simulations: int, shard: bool, cap: WallCap, progress, on_refine=None,
+                  floor=None):
     """The search without the structure tree (`--playouts 0`, or `plan(structure=False)`): the per-group tree from
     the best start `base`, then refinement of its best and of every other start (the baselines or their memory
-    variants, the fastest pipeline of `candidates`, the fastest shard candidate of `sharded`, which it extends).
-    Returns (best, space, MCTSResult, start name)."""
+    variants, the fastest pipeline of `candidates`, the fastest shard candidate of `sharded`, which it extends with
+    the tree's best as a base, ruled out by `floor` as the starts' were). Returns (best, space, MCTSResult, start
+    name)."""
     batch = gg.graph.batch_size
     if ev.result(base).oom:  # nothing fits: the memory pass on the start
         fitted = fit_memory(gg, cluster, cost, training, base, ev.result)
@@ -185,7 +187,7 @@ def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, v
     best = ev.best[1] or base
     if shard and not (cap.reached() or any(d.shard is not None for d in best.decisions)):
         # the tree's best is a base too; refinement still starts from the tree's best, as without shards
-        sharded.update(_shard_candidates(gg, cluster, cost, training, ev, {"searched": best}))
+        sharded.update(_shard_candidates(gg, cluster, cost, training, ev, {"searched": best}, floor))
     if refine:
         if on_refine:
             on_refine()

@@ -11,12 +11,12 @@ from.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 
 from tag.search.baselines import best_baseline, least_oom_baseline
 from tag.search.budget import WallCap
-from tag.search.evaluate import Evaluator, compute_floor_ms, link_floor_ms, simulation_key
+from tag.search.evaluate import Evaluator, compute_floor_ms, link_floor_and_peak, simulation_key
 from tag.search.precision import choose_precision, make_seeds
 from tag.search.prefetch import Prefetcher
 from tag.search.sfb_choice import never_sfb_start
@@ -53,6 +53,7 @@ class SearchStart:
     precision: dict  # plan.json search.precision
     counted: list
     prefetcher: Prefetcher | None = None  # the evaluator's workers (`tag.search.prefetch`); the caller closes it
+    floor: "StartFloor | None" = None  # the starts' floor, which also rules out later shard candidates
 
 
 def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, pipeline: bool = True,
@@ -108,20 +109,46 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
     for s, r in chain(seeds.cache.items(), seeds.pipeline_starts.values()):
         ev.add(s, r)
     candidates, pipelines = dict(seeds.pipeline_starts), seeds.pipelines
+    floor = StartFloor(gg, cluster, cost, ctx, ev)
     sharded = _shard_candidates(gg, cluster, cost, training, ev,
-                                _shard_bases(baselines, variants, candidates, start_name)) if shard else {}
-
-    def start_floor_ms(s: Strategy) -> float:  # 0 (no floor) when SFB might start from s
-        floor = max(compute_floor_ms(gg, cluster, cost, s), link_floor_ms(ctx, s))
-        return floor if never_sfb_start(ev, floor) else 0.0
-
+                                _shard_bases(baselines, variants, candidates, start_name), floor) if shard else {}
     start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
                                   extra={**variants, **({**candidates, **sharded} if fit_name is None else {})},
-                                  floor_fn=start_floor_ms)
+                                  floor_fn=floor)
     return SearchStart(training=training, cost=cost, baselines=baselines, variants=variants, ev=ev,
                        base_name=base_name, start_name=start_name, base=base, candidates=candidates,
                        pipelines=pipelines, sharded=sharded, pipeline=pipeline, shard=shard,
-                       precision=precision_report, counted=counted, prefetcher=ahead)
+                       precision=precision_report, counted=counted, prefetcher=ahead, floor=floor)
+
+
+@dataclass
+class StartFloor:
+    """The floor the starts are ruled out by (`pick_start`'s stage placements, `_shard_candidates`): called on a
+    strategy, max(`compute_floor_ms`, `link_floor_ms`), or 0 (no floor) while SFB might still start from a plan that
+    slow (`never_sfb_start`: its extra starts are the fastest plans of the evaluator's cache, where a strategy ruled
+    out never enters). Each strategy's task graph is built once: its floor and the peaks the same build gives
+    (`peak_gb`, what the shard LP reads of a strategy ruled out) are kept."""
+
+    gg: object
+    cluster: object
+    cost: object
+    ctx: object  # the strategies' `tag.sim.context.SimContext`
+    ev: Evaluator
+    _built: dict = field(default_factory=dict)  # strategy -> (floor ms, peak GB per device id)
+
+    def _of(self, s: Strategy) -> tuple[float, dict]:
+        got = self._built.get(s)
+        if got is None:
+            link_ms, peak_gb = link_floor_and_peak(self.ctx, s)
+            got = self._built[s] = (max(compute_floor_ms(self.gg, self.cluster, self.cost, s), link_ms), peak_gb)
+        return got
+
+    def __call__(self, s: Strategy) -> float:
+        floor_ms = self._of(s)[0]
+        return floor_ms if never_sfb_start(self.ev, floor_ms) else 0.0
+
+    def peak_gb(self, s: Strategy) -> dict:
+        return self._of(s)[1]
 
 
 def pick_start(gg, cluster, cost, training, batch: int, ev: Evaluator, baselines: dict, start_name: str, *,
@@ -193,12 +220,33 @@ def broken_pipeline_result(cluster, batch: int):
                      busy_ms={}, link_bytes={}, fit_iteration_ms=math.inf, batch_size=batch)
 
 
-def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict) -> dict:
-    """name -> (strategy, SimResult) of every shard candidate (`tag.search.shard_search.shard_candidates`) built on
-    the bases (name -> strategy), simulated through the evaluator."""
-    made = shard_candidates(gg, cluster, cost, training, bases, ev.result, ev.ahead)
-    ev.ahead(made.values())
-    return {name: (s, ev.result(s)) for name, s in made.items()}
+def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict,
+                      floor: StartFloor | None = None) -> dict:
+    """name -> (strategy, SimResult) of the shard candidates (`tag.search.shard_search.shard_candidates`) built on
+    the bases (name -> strategy), simulated through the evaluator. With `floor`, a candidate's even-share strategy
+    or its LP's whose floor already scores no better than the best so far is not simulated
+    (`Evaluator.can_exceed`: it counts as a simulation, as it did when simulated) and such a candidate is left out;
+    the LP of an even-share strategy ruled out reads the peaks of its floor's build. (Most shard candidates over a
+    large cluster's slow links are ruled out so: a grid's collectives alone outlast the best start.)"""
+    if floor is None:
+        made = shard_candidates(gg, cluster, cost, training, bases, ev.result, ev.ahead)
+        ev.ahead(made.values())
+        return {name: (s, ev.result(s)) for name, s in made.items()}
+
+    def scored(s: Strategy):
+        return ev.result(s) if ev.can_exceed(s, ev.best[0], floor) else None
+
+    def ahead(strategies) -> None:  # the ones the best so far does not rule out already
+        ev.ahead([s for s in strategies if ev.floor_can_exceed(floor(s), ev.best[0])])
+
+    made = shard_candidates(gg, cluster, cost, training, bases, scored, ahead, floor.peak_gb)
+    ahead(made.values())
+    out = {}
+    for name, s in made.items():
+        res = scored(s)
+        if res is not None:
+            out[name] = (s, res)
+    return out
 
 
 def _shard_bases(baselines: dict, variants: dict, pipelines: dict, start_name: str) -> dict:

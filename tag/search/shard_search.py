@@ -224,13 +224,17 @@ def shard_parts(gg, cluster, cost, training, base: Strategy, parts, shards: dict
     return _at_lp_shares(gg, cluster, cost, training, base, first, built, shards, result_fn)
 
 
-def _at_lp_shares(gg, cluster, cost, training, base: Strategy, first: Strategy, built, shards, result_fn) -> Strategy:
+def _at_lp_shares(gg, cluster, cost, training, base: Strategy, first: Strategy, built, shards, result_fn,
+                  peak_fn=None) -> Strategy:
     """`first` (`even_parts` of `base`, whose parts are `built`) simulated, then each part at its LP's shares where
-    they can be built (`shard_parts`); `first` itself when no part's shares moved."""
+    they can be built (`shard_parts`); `first` itself when no part's shares moved. `result_fn(first)` may be None
+    (`shard_candidates`: ruled out without a simulation); the LP then reads `peak_fn(first)`, the peaks per device
+    id (GB) its simulation would report."""
     res = result_fn(first)
+    peak_gb = res.peak_memory_gb if res is not None else peak_fn(first)
     decisions, moved = list(first.decisions), False
     for groups, replicas, even in built:
-        ratios = _lp_ratios(gg, cluster, cost, training, first, groups, replicas, shards, res.peak_memory_gb, even)
+        ratios = _lp_ratios(gg, cluster, cost, training, first, groups, replicas, shards, peak_gb, even)
         lp = apply_grid(gg, base, groups, replicas, ratios, shards) if ratios is not None else None
         if lp is not None:  # a sharded decision is built from base's rows; the parts' groups are disjoint
             moved = True
@@ -274,12 +278,13 @@ def _grids_for(cluster, devices, machine: dict) -> dict:
 
 
 def shard_candidates(gg, cluster, cost, training, bases: dict[str, Strategy], result_fn,
-                     ahead=None) -> dict[str, Strategy]:
-    """name -> sharded strategy over every base (module docstring), each simulated through `result_fn` (the
-    search's evaluator, so the best of them enters its best-ever). Pipelined bases shard within each stage's
-    devices only (grids over a group's own devices; no one-machine grid). `ahead(strategies)`: told first the
-    even-share strategies in the order they are simulated (`Evaluator.ahead`: other cores simulate them meanwhile;
-    no result changes)."""
+                     ahead=None, peak_fn=None) -> dict[str, Strategy]:
+    """name -> sharded strategy over every base (module docstring), each even-share strategy scored through
+    `result_fn` (the search's evaluator, so the best of them enters its best-ever) before its LP. Pipelined bases
+    shard within each stage's devices only (grids over a group's own devices; no one-machine grid).
+    `ahead(strategies)`: told first the even-share strategies in the order they are scored (`Evaluator.ahead`:
+    other cores simulate them meanwhile; no result changes). `result_fn` may return None for a strategy it rules
+    out without simulating (a floor, `tag.search.search_start`); its LP then reads `peak_fn(strategy)`."""
     shards = group_shards(gg)
     if not shards:
         return {}
@@ -288,7 +293,7 @@ def shard_candidates(gg, cluster, cost, training, bases: dict[str, Strategy], re
     jobs = [job for job in jobs if job[2] is not None]  # (name, base, first, built); None: no part can be built
     if ahead is not None:
         ahead([first for _, _, first, _ in jobs])
-    return {name: _at_lp_shares(gg, cluster, cost, training, base, first, built, shards, result_fn)
+    return {name: _at_lp_shares(gg, cluster, cost, training, base, first, built, shards, result_fn, peak_fn)
             for name, base, first, built in jobs}
 
 

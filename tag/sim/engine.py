@@ -62,8 +62,19 @@ def _result(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeline, tr
     it_ms = INF if oom else fit_ms
     sps = 0.0 if oom or fit_ms <= 0 else batch / (fit_ms / 1e3)
     events = _trace_events(ctx, strategy, tg, tl) if trace else []
-    return SimResult(it_ms, sps, oom, oom_devices, dict(zip(ids, (peak / 1e9).tolist())), dict(zip(ids, busy)),
+    return SimResult(it_ms, sps, oom, oom_devices, _peak_gb(ids, peak), dict(zip(ids, busy)),
                      _link_bytes(cluster, tl.link_bytes), events, fit_ms, batch, getattr(ctx.cost, "name", ""))
+
+
+def peak_memory_gb(ctx: SimContext, strategy: Strategy, tg: TaskGraph) -> dict[str, float]:
+    """Peak memory per device id (1e9-byte units) of `strategy` from its built task graph `tg`: the
+    `SimResult.peak_memory_gb` a simulation reports, without running the event loop (peaks depend on the graph's
+    memory terms, not on its timeline)."""
+    return _peak_gb([d.id for d in ctx.cluster.devices], strategy_peak_memory_bytes(ctx, strategy, tg.memory))
+
+
+def _peak_gb(ids: list[str], peak_bytes) -> dict[str, float]:
+    return dict(zip(ids, (peak_bytes / 1e9).tolist()))
 
 
 def _link_bytes(cluster, per_link: list[float]) -> dict[str, float]:

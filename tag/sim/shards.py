@@ -40,7 +40,7 @@ import numpy as np
 from tag.graph.shardable import analyse_group
 from tag.sim.collectives import p2p_spec
 from tag.sim.precision import wire_bytes
-from tag.strategy.pieces import feature_bands, held_bands, needed_bands, pieces
+from tag.strategy.pieces import feature_bands, held_bands, needed_bands, piece_rows
 from tag.strategy.shard import shard_sizes
 
 
@@ -299,10 +299,10 @@ def shard_edge_pairs(ctx, ei: int, producer, consumer, decisions, precision: str
     for per_row, fixed, hold, need, ghold, gneed in _tensor_layouts(ctx, e, producer, consumer, decisions,
                                                                     precision):
         if per_row > 0:
-            for p in pieces(held_bands(producer, hold), needed_bands(consumer, need)):
-                fwd[(p.src, p.dst)] = fwd.get((p.src, p.dst), 0.0) + p.rows * per_row * float(p.fraction)
-            for p in pieces(held_bands(consumer, ghold), needed_bands(producer, gneed)):
-                bwd[(p.src, p.dst)] = bwd.get((p.src, p.dst), 0.0) + p.rows * per_row * float(p.fraction)
+            for src, dst, rows, fraction in piece_rows(held_bands(producer, hold), needed_bands(consumer, need)):
+                fwd[(src, dst)] = fwd.get((src, dst), 0.0) + rows * per_row * fraction
+            for src, dst, rows, fraction in piece_rows(held_bands(consumer, ghold), needed_bands(producer, gneed)):
+                bwd[(src, dst)] = bwd.get((src, dst), 0.0) + rows * per_row * fraction
         if fixed > 0:
             for d in consumer.devices:
                 if d not in producer.devices:

@@ -42,3 +42,31 @@ def test_positions_out_of_device_order():
     got = pieces(held_bands(one), needed_bands(dec))
     at_position_1 = sorted((p.dst, p.start, p.rows) for p in got if p.dst in (2, 3))
     assert at_position_1 == [(2, 5, 7), (3, 0, 5)]
+
+
+def test_kept_pieces_are_those_of_their_own_layouts():
+    """`pieces` and `piece_rows` keep their answers by layout: asked in any order over random sharded layouts
+    (shares, grids and row maps differing in one field at a time), each answer equals the pieces computed with the
+    memo emptied, and `piece_rows` carries exactly each piece's (src, dst, rows, fraction)."""
+    import tag.strategy.pieces as P
+    from tag.strategy.pieces import feature_bands, piece_rows
+
+    rng = random.Random(1)
+    layouts = []
+    for _ in range(40):
+        rows = tuple(rng.choice((4, 8)) for _ in range(4))
+        shard = Shard("row", ((0, 1), (2, 3)) if rng.random() < 0.5 else ((0, 2), (1, 3)),
+                      rng.choice(((0.5, 0.5), (0.25, 0.75), (0.75, 0.25))))
+        dec = Decision(rows, shard=Shard(shard.split, shard.replicas, shard.ratios))
+        plain = Decision(rows)
+        bands = feature_bands(4, shard.ratios) if rng.random() < 0.5 else None
+        layouts.append((held_bands(plain), needed_bands(dec, bands)))
+        layouts.append((held_bands(dec, bands), needed_bands(plain)))
+    asked = [layouts[rng.randrange(len(layouts))] for _ in range(200)]
+    got = [(pieces(h, n), piece_rows(h, n)) for h, n in asked]
+    for (h, n), (ps, rows) in zip(asked, got):
+        P._MEMO.clear()
+        P._ROWS_MEMO.clear()
+        fresh = pieces(h, n)
+        assert ps == fresh
+        assert rows == tuple((p.src, p.dst, p.rows, float(p.hi - p.lo)) for p in fresh)
