@@ -256,13 +256,14 @@ def replica_collectives(ctx, g: int, decisions, phase: str) -> list[ReplicaColle
     else:
         gathers = facts.narrow_grad
         reduces = facts.column_grad_bytes
+    pads = [(r, f, _padded(k, bands)) for r, f, bands in gathers]  # the same for every replica
     for rep in dec.shard.replicas:
         rows = dec.rows[rep[0]]
         steps = []
         s = reduces[0] * rows + reduces[1]
         if s > 0:
             steps.append(("ring", s))
-        g_bytes = sum((r * rows + f) * _padded(k, bands) for r, f, bands in gathers)
+        g_bytes = sum((r * rows + f) * pad for r, f, pad in pads)
         if g_bytes > 0:
             steps.append(("allgather", g_bytes))
         if steps:

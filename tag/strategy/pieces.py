@@ -74,10 +74,10 @@ def held_bands(decision, bands=None) -> list[Band]:
     position whole, as alternatives) or, given `bands` (one (lo, hi) per position), position j only band j."""
     if decision.shard is None:
         return [Band(*WHOLE, (rows_placement(decision.rows),))]
-    k = decision.shard.k
+    places = _positions(decision)
     if bands is None:
-        return [Band(*WHOLE, tuple(position_placement(decision, j) for j in range(k)))]
-    return [Band(lo, hi, (position_placement(decision, j),)) for j, (lo, hi) in enumerate(bands)]
+        return [Band(*WHOLE, places)]
+    return [Band(lo, hi, (places[j],)) for j, (lo, hi) in enumerate(bands)]
 
 
 def needed_bands(decision, bands=None) -> list[Band]:
@@ -85,9 +85,23 @@ def needed_bands(decision, bands=None) -> list[Band]:
     whole or, given `bands`, band j at position j."""
     if decision.shard is None:
         return [Band(*WHOLE, (rows_placement(decision.rows),))]
-    k = decision.shard.k
-    spans = [WHOLE] * k if bands is None else bands
-    return [Band(lo, hi, (position_placement(decision, j),)) for j, (lo, hi) in enumerate(spans)]
+    places = _positions(decision)
+    spans = [WHOLE] * len(places) if bands is None else bands
+    return [Band(lo, hi, (places[j],)) for j, (lo, hi) in enumerate(spans)]
+
+
+def _positions(decision) -> tuple:
+    """`position_placement(decision, j)` for every position j of a sharded decision, kept per decision (a build
+    asks for each tensor of each edge)."""
+    got = _POSITIONS.get(decision)
+    if got is None:
+        if len(_POSITIONS) >= _MEMO_MAX_ENTRIES:
+            _POSITIONS.clear()
+        got = _POSITIONS[decision] = tuple(position_placement(decision, j) for j in range(decision.shard.k))
+    return got
+
+
+_POSITIONS: dict = {}
 
 
 _MEMO: dict = {}  # (held, needed) as tuples -> their pieces: a build asks for the same layouts edge after edge
