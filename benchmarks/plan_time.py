@@ -18,9 +18,10 @@ Each row prints the wall and CPU (user + system) seconds of the process, plan()'
 whether the step is no worse (within 0.01 ms of the figure before, or faster).
 
 With `--against TREE` (another checkout or worktree, e.g. `git worktree add --detach /tmp/before <rev>`), each of
-the 9 datasets cases also runs there (cwd and PYTHONPATH = TREE), right before or after this tree's run (the order
-alternating by case, so both see the same load), and the table shows both trees' figures side by side; the two
-plan.json files are compared key by key (`search.seconds` and paths aside) and every difference is printed. With
+the 9 datasets cases (or of `--cases M:T,...`, e.g. `bert_large:hap64`) also runs there (cwd and PYTHONPATH =
+TREE), right before or after this tree's run (the order alternating by case, so both see the same load), and the
+table shows both trees' figures side by side; the two plan.json files are compared key by key (`search.seconds` and
+paths aside) and every difference is printed. With
 `--against TREE --big-models M1,M2`, the same for those models on mixed1024 instead of the datasets cases.
 """
 
@@ -103,13 +104,14 @@ def plan_differences(a, b, path: str = "") -> list[tuple[str, object, object]]:
     return [] if a == b else [(path, a, b)]
 
 
-def against_rows(other: str, tmp: str) -> None:
-    """The 9 datasets cases in the tree `other` and in this one, back to back (order alternating by case): both
-    trees' figures side by side, their medians and maxima, and the plans compared key by key."""
+def against_rows(other: str, tmp: str, cases: list[tuple[str, str]] | None = None) -> None:
+    """The datasets cases (model, topology name; default the 9 of MODELS x TOPOLOGIES) in the tree `other` and in
+    this one, back to back (order alternating by case): both trees' figures side by side, their medians and maxima,
+    and the plans compared key by key."""
     from tag.textfmt import table
 
     rows, pairs, differing = [], [], 0
-    for i, (m, t) in enumerate((m, t) for m in MODELS for t in TOPOLOGIES):
+    for i, (m, t) in enumerate(cases or [(m, t) for m in MODELS for t in TOPOLOGIES]):
         topo = os.path.join("datasets", "topologies", f"{t}.json")
         runs = {}
         for name, root in ([("before", other), ("after", ROOT)] if i % 2 == 0 else
@@ -181,6 +183,9 @@ def main(argv=None) -> int:
     ap.add_argument("--plans-dir", default=None, help="keep the plans here (MODEL-TOPO.json), e.g. to diff two commits'")
     ap.add_argument("--against", default=None, metavar="TREE",
                     help="time the 9 datasets cases in TREE too, back to back with this tree, and compare the plans")
+    ap.add_argument("--cases", default=None, metavar="M:T,M:T",
+                    help="with --against: these datasets cases (model:topology, e.g. bert_large:hap64) instead of "
+                         "the 9")
     ap.add_argument("--big-models", default=None, metavar="M1,M2",
                     help="the models planned on mixed1024 (default resnet50); with --against, those (and no "
                          "datasets case) in both trees")
@@ -192,7 +197,8 @@ def main(argv=None) -> int:
         if args.against and args.big_models:
             big_against_rows(os.path.abspath(args.against), args.big_models.split(","), tmp)
         elif args.against:
-            against_rows(os.path.abspath(args.against), tmp)
+            cases = [tuple(c.split(":", 1)) for c in args.cases.split(",")] if args.cases else None
+            against_rows(os.path.abspath(args.against), tmp, cases)
         elif not args.only_big:
             rows = [plan_row(m, t, os.path.join("datasets", "topologies", f"{t}.json"), ["--json"], tmp)
                     for m in MODELS for t in TOPOLOGIES]
