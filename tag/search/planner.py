@@ -167,8 +167,8 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
 
 def _start_search(gg, cluster, cost, training, ev: Evaluator, baselines: dict, variants: dict, start_name: str,
                   base: Strategy, candidates: dict, sharded: dict, *, playouts: int, seed: int, priors_fn,
-                  refine: bool, refine_simulations: int, shard: bool, cap: WallCap, progress, on_refine=None,
-                  floor=None):
+                  refine: bool, refine_simulations: int, shard: bool, cap: WallCap, progress, floor,
+                  on_refine=None):
     """The search without the structure tree (`--playouts 0`, or `plan(structure=False)`): the per-group tree from
     the best start `base`, then refinement of its best and of every other start (the baselines or their memory
     variants, the fastest pipeline of `candidates`, the fastest shard candidate of `sharded`, which it extends with

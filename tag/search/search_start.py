@@ -53,7 +53,7 @@ class SearchStart:
     precision: dict  # plan.json search.precision
     counted: list
     prefetcher: Prefetcher | None = None  # the evaluator's workers (`tag.search.prefetch`); the caller closes it
-    floor: "StartFloor | None" = None  # the starts' floor, which also rules out later shard candidates
+    floor: "StartFloor | None" = None  # the starts' floor (search_start sets it); it rules out shard candidates
 
 
 def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, pipeline: bool = True,
@@ -109,7 +109,7 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
     for s, r in chain(seeds.cache.items(), seeds.pipeline_starts.values()):
         ev.add(s, r)
     candidates, pipelines = dict(seeds.pipeline_starts), seeds.pipelines
-    floor = StartFloor(gg, cluster, cost, ctx, ev)
+    floor = StartFloor(ctx, ev)
     sharded = _shard_candidates(gg, cluster, cost, training, ev,
                                 _shard_bases(baselines, variants, candidates, start_name), floor) if shard else {}
     start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
@@ -129,18 +129,16 @@ class StartFloor:
     out never enters). Each strategy's task graph is built once: its floor and the peaks the same build gives
     (`peak_gb`, what the shard LP reads of a strategy ruled out) are kept."""
 
-    gg: object
-    cluster: object
-    cost: object
-    ctx: object  # the strategies' `tag.sim.context.SimContext`
+    ctx: object  # the strategies' `tag.sim.context.SimContext` (model, cluster, cost model)
     ev: Evaluator
     _built: dict = field(default_factory=dict)  # strategy -> (floor ms, peak GB per device id)
 
     def _of(self, s: Strategy) -> tuple[float, dict]:
         got = self._built.get(s)
         if got is None:
-            link_ms, peak_gb = link_floor_and_peak(self.ctx, s)
-            got = self._built[s] = (max(compute_floor_ms(self.gg, self.cluster, self.cost, s), link_ms), peak_gb)
+            ctx = self.ctx
+            link_ms, peak_gb = link_floor_and_peak(ctx, s)
+            got = self._built[s] = (max(compute_floor_ms(ctx.gg, ctx.cluster, ctx.cost, s), link_ms), peak_gb)
         return got
 
     def __call__(self, s: Strategy) -> float:
@@ -220,19 +218,13 @@ def broken_pipeline_result(cluster, batch: int):
                      busy_ms={}, link_bytes={}, fit_iteration_ms=math.inf, batch_size=batch)
 
 
-def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict,
-                      floor: StartFloor | None = None) -> dict:
+def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict, floor: StartFloor) -> dict:
     """name -> (strategy, SimResult) of the shard candidates (`tag.search.shard_search.shard_candidates`) built on
-    the bases (name -> strategy), simulated through the evaluator. With `floor`, a candidate's even-share strategy
-    or its LP's whose floor already scores no better than the best so far is not simulated
+    the bases (name -> strategy), simulated through the evaluator. A candidate's even-share strategy or its LP's
+    whose `floor` already scores no better than the best so far is not simulated
     (`Evaluator.can_exceed`: it counts as a simulation, as it did when simulated) and such a candidate is left out;
     the LP of an even-share strategy ruled out reads the peaks of its floor's build. (Most shard candidates over a
     large cluster's slow links are ruled out so: a grid's collectives alone outlast the best start.)"""
-    if floor is None:
-        made = shard_candidates(gg, cluster, cost, training, bases, ev.result, ev.ahead)
-        ev.ahead(made.values())
-        return {name: (s, ev.result(s)) for name, s in made.items()}
-
     def scored(s: Strategy):
         return ev.result(s) if ev.can_exceed(s, ev.best[0], floor) else None
 

@@ -93,25 +93,34 @@ def needed_bands(decision, bands=None) -> list[Band]:
 def _positions(decision) -> tuple:
     """`position_placement(decision, j)` for every position j of a sharded decision, kept per decision (a build
     asks for each tensor of each edge)."""
-    got = _POSITIONS.get(decision)
+    return _kept(_POSITIONS, decision, lambda: tuple(position_placement(decision, j) for j in range(decision.shard.k)))
+
+
+def piece_rows(held: list[Band], needed: list[Band]) -> tuple[tuple[int, int, int, float], ...]:
+    """(src, dst, rows, float(fraction)) of each of `pieces(held, needed)`, in its order: what the simulator reads of
+    them, kept per pair of layouts (consecutive sharded groups hold and need the same bands of every tensor between
+    them, edge after edge: `tag.sim.shards.shard_edge_pairs`)."""
+    return _kept(_ROWS, (tuple(held), tuple(needed)),
+                 lambda: tuple((p.src, p.dst, p.rows, float(p.fraction)) for p in pieces(held, needed)))
+
+
+_POSITIONS: dict = {}  # sharded decision -> its position placements
+_ROWS: dict = {}  # (held, needed) as tuples -> `piece_rows`
+_MEMO_MAX_ENTRIES = 4096  # each memo is emptied when it reaches this many
+
+
+def _kept(memo: dict, key, make):
+    """memo[key], made by make() the first time it is asked for."""
+    got = memo.get(key)
     if got is None:
-        if len(_POSITIONS) >= _MEMO_MAX_ENTRIES:
-            _POSITIONS.clear()
-        got = _POSITIONS[decision] = tuple(position_placement(decision, j) for j in range(decision.shard.k))
+        if len(memo) >= _MEMO_MAX_ENTRIES:
+            memo.clear()
+        got = memo[key] = make()
     return got
-
-
-_POSITIONS: dict = {}
-
-
-_MEMO: dict = {}  # (held, needed) as tuples -> their pieces: a build asks for the same layouts edge after edge
-_MEMO_MAX_ENTRIES = 4096
 
 
 def pieces(held: list[Band], needed: list[Band]) -> list[Piece]:
     """The pieces that serve `needed` from `held` (module docstring), in needed-band order, then by (dst, start).
-    A pure function of the two layouts, kept for layouts met before (consecutive sharded groups hold and need the
-    same bands of every tensor between them).
 
     >>> from tag.strategy import Decision
     >>> from tag.strategy.shard import Shard
@@ -122,32 +131,6 @@ def pieces(held: list[Band], needed: list[Band]) -> list[Piece]:
     >>> pieces(held_bands(two), needed_bands(two))  # every position holds the tensor whole: nothing moves
     []
     """
-    key = (tuple(held), tuple(needed))
-    got = _MEMO.get(key)
-    if got is None:
-        if len(_MEMO) >= _MEMO_MAX_ENTRIES:
-            _MEMO.clear()
-        got = _MEMO[key] = tuple(_serve(held, needed))
-    return list(got)
-
-
-def piece_rows(held: list[Band], needed: list[Band]) -> tuple[tuple[int, int, int, float], ...]:
-    """(src, dst, rows, float(fraction)) of each of `pieces(held, needed)`, in its order, kept likewise: what the
-    simulator reads of them, edge after edge (`tag.sim.shards.shard_edge_pairs`)."""
-    key = (tuple(held), tuple(needed))
-    got = _ROWS_MEMO.get(key)
-    if got is None:
-        if len(_ROWS_MEMO) >= _MEMO_MAX_ENTRIES:
-            _ROWS_MEMO.clear()
-        got = _ROWS_MEMO[key] = tuple((p.src, p.dst, p.rows, float(p.fraction)) for p in pieces(held, needed))
-    return got
-
-
-_ROWS_MEMO: dict = {}
-
-
-def _serve(held: list[Band], needed: list[Band]) -> list[Piece]:
-    """`pieces` without the memo."""
     out: list[Piece] = []
     for nb in needed:
         cmap = nb.maps[0]

@@ -45,9 +45,10 @@ def test_positions_out_of_device_order():
 
 
 def test_kept_pieces_are_those_of_their_own_layouts():
-    """`pieces` and `piece_rows` keep their answers by layout: asked in any order over random sharded layouts
-    (shares, grids and row maps differing in one field at a time), each answer equals the pieces computed with the
-    memo emptied, and `piece_rows` carries exactly each piece's (src, dst, rows, fraction)."""
+    """`piece_rows` (and the position placements under it) keep their answers by layout: asked in any order over
+    random sharded layouts (shares, grids and row maps differing in one field at a time), each answer equals the
+    pieces computed with the memos emptied, and `piece_rows` carries exactly each piece's (src, dst, rows,
+    fraction)."""
     import tag.strategy.pieces as P
     from tag.strategy.pieces import feature_bands, piece_rows
 
@@ -65,8 +66,8 @@ def test_kept_pieces_are_those_of_their_own_layouts():
     asked = [layouts[rng.randrange(len(layouts))] for _ in range(200)]
     got = [(pieces(h, n), piece_rows(h, n)) for h, n in asked]
     for (h, n), (ps, rows) in zip(asked, got):
-        P._MEMO.clear()
-        P._ROWS_MEMO.clear()
+        P._ROWS.clear()
+        P._POSITIONS.clear()
         fresh = pieces(h, n)
         assert ps == fresh
         assert rows == tuple((p.src, p.dst, p.rows, float(p.hi - p.lo)) for p in fresh)
