@@ -19,7 +19,7 @@ from tag.search.budget import WallCap
 from tag.search.evaluate import Evaluator, compute_floor_ms, link_floor_and_peak, simulation_key
 from tag.search.precision import choose_precision, make_seeds
 from tag.search.prefetch import Prefetcher
-from tag.search.sfb_choice import never_sfb_start
+from tag.search.sfb_choice import never_sfb_start, sfb_may_start
 from tag.search.shard_search import SHARD_MAX_DEVICES, shard_candidates
 from tag.search.space import fits_pipeline
 from tag.strategy import Strategy, TrainingConfig
@@ -126,7 +126,8 @@ class StartFloor:
     """The floor the starts are ruled out by (`pick_start`'s stage placements, `_shard_candidates`): called on a
     strategy, max(`compute_floor_ms`, `link_floor_ms`), or 0 (no floor) while SFB might still start from a plan that
     slow (`never_sfb_start`: its extra starts are the fastest plans of the evaluator's cache, where a strategy ruled
-    out never enters). Each strategy's task graph is built once: its floor and the peaks the same build gives
+    out never enters). A strategy SFB never starts from (`sfb_may_start`: pipelined or sharded, as every shard
+    candidate is) always has its floor: ruling it out removes no SFB start. Each strategy's task graph is built once: its floor and the peaks the same build gives
     (`peak_gb`, what the shard LP reads of a strategy ruled out) are kept."""
 
     ctx: object  # the strategies' `tag.sim.context.SimContext` (model, cluster, cost model)
@@ -143,7 +144,7 @@ class StartFloor:
 
     def __call__(self, s: Strategy) -> float:
         floor_ms = self._of(s)[0]
-        return floor_ms if never_sfb_start(self.ev, floor_ms) else 0.0
+        return floor_ms if not sfb_may_start(s) or never_sfb_start(self.ev, floor_ms) else 0.0
 
     def peak_gb(self, s: Strategy) -> dict:
         return self._of(s)[1]

@@ -27,7 +27,7 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
 
     # deploy sends sufficient factors only without micro-batches and without shards, so pipelined or sharded
     # strategies are not SFB starts
-    starts = [best] if _sfb_start(best) else []
+    starts = [best] if sfb_may_start(best) else []
     from tag.search.baselines import best_baseline
 
     name = best_baseline(baselines)
@@ -40,7 +40,7 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
         if s not in starts:
             starts.append(s)
     chosen = best
-    report = {} if _sfb_start(best) else no_sfb_report(ev.result(best).iteration_ms)
+    report = {} if sfb_may_start(best) else no_sfb_report(ev.result(best).iteration_ms)
     for start in dict.fromkeys(starts):
         if start is not best and cap is not None and cap.reached():
             break
@@ -60,8 +60,8 @@ def _apply_sfb(gg, cluster, cost, training, best, ev, baselines, simulate_fn, ex
 
 def _ranked_start(strategy: Strategy, res) -> bool:
     """Whether `_apply_sfb` ranks a simulated strategy among the fastest it may start from: it fits, takes a finite
-    time, may start SFB (`_sfb_start`) and has no SFB decision yet."""
-    return (not res.oom and math.isfinite(res.iteration_ms) and _sfb_start(strategy)
+    time, may start SFB (`sfb_may_start`) and has no SFB decision yet."""
+    return (not res.oom and math.isfinite(res.iteration_ms) and sfb_may_start(strategy)
             and not any(d.sfb for d in strategy.decisions))
 
 
@@ -81,6 +81,6 @@ def never_sfb_start(ev, floor_ms: float, extra_starts: int = SFB_EXTRA_STARTS) -
     return False
 
 
-def _sfb_start(strategy: Strategy) -> bool:
+def sfb_may_start(strategy: Strategy) -> bool:
     """Whether SFB selection may start from `strategy`: no pipeline and no sharded group."""
     return strategy.pipeline is None and all(d.shard is None for d in strategy.decisions)

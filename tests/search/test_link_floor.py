@@ -100,7 +100,7 @@ def test_pick_start_rules_out_without_changing_the_search(monkeypatch):
     training = TrainingConfig()
     gg, cluster, cost, _ = _case("gpt2_tiny", _topology("tag16"), training)
     on = ss.search_start(gg, cluster, cost, training)
-    monkeypatch.setattr(ss, "never_sfb_start", lambda ev, floor: False)  # every floor 0: nothing ruled out
+    monkeypatch.setattr(ss.StartFloor, "__call__", lambda self, s: 0.0)  # every floor 0: nothing ruled out
     off = ss.search_start(gg, cluster, cost, training)
     assert on.ev.floored >= 1 and off.ev.floored == 0
     assert (on.start_name, on.base) == (off.start_name, off.base)

@@ -24,7 +24,7 @@ def starts():
     gg, cluster, cost, _ = _case("gpt2_tiny", _topology("tag16"), training)
     on = ss.search_start(gg, cluster, cost, training)
     mp = pytest.MonkeyPatch()
-    mp.setattr(ss, "never_sfb_start", lambda ev, floor: False)
+    mp.setattr(ss.StartFloor, "__call__", lambda self, s: 0.0)
     try:
         off = ss.search_start(gg, cluster, cost, training)
     finally:
@@ -71,3 +71,25 @@ def test_floor_and_peak_from_one_build_match_the_simulation(starts):
         res = simulate(gg, cluster, on.cost, s, on.training)
         assert peak == res.peak_memory_gb
         assert floor <= res.fit_iteration_ms * (1 + 1e-12) or math.isinf(res.fit_iteration_ms)
+
+
+def test_the_sfb_guard_spares_only_strategies_sfb_may_start_from(starts, monkeypatch):
+    """With SFB still able to start from a plan that slow (`never_sfb_start` False), the floor is 0 for a strategy
+    SFB may start from (a baseline) but stays for a shard candidate or a pipeline, which SFB never starts from
+    (ruling them out removes no SFB start)."""
+    import tag.search.search_start as ss
+    from tag.search.evaluate import compute_floor_ms, link_floor_ms
+    from tag.sim.context import sim_context
+
+    gg, cluster, cost, training, on, off = starts
+    monkeypatch.setattr(ss, "never_sfb_start", lambda ev, floor: False)
+    ctx = sim_context(gg, cluster, on.cost, on.training)
+    floor = ss.StartFloor(ctx, on.ev)
+    flat = on.baselines["dp-even"][0]
+    assert max(compute_floor_ms(gg, cluster, on.cost, flat), link_floor_ms(ctx, flat)) > 0
+    assert floor(flat) == 0.0
+    sharded = next(iter(off.sharded.values()))[0]
+    piped = next(s for s, _ in on.candidates.values() if s.pipeline is not None)
+    for s in (sharded, piped):
+        expected = max(compute_floor_ms(gg, cluster, on.cost, s), link_floor_ms(ctx, s))
+        assert expected > 0 and floor(s) == expected
