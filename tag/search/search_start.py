@@ -127,8 +127,9 @@ class StartFloor:
     strategy, max(`compute_floor_ms`, `link_floor_ms`), or 0 (no floor) while SFB might still start from a plan that
     slow (`never_sfb_start`: its extra starts are the fastest plans of the evaluator's cache, where a strategy ruled
     out never enters). A strategy SFB never starts from (`sfb_may_start`: pipelined or sharded, as every shard
-    candidate is) always has its floor: ruling it out removes no SFB start. Each strategy's task graph is built once: its floor and the peaks the same build gives
-    (`peak_gb`, what the shard LP reads of a strategy ruled out) are kept."""
+    candidate is) always has its floor: ruling it out removes no SFB start. Each strategy's task graph is built
+    once: its floor and the peaks the same build gives (`peak_gb`, what the shard LP reads of a strategy ruled out)
+    are kept."""
 
     ctx: object  # the strategies' `tag.sim.context.SimContext` (model, cluster, cost model)
     ev: Evaluator
