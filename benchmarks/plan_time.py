@@ -190,6 +190,8 @@ def main(argv=None) -> int:
                     help="the models planned on mixed1024 (default resnet50); with --against, those (and no "
                          "datasets case) in both trees")
     args = ap.parse_args(argv)
+    if args.cases and not args.against:
+        ap.error("--cases needs --against TREE (it picks the cases timed in both trees)")
     print("load average (1, 5, 15 min) at the start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.plans_dir or scratch

@@ -79,7 +79,7 @@ class Evaluator:
                 self.floored += 1
                 return False
             return True
-        return self._ms_value(floor) > value
+        return self.floor_can_exceed(floor, value)
 
     def floor_can_exceed(self, floor_ms: float, value: float) -> bool:
         """Whether a plan that takes at least `floor_ms` (0: no floor) may score above `value`: `can_exceed`'s test,
