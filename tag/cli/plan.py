@@ -92,6 +92,7 @@ def add_parser(sub):
 
 @gc_paused()  # loading the model and the networks too (~0.3 s of CPU in collector passes; tag.search.gc_pause)
 def run(args) -> int:
+    import math
     import os
     import sys
 
@@ -174,9 +175,20 @@ def run(args) -> int:
         playouts = default_playouts if args.playouts is None else args.playouts
         refine_simulations = default_refine if args.simulations is None else args.simulations
         bar = progress(total=playouts, desc="search", unit="playout")
+        shown = {"simulations": 0, "best_ms": math.inf}
+
+        def show() -> None:  # drawn by the next update or the bar's heartbeat
+            best = f", best {shown['best_ms']:.2f} ms" if math.isfinite(shown["best_ms"]) else ""
+            bar.set_postfix_str(f"{shown['simulations']} simulations{best}", refresh=False)
+
         def tick(done: int, best_ms: float) -> None:
+            shown["best_ms"] = best_ms
+            show()
             bar.update(1)
-            bar.set_postfix_str(f"best {best_ms:.2f} ms")
+
+        def simulated(n: int) -> None:
+            shown["simulations"] = n
+            show()
 
         def phase(name: str) -> None:  # the bar counts the tree's playouts; its label says which part runs
             bar.set_description_str(name)
@@ -187,7 +199,8 @@ def run(args) -> int:
                        sfb=use_sfb, on_progress=tick, pipeline=not args.no_pipeline,
                        cost_for=precision_costs(args, inp), shard=not args.no_shard,
                        structure_priors_fn=structure_priors_fn,
-                       workers=default_workers() if args.jobs is None else args.jobs - 1, on_phase=phase)
+                       workers=default_workers() if args.jobs is None else args.jobs - 1, on_phase=phase,
+                       on_simulation=simulated)
         finally:
             bar.close()
     inp = replace(inp, training=res.training, cost=res.cost)  # the precision searched under

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
+import threading
 from typing import Any, Sequence
 
 from tag.errors import InputError
@@ -121,8 +123,49 @@ def emit(args: argparse.Namespace, obj: Any, human: str) -> None:
         sys.stdout.write(human.rstrip("\n") + "\n")
 
 
+HEARTBEAT_S = 1.0  # an open bar on a terminal is redrawn at least this often (`progress`)
+_REDRAW = threading.Lock()  # held while a heartbeat redraws; a fork waits for it (`_guard_forks`)
+_FORKS_GUARDED = []
+
+
 def progress(total: int | None = None, desc: str = "", unit: str = "it"):
-    """A progress bar on stderr (tqdm); hidden when stderr is not a terminal."""
+    """A progress bar on stderr (tqdm); hidden when stderr is not a terminal. While a shown bar is open, a daemon
+    thread redraws it every HEARTBEAT_S seconds, so its elapsed time runs through long stretches in which no unit
+    ends (a plan's starts and refinement, one ablation case); `close()` stops the thread."""
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None, leave=False, dynamic_ncols=True)
+    bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None, leave=False, dynamic_ncols=True)
+    if not bar.disable:
+        _keep_redrawing(bar, HEARTBEAT_S)
+    return bar
+
+
+def _keep_redrawing(bar, interval_s: float) -> threading.Thread:
+    """Redraw `bar` every `interval_s` seconds on a daemon thread until `bar.close()` (wrapped to stop it first)."""
+    _guard_forks()
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval_s):
+            with _REDRAW:
+                if not stop.is_set():
+                    bar.refresh()
+
+    close = bar.close
+
+    def close_and_stop() -> None:
+        stop.set()
+        close()
+
+    bar.close = close_and_stop
+    thread = threading.Thread(target=beat, name="progress-heartbeat", daemon=True)
+    thread.start()
+    return thread
+
+
+def _guard_forks() -> None:
+    """Make `os.fork` (the search's worker processes) wait until no heartbeat is redrawing: a child forked while
+    another thread holds stderr's lock would block on its first write. Registered once per process."""
+    if not _FORKS_GUARDED:
+        os.register_at_fork(before=_REDRAW.acquire, after_in_parent=_REDRAW.release, after_in_child=_REDRAW.release)
+        _FORKS_GUARDED.append(True)

@@ -76,14 +76,17 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
          refine: bool = True, sfb: bool = True, refine_simulations: int | None = None,
          on_progress: Callable[[int, float], None] | None = None, pipeline: bool = True,
          cost_for: Callable[[str], object] | None = None, shard: bool = True, structure: bool = True,
-         structure_priors_fn=None, workers: int = 0, on_phase: Callable[[str], None] | None = None) -> PlanResult:
+         structure_priors_fn=None, workers: int = 0, on_phase: Callable[[str], None] | None = None,
+         on_simulation: Callable[[int], None] | None = None) -> PlanResult:
     """Search a strategy: `playouts` tree playouts, then refinement with `refine_simulations` simulations
     (the tree's best plan; refine_simulations // 4 for each other baseline), then SFB selection. None for
     either count: `tag.search.budget.default_counts` of the instance. `budget_s` (None: none) is a wall-clock
     safety cap only; `PlanResult.capped` says whether it bound.
 
     on_progress(playouts_done, best_iteration_ms) is called after every playout (for a progress bar); on_phase(name)
-    when a part of the search begins: "starts" (baselines, pipelines, shard candidates), "tree", "refine", "sfb".
+    when a part of the search begins: "starts" (baselines, pipelines, shard candidates), "tree", "refine", "sfb";
+    on_simulation(n) after each simulation the search runs past its seeds, n = the count so far (`simulations` at the
+    end), so that a display shows work while no playout ends.
     pipeline: search micro-batched pipelines (`tag.search.pipeline_search`); every candidate is simulated and
     competes with every other plan kind (the result is the best strategy ever simulated); the fastest is refined
     like the other baselines, and is the tree's start when it beats every start and no baseline fits (the tree's
@@ -113,7 +116,7 @@ def plan(gg, cluster, cost, training: TrainingConfig, *, playouts: int | None = 
     phase = on_phase or (lambda name: None)
     phase("starts")
     st = search_start(gg, cluster, cost, training, cost_for=cost_for, pipeline=pipeline, shard=shard,
-                      floors=not sfb, cap=cap, workers=workers)
+                      floors=not sfb, cap=cap, workers=workers, on_simulation=on_simulation)
     try:
         training, cost, baselines, variants, ev = st.training, st.cost, st.baselines, st.variants, st.ev
         base_name, start_name, base = st.base_name, st.start_name, st.base

@@ -58,14 +58,15 @@ class SearchStart:
 
 def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, pipeline: bool = True,
                  shard: bool = True, floors: bool = True, cap: WallCap | None = None,
-                 workers: int = 0) -> SearchStart:
+                 workers: int = 0, on_simulation=None) -> SearchStart:
     """The starts and the root (module docstring). cost_for: None searches under `training.precision` with `cost`;
     else precision -> cost model, and the precision is chosen (`choose_precision`). floors: the evaluator rules out
     moves a compute floor proves cannot pay (`Evaluator.can_exceed`); `plan` turns them off with SFB, whose extra
     start is the fastest plan of the evaluator's cache. pipeline / shard: search them (never above
     PIPELINE_MAX_DEVICES / SHARD_MAX_DEVICES devices). workers: processes that simulate ahead of the search
     (`tag.search.prefetch`; the same results and counts with any number), closed by the caller
-    (`SearchStart.prefetcher`)."""
+    (`SearchStart.prefetcher`). on_simulation(n): called after each simulation through the evaluator (here and in
+    every later part of the search), n = `counted[0]` then."""
     from tag.sim import simulate
     from tag.sim.context import sim_context
 
@@ -97,7 +98,10 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
         if strategy.pipeline is not None and not pipeline_consistent(strategy):
             return broken_pipeline_result(cluster, batch)  # a move left a group's rows outside its stage
         counted[0] += 1
-        return ahead.take(strategy)
+        res = ahead.take(strategy)
+        if on_simulation is not None:
+            on_simulation(counted[0])
+        return res
 
     ctx = sim_context(gg, cluster, cost, training)
     ev = Evaluator(simulate_fn, reference_ms, usable_gb, key_fn=lambda s: simulation_key(ctx, s),

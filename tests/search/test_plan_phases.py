@@ -20,3 +20,12 @@ def test_phases_in_order(inp, kw, want):
     seen = []
     plan(inp.gg, inp.cluster, inp.cost, inp.training, refine_simulations=10, workers=0, on_phase=seen.append, **kw)
     assert seen == want
+
+
+def test_each_simulation_is_announced_with_the_count_so_far(inp):
+    seen = []
+    res = plan(inp.gg, inp.cluster, inp.cost, inp.training, playouts=4, refine_simulations=10, workers=0,
+               on_simulation=seen.append)
+    assert seen, "the search ran no simulation past its seeds"
+    assert seen == list(range(seen[0], seen[0] + len(seen)))  # one call per simulation, counting up by one
+    assert seen[-1] == res.simulations
