@@ -124,8 +124,11 @@ def emit(args: argparse.Namespace, obj: Any, human: str) -> None:
 
 
 HEARTBEAT_S = 1.0  # an open bar on a terminal is redrawn at least this often (`progress`)
-_REDRAW = threading.Lock()  # held while a heartbeat redraws; a fork waits for it (`_guard_forks`)
-_FORKS_GUARDED = []
+# held while a heartbeat redraws. `os.fork` (the search's worker processes) takes it first, so no child is forked while
+# a heartbeat holds stderr's lock (the child would block on its first write); both sides release it after the fork
+_REDRAW = threading.Lock()
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(before=_REDRAW.acquire, after_in_parent=_REDRAW.release, after_in_child=_REDRAW.release)
 
 
 def progress(total: int | None = None, desc: str = "", unit: str = "it"):
@@ -142,7 +145,6 @@ def progress(total: int | None = None, desc: str = "", unit: str = "it"):
 
 def _keep_redrawing(bar, interval_s: float) -> threading.Thread:
     """Redraw `bar` every `interval_s` seconds on a daemon thread until `bar.close()` (wrapped to stop it first)."""
-    _guard_forks()
     stop = threading.Event()
 
     def beat() -> None:
@@ -162,10 +164,3 @@ def _keep_redrawing(bar, interval_s: float) -> threading.Thread:
     thread.start()
     return thread
 
-
-def _guard_forks() -> None:
-    """Make `os.fork` (the search's worker processes) wait until no heartbeat is redrawing: a child forked while
-    another thread holds stderr's lock would block on its first write. Registered once per process."""
-    if not _FORKS_GUARDED:
-        os.register_at_fork(before=_REDRAW.acquire, after_in_parent=_REDRAW.release, after_in_child=_REDRAW.release)
-        _FORKS_GUARDED.append(True)
