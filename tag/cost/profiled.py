@@ -2,7 +2,9 @@
 
 For a device whose type is the profile's ``device_type``, each compute op of a group whose signature
 (`tag.cost.profile_db.op_signature`) is in the profile takes the interpolated measured time; every other
-op and every other device type use the roofline (`RooflineCostModel`).
+op and every other device type use the roofline (`RooflineCostModel`). Every measured series is first made
+non-decreasing in rows (or bytes) by its least-squares fit (`tag.cost.profile_fit`): noise at sub-millisecond
+times must not make more rows cheaper.
 
 When the profile has a ``step`` block (the deploy runtime's step, `tag.profile.step`), what the runtime does
 beyond the ops is charged too (`step_terms`, the one place of these formulas):
@@ -42,6 +44,7 @@ import statistics
 import numpy as np
 
 from tag.cost.profile_db import ProfileDB, interpolate, op_signature, quota_scale
+from tag.cost.profile_fit import monotone_db
 from tag.cost.roofline import RooflineCostModel, ops_mask
 from tag.graph.groups import GroupGraph
 from tag.strategy import TrainingConfig
@@ -58,7 +61,7 @@ class ProfileCostModel:
         self.step_us = None if collective_step_us is None else float(collective_step_us)
         self.compute_scale = float(compute_scale)
         self.training = training
-        self.db = db
+        self.db = db = monotone_db(db)  # every size series non-decreasing (`tag.cost.profile_fit`); the caller's is kept
         self.quota_scale = quota_scale(db.cpu_quota_cores)
         self.name = f"profile:{db.name}"
         self.roofline = RooflineCostModel(gg, training)

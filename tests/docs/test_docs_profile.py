@@ -104,3 +104,17 @@ def test_a_required_key_dropped_exits_2_naming_it(tmp_path, capsys):
     assert main(["simulate", MLP, CPU4, "--baseline", "dp-even", "--profile", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f'p.json: ops["{GEMM}"].fwd_ms: expected' in err
+
+
+def test_the_complete_examples_falling_relu_is_read_pooled_as_the_page_says():
+    from tag.cost.profile_db import interpolate
+    from tag.cost.profile_fit import monotone_db
+
+    db = from_json(_blocks()[1], "complete.json")
+    relu = next(p for sig, p in db.ops.items() if sig.startswith("Relu|"))
+    assert relu.fwd_ms == [0.006622, 0.006001]  # as the page quotes it, falling
+    fit = monotone_db(db).ops[next(s for s in db.ops if s.startswith("Relu|"))]
+    assert fit.fwd_ms == pytest.approx([0.0063115, 0.0063115])  # (0.006622 + 0.006001) / 2
+    assert interpolate(fit.rows, fit.fwd_ms, 8) == pytest.approx(0.0063115)
+    gemm = monotone_db(db).ops[GEMM]
+    assert gemm.fwd_ms == db.ops[GEMM].fwd_ms  # rising: read as measured
