@@ -195,17 +195,19 @@ def _compute_tasks(ctx: SimContext, strategy, draft: Draft, micro: list[int], pe
     fwd_out: list[list] = [[None] * m for _ in range(n_grp)]
     bwd_out: list[list] = [[None] * m for _ in range(n_grp)]
     mdecs = [micro_decision(dc, m) for dc in decs]
+    collectives: dict = {}  # (g, kind) -> its replicas' collectives, the same for every micro-batch
     for s, kind, j in pass_sequence(pl):
         groups = pl.stages[s].groups
         for g in (sorted(groups) if kind == "F" else sorted(groups, reverse=True)):
             devs, fwd, _, _ = per_mb[g]
             if kind == "F":
                 fwd_id[g][j] = dict(zip(devs, draft.add_tasks(devs, TaskKind.FORWARD, g, fwd)))
-                fwd_out[g][j] = add_tails(ctx, mdecs, g, TaskKind.FORWARD, fwd_id[g][j], draft, pending, f" mb{j}")
+                fwd_out[g][j] = add_tails(ctx, mdecs, g, TaskKind.FORWARD, fwd_id[g][j], draft, pending, f" mb{j}",
+                                          collectives)
             else:
                 bwd_id[g][j] = dict(zip(devs, draft.add_tasks(devs, TaskKind.BACKWARD, g, bwd_ms[g])))
                 bwd_out[g][j] = add_tails(ctx, mdecs, g, TaskKind.BACKWARD, bwd_id[g][j], draft, pending,
-                                          f" mb{j}")
+                                          f" mb{j}", collectives)
             work = sends[0 if kind == "F" else 1][g]
             if work:
                 draft.add_tasks(list(work), TaskKind.FORWARD if kind == "F" else TaskKind.BACKWARD, g,

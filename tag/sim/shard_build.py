@@ -18,6 +18,19 @@ from tag.sim.taskgraph import SyncUnit, TaskKind
 from tag.sim.zero import count_towards
 
 
+@dataclass(frozen=True)
+class CollectiveUnit:
+    """What every sync unit of one replica's collectives after one pass shares, whatever the micro-batch: the
+    replica in topology order, its bytes, first method, label suffix and phases (`SimContext.phases` of each step,
+    one after another)."""
+
+    devices: tuple[int, ...]  # sorted
+    nbytes: float
+    method: str
+    suffix: str
+    phases: tuple
+
+
 @dataclass
 class PendingCollective:
     """One replica's collectives after one pass, waiting to be wired (`wire_collectives`)."""
@@ -25,42 +38,64 @@ class PendingCollective:
     group: int
     label: str
     devices: tuple[int, ...]  # the replica, position order
-    steps: list  # [(method, bytes)]
+    unit: CollectiveUnit
     heads: dict
     tails: dict
 
 
-def add_tails(ctx, decisions, g: int, kind: TaskKind, heads: dict, draft, pending: list, label: str = "") -> dict:
+def _collective_units(ctx, g: int, decisions, kind: TaskKind) -> list[tuple[tuple[int, ...], CollectiveUnit]]:
+    """[(replica devices in position order, its `CollectiveUnit`)] of group g's pass `kind` (`replica_collectives`;
+    [] when it has none)."""
+    out = []
+    for rc in replica_collectives(ctx, g, decisions, "fwd" if kind is TaskKind.FORWARD else "bwd"):
+        devs = tuple(sorted(rc.devices))
+        phases = [p for method, nbytes in rc.steps for p in ctx.phases(method, devs, nbytes, None)]
+        out.append((rc.devices, CollectiveUnit(devs, float(sum(b for _, b in rc.steps)), rc.steps[0][0],
+                                               " " + "+".join(m.replace("ring", "allreduce") for m, _ in rc.steps),
+                                               tuple(phases))))
+    return out
+
+
+def add_tails(ctx, decisions, g: int, kind: TaskKind, heads: dict, draft, pending: list, label: str = "",
+              memo: dict | None = None) -> dict:
     """The tails of pass `kind` of group g ({device: task}; the heads where it has no collectives), created now so
-    each follows its head in program order; the replicas' collectives are appended to `pending`."""
+    each follows its head in program order; the replicas' collectives are appended to `pending`. `memo`: a dict
+    kept across the calls of one build with the same `decisions` (a pipeline's micro-batches), where each (g, kind)'s
+    collectives are found once."""
     if decisions[g].shard is None:
         return heads
-    found = replica_collectives(ctx, g, decisions, "fwd" if kind is TaskKind.FORWARD else "bwd")
+    key = (g, kind)
+    found = None if memo is None else memo.get(key)
+    if found is None:
+        found = _collective_units(ctx, g, decisions, kind)
+        if memo is not None:
+            memo[key] = found
     if not found:
         return heads
     tails = dict(heads)
-    devs = [d for rc in found for d in rc.devices]
+    devs = [d for rep, _ in found for d in rep]
     tails.update(zip(devs, draft.add_tasks(devs, kind, g, [0.0] * len(devs))))
-    for rc in found:
-        name = f"shard {kind.value} g{g}{label}"
-        pending.append(PendingCollective(g, name, rc.devices, rc.steps, heads, tails))
+    name = f"shard {kind.value} g{g}{label}"
+    for rep, unit in found:
+        pending.append(PendingCollective(g, name, rep, unit, heads, tails))
     return tails
 
 
 def wire_collectives(ctx, pending: list[PendingCollective], units: list[SyncUnit], draft) -> None:
     """Append one sync unit per pending replica collective: it waits for the replica's heads and releases its
     tails; its phases are its steps' (`SimContext.phases`, ring order = topology order) one after another."""
+    inputs = draft.inputs
     for pc in pending:
-        devs = tuple(sorted(pc.devices))
+        cu = pc.unit
         j = len(units)
-        u = SyncUnit((pc.group,), devs, float(sum(b for _, b in pc.steps)), pc.steps[0][0], None,
-                     pc.label + " " + "+".join(m.replace("ring", "allreduce") for m, _ in pc.steps))
-        for method, nbytes in pc.steps:
-            u.phases += ctx.phases(method, devs, nbytes, None)
+        u = SyncUnit((pc.group,), cu.devices, cu.nbytes, cu.method, None, pc.label + cu.suffix)
+        u.phases += cu.phases
+        heads, tails = pc.heads, pc.tails
         for d in pc.devices:
-            k = pc.heads[d]
+            k = heads[d]
             u.wait.append(k)
             count_towards(draft, k, j)
-            u.release.append(pc.tails[d])
-            draft.inputs[pc.tails[d]] += 1
+            t = tails[d]
+            u.release.append(t)
+            inputs[t] += 1
         units.append(u)
