@@ -85,12 +85,17 @@ def placement_peak_bytes(ctx, device: list[int], d: int, batch: int, extra: tupl
     if extra is not None:
         where[extra[0]] = extra[1]
     on, off = _row_decisions(batch)
-    decisions = [on if x == d else off for x in where]
     recv_fwd, recv_bwd = placement_received_bytes(ctx, where, d, batch)  # each tensor once per device (issue 21)
     opt = ctx.training.optimizer
     shared = shared_static_bytes(gg, [(x,) if x >= 0 else () for x in where], opt, len(ctx.dtypes))[d]
-    return float(peak_memory_bytes(ctx, decisions, None, opt, shared, _precision(ctx), devices=[d],
-                                   received=(recv_fwd, recv_bwd))[0])
+    here = [g for g, x in enumerate(where) if x == d]
+    if not here:
+        decisions = [off] * len(where)
+        return float(peak_memory_bytes(ctx, decisions, None, opt, shared, _precision(ctx), devices=[d],
+                                       received=(recv_fwd, recv_bwd))[0])
+    # the groups d hosts (every other group's terms are 0 on d: `tag.sim.memory.memory_terms`' subset)
+    return float(peak_memory_bytes(ctx, [on] * len(here), None, opt, shared, _precision(ctx), devices=[d],
+                                   received=(recv_fwd[here], recv_bwd[here]), groups=here)[0])
 
 
 _ROWS: dict = {}

@@ -274,7 +274,7 @@ def received_bytes(recv, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray
 
 def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
                  pipelined: bool = False, micro_batches: int = 1, devices=None, received=None,
-                 buckets=()) -> MemoryTerms:
+                 buckets=(), groups=None) -> MemoryTerms:
     """The module docstring's terms for `decisions` at their rows (one micro-batch's rows under a pipeline).
 
     recv: (consumer group, consumer device, producer group, producer device, bytes) per transfer pair; the
@@ -286,10 +286,20 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     every group's devices are among them (whole-group placements: one device each). buckets: the groups of each
     gradient bucket; a ZeRO 2-3 bucket's full gradients wait for its one reduce-scatter after its lowest group's
     backward (`tag.deploy.zero`), so at g's backward those of the bucket's groups above g are held too.
+    groups: the graph indices (increasing) that `decisions` (and `received`'s rows) are of, when not every group:
+    the terms of those rows only (`GroupBytes.subset`). Every term is 0 on a device a group does not run on, so
+    the terms of the groups a view's devices host give those devices the same peaks as all groups' (unsharded
+    decisions, no buckets: they name groups by index).
     """
     rows = np.array([d.rows for d in decisions], dtype=float)  # groups x devices
     hosted = rows > 0
     gb = cached_group_bytes(ctx, precision)
+    param_bytes, static_bytes = ctx.param_bytes, ctx.static_bytes
+    if groups is not None:
+        if buckets or any(d.shard is not None for d in decisions):
+            raise ValueError("memory_terms: a subset of groups takes unsharded decisions and no buckets")
+        idx = np.asarray(groups, dtype=int)
+        gb, param_bytes, static_bytes = gb.subset(idx), param_bytes[idx], static_bytes[idx]
     c = compute_bytes(precision) / FP32_BYTES
     recv_fwd, recv_bwd = received if received is not None else received_bytes(recv, rows.shape)
     dtypes = ctx.dtypes if devices is None else [ctx.dtypes[d] for d in devices]
@@ -298,8 +308,8 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
     zero = np.array([d.zero for d in decisions], dtype=int)[:, None]
     recompute = np.array([d.recompute for d in decisions], dtype=bool)[:, None]
     inv_n = 1.0 / np.maximum(hosted.sum(axis=1, keepdims=True), 1)
-    p = ctx.param_bytes[:, None]
-    states = (ctx.static_bytes - ctx.param_bytes)[:, None]
+    p = param_bytes[:, None]
+    states = (static_bytes - param_bytes)[:, None]
 
     def per(row, fixed):
         return row[:, None] * rows + fixed[:, None] * hosted
@@ -355,8 +365,8 @@ def memory_terms(ctx, decisions, recv, optimizer: str, precision: str = "fp32",
 
 
 def peak_memory_bytes(ctx, decisions, recv, optimizer: str, extra_static, precision: str = "fp32",
-                      devices=None, received=None) -> np.ndarray:
+                      devices=None, received=None, groups=None) -> np.ndarray:
     """Peak bytes per device (topology order, or of `devices`: `memory_terms`) for a strategy without pipelining
-    (module docstring)."""
-    t = memory_terms(ctx, decisions, recv, optimizer, precision, devices=devices, received=received)
+    (module docstring); `groups`: `memory_terms`' subset."""
+    t = memory_terms(ctx, decisions, recv, optimizer, precision, devices=devices, received=received, groups=groups)
     return t.peak(extra_static)

@@ -39,6 +39,22 @@ class GroupBytes:
     rerun_row: np.ndarray | None = None  # what its ops keep, outputs only where an op keeps them (a re-run forward)
     rerun_fixed: np.ndarray | None = None
 
+    def subset(self, idx: np.ndarray) -> "GroupBytes":
+        """The figures of groups `idx` only (graph indices, increasing), in that order; `wait_*` on their rows and
+        columns (a group's gradients waiting for a group left out are left out)."""
+        def take(a):
+            return None if a is None else a[idx]
+
+        def square(a):
+            return None if a is None else a[np.ix_(idx, idx)]
+
+        return GroupBytes(*(take(getattr(self, f)) for f in ("held_row", "held_fixed", "in_row", "in_fixed",
+                                                             "data_row", "data_fixed", "largest_param", "out_row",
+                                                             "out_fixed")),
+                          wait_row=square(self.wait_row), wait_fixed=square(self.wait_fixed),
+                          leaf_row=take(self.leaf_row), leaf_fixed=take(self.leaf_fixed),
+                          rerun_row=take(self.rerun_row), rerun_fixed=take(self.rerun_fixed))
+
 
 def group_bytes(gg, precision: str = "fp32", device: str = "cpu") -> GroupBytes:
     """`GroupBytes` of a GroupGraph under `precision` on `device` kind ("cpu" or "cuda": which autocast fp32 list

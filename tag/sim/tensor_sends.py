@@ -82,7 +82,11 @@ def _facts(ctx) -> dict:
                 wr = wire_bytes(wr, info.dtype, info.itemsize, precision)
                 wf = wire_bytes(wf, info.dtype, info.itemsize, precision)
             per[t.src][1].append((t.name, t.bytes_per_row, t.bytes_fixed, wr, wf, t.dsts))
-        c = _CACHES[ctx] = {"facts": per, "sends": {}, "tensors": tensors}
+        touching: list[list[int]] = [[] for _ in range(gg.n_groups)]  # per group, the tensors it makes or reads
+        for i, t in enumerate(tensors):
+            for g in dict.fromkeys((t.src, *t.dsts)):
+                touching[g].append(i)
+        c = _CACHES[ctx] = {"facts": per, "sends": {}, "tensors": tensors, "touching": touching}
     return c
 
 
@@ -158,7 +162,11 @@ def placement_received_bytes(ctx, where: list[int], d: int, batch: int) -> tuple
     yet (headroom: later placements cannot push d over)."""
     n = ctx.gg.n_groups
     fwd, bwd = np.zeros((n, 1)), np.zeros((n, 1))
-    for t in cached_cross_tensors(ctx):
+    facts = _facts(ctx)
+    tensors, touching = facts["tensors"], facts["touching"]
+    # a tensor neither made nor read on d adds nothing to d; the others in their order (the sums' rounding)
+    mine = sorted({i for g, x in enumerate(where) if x == d for i in touching[g]})
+    for t in map(tensors.__getitem__, mine):
         nbytes = t.bytes_per_row * batch + t.bytes_fixed
         src = where[t.src]
         if src not in (-1, d):

@@ -76,3 +76,32 @@ def test_unplaced_consumers_are_headroom():
     est = placement_peak_bytes(ctx, partial, 0, batch)
     res = simulate(gg, cluster, cost, _whole(elsewhere, cluster.n_devices, batch), training)
     assert est == pytest.approx(res.peak_memory_gb[cluster.devices[0].id] * 1e9, rel=1e-9)
+
+
+@pytest.mark.parametrize("model,precision", [("gpt2_tiny", "fp32"), ("resnet_tiny", "fp16"), ("bert_tiny", "bf16")])
+def test_the_peak_of_the_hosted_groups_alone_equals_all_groups(model, precision):
+    """`memory_terms(groups=)`: a device's peak from the groups it hosts equals its peak from every group (the others
+    at 0 rows there), with recomputation and ZeRO 1 mixed in; a sharded decision or a bucket is refused."""
+    import numpy as np
+
+    from tag.sim.context import sim_context
+    from tag.sim.memory import memory_terms, peak_memory_bytes
+
+    training = TrainingConfig("adam", precision=precision)
+    gg, cluster, cost, batch = _case(model, "modern8", training)
+    ctx = sim_context(gg, cluster, cost, training)
+    rng = random.Random(11)
+    k = gg.n_groups
+    for _ in range(8):
+        on = [rng.random() < 0.4 for _ in range(k)]
+        decs = [Decision((batch,) if h else (0,), zero=rng.choice((0, 1)), recompute=rng.random() < 0.3) for h in on]
+        recv = (np.array([[rng.uniform(0, 1e6)] for _ in range(k)]), np.array([[rng.uniform(0, 1e6)] for _ in range(k)]))
+        recv = (recv[0] * np.array(on)[:, None], recv[1] * np.array(on)[:, None])  # received only where hosted
+        whole = peak_memory_bytes(ctx, decs, None, "adam", 123.0, precision, devices=[0], received=recv)
+        here = [g for g in range(k) if on[g]]
+        part = peak_memory_bytes(ctx, [decs[g] for g in here], None, "adam", 123.0, precision, devices=[0],
+                                 received=(recv[0][here], recv[1][here]), groups=here)
+        assert part[0] == pytest.approx(whole[0], rel=1e-12)
+    with pytest.raises(ValueError, match="subset of groups"):
+        memory_terms(ctx, [decs[0]], None, "adam", precision, devices=[0], received=(recv[0][:1], recv[1][:1]),
+                     buckets=((0,),), groups=[0])
