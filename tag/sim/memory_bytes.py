@@ -4,7 +4,7 @@ gradients waiting for their producer, the data inputs it reads and its largest w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -42,18 +42,11 @@ class GroupBytes:
     def subset(self, idx: np.ndarray) -> "GroupBytes":
         """The figures of groups `idx` only (graph indices, increasing), in that order; `wait_*` on their rows and
         columns (a group's gradients waiting for a group left out are left out)."""
-        def take(a):
-            return None if a is None else a[idx]
+        def part(name: str):
+            a = getattr(self, name)
+            return None if a is None else a[np.ix_(idx, idx)] if name.startswith("wait_") else a[idx]
 
-        def square(a):
-            return None if a is None else a[np.ix_(idx, idx)]
-
-        return GroupBytes(*(take(getattr(self, f)) for f in ("held_row", "held_fixed", "in_row", "in_fixed",
-                                                             "data_row", "data_fixed", "largest_param", "out_row",
-                                                             "out_fixed")),
-                          wait_row=square(self.wait_row), wait_fixed=square(self.wait_fixed),
-                          leaf_row=take(self.leaf_row), leaf_fixed=take(self.leaf_fixed),
-                          rerun_row=take(self.rerun_row), rerun_fixed=take(self.rerun_fixed))
+        return GroupBytes(**{f.name: part(f.name) for f in fields(self)})
 
 
 def group_bytes(gg, precision: str = "fp32", device: str = "cpu") -> GroupBytes:
