@@ -22,10 +22,14 @@ ops that neither compute nor move bytes (views, shape arithmetic) launch no kern
 Ops that only generate weights (`Op.is_weight_generator`) cost nothing. The optimizer update is
 memory-bound: ``param_count x (update_traffic_bytes_per_param + loss_scaling_bytes_per_param) / (mem_bw x
 bandwidth fraction)`` plus one launch per parameter tensor (fp16's loss-scale unscale pass adds 8 bytes per
-element). Results are cached per (group, device type name, rows).
+element). Results are cached per (group, device type name, rows); a phase's per-op times are evaluated over
+every group's ops at once for a (device type, rows) and each group reads its slice, as callers ask many groups at
+one row count.
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 import numpy as np
 
@@ -42,6 +46,7 @@ from tag.topology.cluster import DeviceType
 GPU_LAUNCH_US = params_for("gpu").launch_us  # CUDA kernel launch + framework dispatch per kernel
 CPU_LAUNCH_US = params_for("cpu").launch_us  # PyTorch eager CPU op dispatch (aten op on a tiny tensor: 2-4 us)
 BWD_MEM_FACTOR = 2.0  # backward memory traffic relative to forward
+VECTORS_KEPT = 64  # all-ops time vectors kept per cost model (`RooflineCostModel._group_op_ms`), least recent dropped
 _PRECISION_PEAK_KEY = {"tf32": "tf32_tflops", "amp": "amp_tflops"}
 
 
@@ -148,6 +153,10 @@ class RooflineCostModel:
         ops = gg.graph.ops
         self.compute_ops = [[i for i in g.op_ids if not ops[i].is_weight_generator] for g in gg.groups]
         self._groups = [_GroupOps([ops[i] for i in ids]) for ids in self.compute_ops]
+        # every group's compute ops in one array, group after group: group g's are _all[_span[g]:_span[g + 1]]
+        self._all = _GroupOps([ops[i] for ids in self.compute_ops for i in ids])
+        self._span = np.concatenate([[0], np.cumsum([len(ids) for ids in self.compute_ops])]).astype(int).tolist()
+        self._vectors: OrderedDict = OrderedDict()  # (phase, device name, rows, share) -> all ops' op_ms, recent last
         self._cache: dict[tuple, float] = {}
 
     def op_ms(self, gid: int, device: DeviceType, rows: int, phase: str, share: float = 1.0) -> np.ndarray:
@@ -156,7 +165,11 @@ class RooflineCostModel:
         `share` < 1: each op runs on that fraction of its width (a tensor shard's slice): F_o and M_o (and the
         cast bytes) times `share`, the efficiency read at those smaller sizes, the kernel launches whole, since
         every device of a shard launches each kernel once."""
-        go = self._groups[gid]
+        return self._ops_time_ms(self._groups[gid], device, rows, phase, share)
+
+    def _ops_time_ms(self, go: _GroupOps, device: DeviceType, rows: int, phase: str, share: float) -> np.ndarray:
+        """`op_ms` of the ops `go`: every term is elementwise in the ops, so the ops of several groups in one
+        array give each op the time its own group's call gives it."""
         factor = 1.0 if phase == "fwd" else BWD_MEM_FACTOR
         if phase == "fwd":
             flops = share * (go.fwd_fpr * rows + go.fwd_ffix)
@@ -207,15 +220,29 @@ class RooflineCostModel:
         if rows <= 0 or self._groups[gid].n_ops == 0:
             t = 0.0
         else:
-            t = float(self.op_ms(gid, device, rows, phase).sum())
+            t = float(self._group_op_ms(gid, device, rows, phase).sum())
         self._cache[key] = t
         return t
+
+    def _group_op_ms(self, gid: int, device: DeviceType, rows: int, phase: str, share: float = 1.0) -> np.ndarray:
+        """`op_ms(gid, ...)`, read from one evaluation over every group's ops at these (phase, device, rows, share),
+        kept for the next groups asked at the same ones (callers ask many groups at one row count): the same
+        values (`_ops_time_ms`), and a contiguous slice sums as the array `op_ms` returns does."""
+        key = (phase, device.name, rows, share)
+        vec = self._vectors.get(key)
+        if vec is None:
+            vec = self._vectors[key] = self._ops_time_ms(self._all, device, rows, phase, share)
+            if len(self._vectors) > VECTORS_KEPT:
+                self._vectors.popitem(last=False)
+        else:
+            self._vectors.move_to_end(key)
+        return vec[self._span[gid]:self._span[gid + 1]]
 
     def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids, share: float = 1.0) -> float:
         """The part of group `gid`'s phase time ("fwd" or "bwd") that the ops `op_ids` (graph indices) take, ms:
         the sum of their `op_ms` (all of them sum to `group_fwd_ms` / `group_bwd_ms`); with `share` < 1, on that
         fraction of their width (`op_ms`)."""
-        return float(self.op_ms(gid, device, rows, phase, share)[ops_mask(self.compute_ops[gid], op_ids)].sum()) \
+        return float(self._group_op_ms(gid, device, rows, phase, share)[ops_mask(self.compute_ops[gid], op_ids)].sum()) \
             if rows > 0 and self._groups[gid].n_ops else 0.0
 
     def launch_floor_ms(self, gid: int, device: DeviceType) -> float:
