@@ -18,7 +18,7 @@ from tag.search.baselines import best_baseline, least_oom_baseline
 from tag.search.budget import WallCap
 from tag.search.evaluate import Evaluator, compute_floor_ms, link_floor_and_peak, simulation_key
 from tag.search.precision import choose_precision, make_seeds
-from tag.search.prefetch import Prefetcher
+from tag.search.prefetch import Prefetcher, fork_map
 from tag.search.sfb_choice import never_sfb_start, sfb_may_start
 from tag.search.shard_search import SHARD_MAX_DEVICES, shard_candidates
 from tag.search.space import fits_pipeline
@@ -113,7 +113,7 @@ def search_start(gg, cluster, cost, training: TrainingConfig, *, cost_for=None, 
     for s, r in chain(seeds.cache.items(), seeds.pipeline_starts.values()):
         ev.add(s, r)
     candidates, pipelines = dict(seeds.pipeline_starts), seeds.pipelines
-    floor = StartFloor(ctx, ev)
+    floor = StartFloor(ctx, ev, workers)
     sharded = _shard_candidates(gg, cluster, cost, training, ev,
                                 _shard_bases(baselines, variants, candidates, start_name), floor) if shard else {}
     start_name, base = pick_start(gg, cluster, cost, training, batch, ev, baselines, start_name, cap=cap,
@@ -133,19 +133,31 @@ class StartFloor:
     out never enters). A strategy SFB never starts from (`sfb_may_start`: pipelined or sharded, as every shard
     candidate is) always has its floor: ruling it out removes no SFB start. Each strategy's task graph is built
     once: its floor and the peaks the same build gives (`peak_gb`, what the shard LP reads of a strategy ruled out)
-    are kept."""
+    are kept. `prepare` builds a list of them at once, shared out between this process and `workers` forked ones."""
 
     ctx: object  # the strategies' `tag.sim.context.SimContext` (model, cluster, cost model)
     ev: Evaluator
+    workers: int = 0  # forked processes `prepare` shares the builds with (`tag.search.prefetch.fork_map`)
     _built: dict = field(default_factory=dict)  # strategy -> (floor ms, peak GB per device id)
+
+    def _build(self, s: Strategy) -> tuple[float, dict]:
+        ctx = self.ctx
+        link_ms, peak_gb = link_floor_and_peak(ctx, s)
+        return max(compute_floor_ms(ctx.gg, ctx.cluster, ctx.cost, s), link_ms), peak_gb
 
     def _of(self, s: Strategy) -> tuple[float, dict]:
         got = self._built.get(s)
         if got is None:
-            ctx = self.ctx
-            link_ms, peak_gb = link_floor_and_peak(ctx, s)
-            got = self._built[s] = (max(compute_floor_ms(ctx.gg, ctx.cluster, ctx.cost, s), link_ms), peak_gb)
+            got = self._built[s] = self._build(s)
         return got
+
+    def prepare(self, strategies) -> None:
+        """Build every one of `strategies` not built yet, this process and `workers` forked ones each taking the next
+        (`fork_map`): what asking for them one by one builds, the same values (a pure function of the strategy)."""
+        todo = list(dict.fromkeys(s for s in strategies if s not in self._built))
+        if self.workers > 0 and len(todo) > 1:
+            for s, got in zip(todo, fork_map(self._build, todo, self.workers)):
+                self._built[s] = got
 
     def __call__(self, s: Strategy) -> float:
         floor_ms = self._of(s)[0]
@@ -235,6 +247,8 @@ def _shard_candidates(gg, cluster, cost, training, ev: Evaluator, bases: dict, f
         return ev.result(s) if ev.can_exceed(s, ev.best[0], floor) else None
 
     def ahead(strategies) -> None:  # the ones the best so far does not rule out already
+        strategies = list(strategies)
+        floor.prepare(strategies)  # every one's floor is read below: built on all cores at once
         ev.ahead([s for s in strategies if ev.floor_can_exceed(floor(s), ev.best[0])])
 
     made = shard_candidates(gg, cluster, cost, training, bases, scored, ahead, floor.peak_gb)

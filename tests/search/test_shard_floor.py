@@ -93,3 +93,26 @@ def test_the_sfb_guard_spares_only_strategies_sfb_may_start_from(starts, monkeyp
     for s in (sharded, piped):
         expected = max(compute_floor_ms(gg, cluster, on.cost, s), link_floor_ms(ctx, s))
         assert expected > 0 and floor(s) == expected
+
+
+def test_floors_built_on_forked_workers_equal_those_built_one_by_one(starts):
+    """`StartFloor.prepare` shares the builds with a forked process: every strategy's (floor, peaks) is what the
+    floor builds alone, and a second `prepare` builds nothing again."""
+    import tag.search.search_start as ss
+    from tag.search.prefetch import can_fork
+    from tag.sim.context import sim_context
+
+    if not can_fork():
+        pytest.skip("no fork here: prepare builds one by one")
+    gg, cluster, cost, training, on, off = starts
+    ctx = sim_context(gg, cluster, on.cost, on.training)
+    strategies = [s for s, _ in off.sharded.values()] + [s for s, _ in on.candidates.values()]
+    assert len(strategies) >= 4
+    shared, alone = ss.StartFloor(ctx, on.ev, workers=1), ss.StartFloor(ctx, on.ev)
+    shared.prepare(strategies + strategies[:2])  # a strategy listed twice is built once
+    assert set(shared._built) == set(strategies)
+    for s in strategies:
+        assert shared._of(s) == alone._of(s)
+    built = dict(shared._built)
+    shared.prepare(strategies)
+    assert all(shared._built[s] is built[s] for s in strategies)
