@@ -79,11 +79,12 @@ def balanced_rows(devices: Sequence[int], batch: int, n_devices: int,
         reps[label[d]] = (r, k + 1)
     memo: dict = {}
 
-    def rows_within(d: int, t: float) -> int:
+    def rows_within(d: int, t: float, lo: int = 0, hi: int | None = None) -> int:
+        """The largest r in [0, cap] with time(d, r) <= t, searched in [lo, hi] (a bracket known to hold it)."""
         key = (label[d], t)
         if key in memo:
             return memo[key]
-        lo, hi = 0, caps[d]  # largest r in [0, cap] with time(d, r) <= t
+        hi = caps[d] if hi is None else hi
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if time_ms(d, mid) <= t:
@@ -94,18 +95,23 @@ def balanced_rows(devices: Sequence[int], batch: int, n_devices: int,
         return lo
 
     t_lo, t_hi = 0.0, max(time_ms(r, caps[r]) for r, _ in reps.values())
+    # each label's rows_within at t_lo and t_hi: as time is non-decreasing in rows, rows_within is in t, so the
+    # rows at any t between them lie between those (the search at mid starts from that bracket, not [0, cap])
+    at_lo = {lab: 0 for lab in reps}
+    at_hi = {lab: caps[r] for lab, (r, _) in reps.items()}
     for _ in range(50):
         mid = 0.5 * (t_lo + t_hi)
-        held = sum(k * rows_within(r, mid) for r, k in reps.values())
+        got = {lab: rows_within(r, mid, at_lo[lab], at_hi[lab]) for lab, (r, _) in reps.items()}
+        held = sum(k * got[lab] for lab, (_, k) in reps.items())
         if held >= batch:
-            t_hi = mid
+            t_hi, at_hi = mid, got
             if held == batch:  # rows_within is monotone in t: any smaller feasible t gives these same rows
                 break
         else:
-            t_lo = mid
+            t_lo, at_lo = mid, got
         if t_hi - t_lo <= 1e-9 * max(1.0, t_hi):
             break
-    alloc = {d: max(1, rows_within(d, t_hi)) for d in devices}
+    alloc = {d: max(1, rows_within(d, t_hi, at_lo[label[d]], at_hi[label[d]])) for d in devices}
     # trim surplus from the devices that finish last, keeping >= 1 row each
     surplus = sum(alloc.values()) - batch
     while surplus > 0:
