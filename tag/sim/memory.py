@@ -91,6 +91,7 @@ first forward and stay whole until after its last backward (static + P; no per-p
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,6 +103,8 @@ from tag.sim.shards import shard_memory
 from tag.sim.tensor_sends import cached_cross_tensors
 from tag.strategy import Decision
 from tag.strategy.memory_decisions import MIXED_PRECISIONS, compute_bytes
+
+LINES_KEPT = 1024  # `rows_peak_lines` answers kept per context (each a few KB: two walks' candidates)
 
 
 def static_bytes(group, optimizer: str) -> float:
@@ -214,25 +217,44 @@ def rows_peak_lines(ctx, groups, d: int, precision: str = "fp32") -> PeakLines:
     rows): each group replicated (a view of
     d twice: its gradients in a bucket for the whole step, an upper bound of one replica's), receiving the
     tensors that groups outside `groups` make and the gradients of its tensors that they read (r rows and the
-    unbatched bytes each, as from another device; each tensor once, `tag.graph.coarsen.cross_tensors`)."""
+    unbatched bytes each, as from another device; each tensor once, `tag.graph.coarsen.cross_tensors`).
+    They depend on d only through its device type: kept per context for the last LINES_KEPT (groups, type,
+    precision) asked (the pipeline search asks for the same stage on the same type many times)."""
+    memo = getattr(ctx, "_rows_peak_lines", None)
+    if not isinstance(memo, OrderedDict):
+        memo = ctx._rows_peak_lines = OrderedDict()
+    key = (tuple(groups), ctx.dtypes[d], precision)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _rows_peak_lines(ctx, groups, d, precision)
+        if len(memo) > LINES_KEPT:
+            memo.popitem(last=False)
+    else:
+        memo.move_to_end(key)
+    return got
+
+
+def _rows_peak_lines(ctx, groups, d: int, precision: str) -> PeakLines:
+    return peak_lines(rows_terms(ctx, groups, d, 1, precision), rows_terms(ctx, groups, d, 2, precision))
+
+
+def rows_terms(ctx, groups, d: int, r: int, precision: str = "fp32") -> MemoryTerms:
+    """The `memory_terms` `rows_peak_lines` reads at r rows: every group of `groups` at r rows on a view of device d
+    twice, the others on neither, receiving what crosses into and out of `groups` at r rows."""
     gg = ctx.gg
     inside = set(groups)
-    one, two = Decision((1, 1)), Decision((2, 2))
-    off = Decision((0, 0))
-    terms = []
-    for r, dec in ((1, one), (2, two)):
-        recv_fwd, recv_bwd = np.zeros((gg.n_groups, 2)), np.zeros((gg.n_groups, 2))
-        for t in cached_cross_tensors(ctx):  # a tensor crosses once (`tag.sim.tensor_sends`): held by its lowest reader
-            readers = [h for h in t.dsts if h in inside]
-            b = t.bytes_per_row * r + t.bytes_fixed
-            if t.src not in inside and readers:
-                recv_fwd[readers[0]] += b
-            elif t.src in inside and len(readers) < len(t.dsts):
-                recv_bwd[t.src] += b
-        decisions = [dec if g in inside else off for g in range(gg.n_groups)]
-        terms.append(memory_terms(ctx, decisions, None, ctx.training.optimizer, precision, devices=[d, d],
-                                  received=(recv_fwd, recv_bwd)))
-    return peak_lines(*terms)
+    dec, off = Decision((r, r)), Decision((0, 0))
+    recv_fwd, recv_bwd = np.zeros((gg.n_groups, 2)), np.zeros((gg.n_groups, 2))
+    for t in cached_cross_tensors(ctx):  # a tensor crosses once (`tag.sim.tensor_sends`): held by its lowest reader
+        readers = [h for h in t.dsts if h in inside]
+        b = t.bytes_per_row * r + t.bytes_fixed
+        if t.src not in inside and readers:
+            recv_fwd[readers[0]] += b
+        elif t.src in inside and len(readers) < len(t.dsts):
+            recv_bwd[t.src] += b
+    decisions = [dec if g in inside else off for g in range(gg.n_groups)]
+    return memory_terms(ctx, decisions, None, ctx.training.optimizer, precision, devices=[d, d],
+                        received=(recv_fwd, recv_bwd))
 
 
 def group_lines_bytes(ctx, precision: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
