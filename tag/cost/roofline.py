@@ -242,8 +242,9 @@ class RooflineCostModel:
         """The part of group `gid`'s phase time ("fwd" or "bwd") that the ops `op_ids` (graph indices) take, ms:
         the sum of their `op_ms` (all of them sum to `group_fwd_ms` / `group_bwd_ms`); with `share` < 1, on that
         fraction of their width (`op_ms`)."""
-        return float(self._group_op_ms(gid, device, rows, phase, share)[ops_mask(self.compute_ops[gid], op_ids)].sum()) \
-            if rows > 0 and self._groups[gid].n_ops else 0.0
+        if rows <= 0 or not self._groups[gid].n_ops:
+            return 0.0
+        return float(self._group_op_ms(gid, device, rows, phase, share)[ops_mask(self.compute_ops[gid], op_ids)].sum())
 
     def launch_floor_ms(self, gid: int, device: DeviceType) -> float:
         """What group `gid`'s forward costs at least on one device of this type, whatever its rows or shard share,
