@@ -29,7 +29,7 @@ one row count.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from tag.lru import Recent
 
 import numpy as np
 
@@ -156,7 +156,7 @@ class RooflineCostModel:
         # every group's compute ops in one array, group after group: group g's are _all[_span[g]:_span[g + 1]]
         self._all = _GroupOps([ops[i] for ids in self.compute_ops for i in ids])
         self._span = np.concatenate([[0], np.cumsum([len(ids) for ids in self.compute_ops])]).astype(int).tolist()
-        self._vectors: OrderedDict = OrderedDict()  # (phase, device name, rows, share) -> all ops' op_ms, recent last
+        self._vectors: Recent = Recent(VECTORS_KEPT)  # (phase, device name, rows, share) -> all ops' op_ms
         self._cache: dict[tuple, float] = {}
 
     def op_ms(self, gid: int, device: DeviceType, rows: int, phase: str, share: float = 1.0) -> np.ndarray:
@@ -231,11 +231,7 @@ class RooflineCostModel:
         key = (phase, device.name, rows, share)
         vec = self._vectors.get(key)
         if vec is None:
-            vec = self._vectors[key] = self._ops_time_ms(self._all, device, rows, phase, share)
-            if len(self._vectors) > VECTORS_KEPT:
-                self._vectors.popitem(last=False)
-        else:
-            self._vectors.move_to_end(key)
+            vec = self._vectors.put(key, self._ops_time_ms(self._all, device, rows, phase, share))
         return vec[self._span[gid]:self._span[gid + 1]]
 
     def ops_ms(self, gid: int, device: DeviceType, rows: int, phase: str, op_ids, share: float = 1.0) -> float:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
+from tag.lru import Recent
+
 SFB_OP_TYPES = ("Gemm", "MatMul", "Gather")  # what `tag.deploy.sfb` can run
 
 
@@ -29,7 +31,7 @@ class SfbForm:
     x_input: int
 
 
-_USERS: dict[int, tuple] = {}
+_USERS: Recent = Recent(16)  # id(graph) -> (weak reference to it, its users)
 
 
 def _param_users(graph) -> dict[str, set[int]]:
@@ -41,9 +43,7 @@ def _param_users(graph) -> dict[str, set[int]]:
     for i, o in enumerate(graph.ops):
         for name in set(o.inputs) | set(o.params):
             users.setdefault(name, set()).add(i)
-    if len(_USERS) > 16:
-        _USERS.clear()
-    _USERS[id(graph)] = (weakref.ref(graph), users)
+    _USERS.put(id(graph), (weakref.ref(graph), users))
     return users
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tag.cost.comm import p2p_ms
+from tag.lru import Recent
 from tag.sim.context import sim_context
 from tag.sim.memory import memory_terms, peak_memory_bytes, shared_static_bytes
 from tag.sim.tensor_sends import placement_received_bytes
@@ -53,7 +54,7 @@ def _placement_strategy(gg, cluster, placement: list[int], batch: int) -> Strate
     return Strategy(tuple(decisions))
 
 
-_EDGES: dict = {}
+_EDGES: Recent = Recent(8)  # id(graph) -> (graph, ins, outs)
 
 
 def _edges_by_group(gg) -> tuple[list[list], list[list]]:
@@ -65,9 +66,7 @@ def _edges_by_group(gg) -> tuple[list[list], list[list]]:
         for e in gg.edges:
             ins[e.dst].append(e)
             outs[e.src].append(e)
-        if len(_EDGES) > 8:
-            _EDGES.clear()
-        hit = _EDGES[id(gg)] = (gg, ins, outs)
+        hit = _EDGES.put(id(gg), (gg, ins, outs))
     return hit[1], hit[2]
 
 

@@ -7,7 +7,7 @@ computed once and looked up afterwards.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from tag.lru import Recent
 from dataclasses import replace
 
 import numpy as np
@@ -221,7 +221,7 @@ def micro_decision(decision, micro_batches: int):
     return replace(decision, rows=micro_rows(decision.rows, micro_batches))
 
 
-_CONTEXTS: "OrderedDict[tuple, SimContext]" = OrderedDict()
+_CONTEXTS: "Recent[SimContext]" = Recent(8)
 
 
 def sim_context(gg, cluster, cost, training) -> SimContext:
@@ -229,10 +229,6 @@ def sim_context(gg, cluster, cost, training) -> SimContext:
     key = (id(gg), id(cluster), id(cost), training)
     ctx = _CONTEXTS.get(key)
     if ctx is None or ctx.gg is not gg or ctx.cluster is not cluster or ctx.cost is not cost:
-        ctx = SimContext(gg, cluster, cost, training)
-        _CONTEXTS[key] = ctx
-        while len(_CONTEXTS) > 8:
-            _CONTEXTS.popitem(last=False)
-    _CONTEXTS.move_to_end(key)
+        ctx = _CONTEXTS.put(key, SimContext(gg, cluster, cost, training))
     return ctx
 

@@ -91,12 +91,12 @@ first forward and stay whole until after its last backward (static + P; no per-p
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from tag.cost.optimizer import FP32_BYTES, state_bytes_per_param
+from tag.lru import Recent
 from tag.sim.gradsync import shared_params, tensor_bytes
 from tag.sim.memory_bytes import cached_group_bytes
 from tag.sim.shards import shard_memory
@@ -221,17 +221,11 @@ def rows_peak_lines(ctx, groups, d: int, precision: str = "fp32") -> PeakLines:
     They depend on d only through its device type: kept per context for the last LINES_KEPT (groups, type,
     precision) asked (the pipeline search asks for the same stage on the same type many times)."""
     memo = getattr(ctx, "_rows_peak_lines", None)
-    if not isinstance(memo, OrderedDict):
-        memo = ctx._rows_peak_lines = OrderedDict()
+    if not isinstance(memo, Recent):
+        memo = ctx._rows_peak_lines = Recent(LINES_KEPT)
     key = (tuple(groups), ctx.dtypes[d], precision)
     got = memo.get(key)
-    if got is None:
-        got = memo[key] = _rows_peak_lines(ctx, groups, d, precision)
-        if len(memo) > LINES_KEPT:
-            memo.popitem(last=False)
-    else:
-        memo.move_to_end(key)
-    return got
+    return got if got is not None else memo.put(key, _rows_peak_lines(ctx, groups, d, precision))
 
 
 def _rows_peak_lines(ctx, groups, d: int, precision: str) -> PeakLines:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tag.lru import Recent
+
 INF = float("inf")
 
 
@@ -60,7 +62,7 @@ def max_min_rates(flows: list[Flow], caps_bytes_per_ms: list[float], memo: dict 
 
 _MEMO_MAX_FLOWS = 400  # beyond this the key costs about what the numpy filling does
 _MEMO_MAX_ENTRIES = 50_000
-_RATE_MEMOS: dict[tuple, dict] = {}  # capacities -> {((links, weights) per flow, in order): rates}
+_RATE_MEMOS: Recent = Recent(8)  # capacities -> {((links, weights) per flow, in order): rates}
 _links_weights = attrgetter("links", "weights")
 
 
@@ -69,11 +71,7 @@ def rate_memo(caps_bytes_per_ms) -> dict:
     simulations of the same cluster)."""
     key = tuple(caps_bytes_per_ms)
     memo = _RATE_MEMOS.get(key)
-    if memo is None:
-        if len(_RATE_MEMOS) >= 8:
-            _RATE_MEMOS.clear()
-        memo = _RATE_MEMOS[key] = {}
-    return memo
+    return memo if memo is not None else _RATE_MEMOS.put(key, {})
 
 
 def _memoised(flows: list[Flow], caps_bytes_per_ms, memo: dict, fill) -> None:

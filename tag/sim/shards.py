@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tag.graph.shardable import analyse_group
+from tag.lru import Recent
 from tag.sim.collectives import p2p_spec
 from tag.sim.precision import wire_bytes
 from tag.strategy.pieces import feature_bands, held_bands, needed_bands, piece_rows
@@ -126,16 +127,14 @@ def shard_facts(gg, g: int, split: str, ratios: tuple[float, ...], precision: st
     return facts
 
 
-_CACHES: dict[int, tuple[object, dict]] = {}
+_CACHES: Recent = Recent(8)  # id(graph) -> (graph, its shard facts by key)
 
 
 def _cache(gg) -> dict:
     """The per-GroupGraph cache of `shard_facts` (a few graphs kept)."""
     hit = _CACHES.get(id(gg))
     if hit is None or hit[0] is not gg:
-        if len(_CACHES) > 8:
-            _CACHES.clear()
-        hit = _CACHES[id(gg)] = (gg, {})
+        hit = _CACHES.put(id(gg), (gg, {}))
     return hit[1]
 
 
