@@ -119,7 +119,7 @@ def load_inputs(model_path: str, topology_path: str, options: ModelOptions = Mod
         strategy = meta = None
     else:
         from tag.strategy.plancheck import check_plan_hashes, validate_plan
-        from tag.strategy.planfile import load_plan_json, parse_plan
+        from tag.strategy.planfile_read import load_plan_json, parse_plan
 
         raw = load_plan_json(plan_path)
         check_plan_hashes(raw, plan_path, model_path, topology_path)

@@ -33,7 +33,7 @@ def run(args) -> int:
     from tag.cli.util import check_outputs, emit
     from tag.deploy.job import topology_path_of
     from tag.report import gather, write_report
-    from tag.strategy.planfile import load_plan_json
+    from tag.strategy.planfile_read import load_plan_json
 
     args.topology = topology_path_of(args.plan, args.topology, "TOPOLOGY after MODEL")
     plan_profile_default(args, "report")

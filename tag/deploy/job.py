@@ -89,7 +89,7 @@ def topology_path_of(plan_path: str, given: str | None, how_to_pass: str = "--to
     beside the plan). how_to_pass: how the verb takes a topology, for the error."""
     if given:
         return given
-    from tag.strategy.planfile import load_plan_json, resolve_recorded
+    from tag.strategy.planfile_read import load_plan_json, resolve_recorded
 
     raw = load_plan_json(plan_path)
     topo = raw.get("topology") if isinstance(raw.get("topology"), dict) else {}
@@ -151,7 +151,7 @@ def plan_profile(plan_path: str) -> tuple[str | None, str | None]:
     """(path, None) of the profile a plan records (``profile.path``, `resolve_recorded`) when its sha256
     still matches; (None, why not) when it is missing or changed; (None, None) when the plan records none."""
     from tag.graph.reader import file_sha256
-    from tag.strategy.planfile import load_plan_json, resolve_recorded
+    from tag.strategy.planfile_read import load_plan_json, resolve_recorded
 
     rec = load_plan_json(plan_path).get("profile")
     if not isinstance(rec, dict) or not isinstance(rec.get("path"), str):

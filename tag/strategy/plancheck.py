@@ -10,7 +10,8 @@ from __future__ import annotations
 from tag.errors import InputError, short_repr
 from tag.strategy import Strategy
 from tag.strategy.memory_decisions import max_zero
-from tag.strategy.planfile import PlanMeta, file_sha256, load_plan_json, parse_plan
+from tag.graph.reader import file_sha256
+from tag.strategy.planfile_read import PlanMeta, load_plan_json, parse_plan
 from tag.strategy.planfile_pipeline import check_pipeline_graph
 from tag.graph.groups import group_has_params
 from tag.strategy.regroup import groupgraph_from_plan

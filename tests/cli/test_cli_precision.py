@@ -8,7 +8,7 @@ import pytest
 
 from tag.cli import main
 from tag.search.precision import MIN_GAIN, PREFERENCE, auto_precisions
-from tag.strategy.planfile import read_plan
+from tag.strategy.planfile_read import read_plan
 from tag.topology import load_topology
 
 MODEL = "datasets/models/mlp.onnx"  # 3 x Linear 512 wide: at batch 4096 its matmuls dominate on a GPU

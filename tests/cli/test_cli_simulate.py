@@ -8,7 +8,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tag.cli import main
-from tag.strategy.planfile import read_plan, write_plan
+from tag.strategy.planfile import write_plan
+from tag.strategy.planfile_read import read_plan
 
 TOPO = {"version": 1, "machines": [
     {"name": "m0", "devices": [{"type": "V100-16GB", "count": 2}], "nic_bandwidth_gbps": 100},

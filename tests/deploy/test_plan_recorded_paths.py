@@ -10,7 +10,8 @@ import shutil
 
 from tag.cli import main
 from tag.deploy.job import DeployOptions, prepare_job, topology_path_of
-from tag.strategy.planfile import recorded_path, resolve_recorded
+from tag.strategy.planfile import recorded_path
+from tag.strategy.planfile_read import resolve_recorded
 
 MODEL = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "datasets", "models", "mlp.onnx"))
 TOPO = {"version": 1, "name": "two", "machines": [

@@ -1,7 +1,7 @@
 """docs/plan.md § memory and precision: every memory and precision error the page shows is the message `tag simulate`
 prints, word for word, and the documented keys read back into the strategy."""
 
-from tag.strategy.planfile import parse_plan
+from tag.strategy.planfile_read import parse_plan
 from docs_fences import check_documented_mistakes, example_plan
 
 PAGE = "plan.md"

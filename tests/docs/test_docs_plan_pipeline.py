@@ -11,7 +11,7 @@ import pytest
 
 from tag.cli import main
 from tag.strategy.pipeline import SCHEDULES, Pipeline, Stage, stage_order
-from tag.strategy.planfile import parse_plan
+from tag.strategy.planfile_read import parse_plan
 from docs_fences import table_rows, DOCS, ROOT, fences, json_fences
 
 PAGE = "plan.md"

@@ -3,7 +3,7 @@ the documented examples read into the Shard they describe (positions, replicas, 
 
 import json
 
-from tag.strategy.planfile import parse_plan
+from tag.strategy.planfile_read import parse_plan
 from tag.strategy.planfile_shard import shard_to_json
 from tag.strategy.shard import Shard
 from docs_fences import check_documented_mistakes, example_plan, fences

@@ -20,7 +20,8 @@ from tag.errors import InputError
 from tag.strategy import Decision, Strategy, TrainingConfig
 from tag.strategy.pipeline import Pipeline, Stage
 from tag.strategy.plancheck import validate_plan
-from tag.strategy.planfile import parse_plan, plan_to_json, read_plan, write_plan
+from tag.strategy.planfile import plan_to_json, write_plan
+from tag.strategy.planfile_read import parse_plan, read_plan
 from tag.strategy.regroup import groupgraph_from_partition
 from tag.topology import parse_topology
 

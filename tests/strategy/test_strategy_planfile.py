@@ -6,7 +6,9 @@ import pytest
 
 from tag.errors import InputError
 from tag.strategy import Decision, Strategy, TrainingConfig
-from tag.strategy.planfile import dumps_plan, file_sha256, load_plan_json, plan_to_json, read_plan, write_plan
+from tag.graph.reader import file_sha256
+from tag.strategy.planfile import dumps_plan, plan_to_json, write_plan
+from tag.strategy.planfile_read import load_plan_json, read_plan
 from tag.strategy.regroup import groupgraph_from_partition
 from tag.topology import parse_topology
 
