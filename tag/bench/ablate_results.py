@@ -5,7 +5,8 @@ Each line is `case_record(case)`: the case's names, what it was asked to run wit
 re-run skips on together with model and topology), what it planned (batch, precision), per part the iteration ms,
 simulations, seconds, whether the safety cap bound, the start the search began from and the structure tree's best
 path, the compute bound and the latency floor (absent in files written before it: read as nan), an error if it
-failed, and the commit of the code that ran it. Non-finite times are written as JSON strings ("inf": out of memory,
+failed, and the commit of the code that ran it. A line may hold some parts only (`tag bench --ablate --parts`): lines of
+one case by the same commit read as one case (`merge_parts`). Non-finite times are written as JSON strings ("inf": out of memory,
 "nan": not measured), so the file is strict JSON. A line is appended with one `write` on a file opened for appending and synced before the
 next case starts: an interrupted run leaves whole lines only (a torn last line is reported as corrupt).
 
@@ -83,8 +84,10 @@ def read_record(obj, path: str, line: int) -> AblationCase:
 
 
 def read_results(path: str) -> list[AblationCase]:
-    """Every case in the results file, in file order (a later line with the same `case_key` replaces an earlier
-    one); [] when the file does not exist. A line that is not a case record is an InputError naming the line."""
+    """Every case in the results file, in file order; [] when the file does not exist. A later line with the same
+    `case_key` replaces an earlier one, except that lines of some parts each (`tag bench --ablate --parts`) planned
+    by the same commit make one case (`merge_parts`). A line that is not a case record is an InputError naming the
+    line."""
     if not os.path.exists(path):
         return []
     cases: dict[tuple, AblationCase] = {}
@@ -97,9 +100,44 @@ def read_results(path: str) -> list[AblationCase]:
             except json.JSONDecodeError as e:
                 raise InputError(path, f"line {n}", _EXPECTED, f"invalid JSON ({e.msg} at column {e.colno})") from None
             case = read_record(obj, path, n)
-            cases.pop(case_key(case.model, case.topology, case.settings), None)
-            cases[case_key(case.model, case.topology, case.settings)] = case
+            key = case_key(case.model, case.topology, case.settings)
+            case = merge_parts(cases.pop(key, None), case)
+            cases[key] = case
     return list(cases.values())
+
+
+def merge_parts(earlier: AblationCase | None, later: AblationCase) -> AblationCase:
+    """`later`, with the parts it lacks taken from `earlier` when both are finished lines of the same case planned
+    by the same code (`same_code`; so one case's columns can be planned by several runs, `tag bench --ablate --parts`);
+    otherwise `later` alone (columns of different code are not one row). Per part, `later`'s figures win; the
+    case's own figures (batch, precision, bound, floor) are `later`'s: every part plans the same inputs."""
+    if earlier is None or earlier.error or later.error or not same_code(earlier.commit, later.commit):
+        return later
+    own = set(later.ms)
+    for name in ("ms", "simulations", "seconds", "capped", "starts", "paths"):
+        merged = {p: v for p, v in getattr(earlier, name).items() if p not in own}
+        merged.update(getattr(later, name))
+        setattr(later, name, {p: merged[p] for p in PARTS if p in merged})
+    return later
+
+
+def parts_to_plan(held: AblationCase | None, parts: tuple[str, ...], commit: str | None) -> tuple[str, ...]:
+    """Which of `parts` a run by `commit` plans for a case the results file holds as `held` (None: not at all):
+    none when it holds them all (or the case failed: a re-run does not plan it again); else the missing ones when
+    `held` was planned by the same code (`same_code`; `merge_parts` joins them), else all of `parts`."""
+    if held is None:
+        return parts
+    if held.error or set(parts) <= set(held.ms):
+        return ()
+    if same_code(held.commit, commit):
+        return tuple(p for p in parts if p not in held.ms)
+    return parts
+
+
+def same_code(a: str | None, b: str | None) -> bool:
+    """Whether two lines' `commit`s name the same code: one commit, without uncommitted changes ("+dirty": two runs
+    from a changed checkout may have run different code)."""
+    return a is not None and a == b and not a.endswith("+dirty")
 
 
 def append_result(path: str, case: AblationCase) -> None:

@@ -7,7 +7,9 @@ each named random-SEED). Every column of a case is a `tag plan` command line, li
 
 With `--results F.jsonl` each finished case is appended to F as it completes (`tag.bench.ablate_results`), a re-run
 skips the cases F already holds with the same settings, and the tables are rendered from everything in F (so
-several runs with different settings, e.g. a batch size for one topology, build one table); `--render-only`
+several runs with different settings, e.g. a batch size for one topology, build one table). `--parts` plans some
+columns only; lines of one case's parts planned by the same commit are read as one case, so a case too long for
+one run is split over several runs or processes, and a re-run skips the cases F holds those parts of; `--render-only`
 renders F without planning: everything in F, or with --models / --topologies (and --random) only that grid's cases,
 listing those F does not hold yet. Cases planned before the results file recorded the latency floor get it computed
 when rendered (their model and cluster read again: random clusters from their seed). One line
@@ -39,7 +41,7 @@ def ablate(args):
             held = {(c.model, c.topology) for c in cases}
             missing = [f"{m} on {t}" for m, t in grid if (m, t) not in held]
     else:
-        cases, commands = _run(args, settings, {case_key(c.model, c.topology, c.settings) for c in done})
+        cases, commands = _run(args, settings, {case_key(c.model, c.topology, c.settings): c for c in done})
         missing = []
         if args.results:
             cases = read_results(args.results)
@@ -81,10 +83,12 @@ def _grid_names(args) -> list[tuple[str, str]]:
         [(m, f"random-{seed}") for seed in range(1, (args.random or 0) + 1) for m in models]
 
 
-def _run(args, settings, done_keys: set) -> tuple[list, list[str]]:
-    """Plan every case of the grid not in `done_keys`; (the cases planned, the first case's command lines)."""
+def _run(args, settings, held: dict) -> tuple[list, list[str]]:
+    """Plan `--parts` (default: every part) of every case of the grid, those the results file lacks
+    (`parts_to_plan`; `held`: case key -> the case the file holds); (the cases planned, the first case's command
+    lines)."""
     from tag.bench.ablate import PARTS, AblationCase, command_line, random_topology_file, run_ablation
-    from tag.bench.ablate_results import append_result, case_key, code_commit
+    from tag.bench.ablate_results import append_result, case_key, code_commit, parts_to_plan
     from tag.bench.data import case_files
     from tag.bench.suite import QUICK_TOPOLOGIES
     from tag.cli.util import progress
@@ -93,11 +97,14 @@ def _run(args, settings, done_keys: set) -> tuple[list, list[str]]:
     files = {}  # every file before any work, so a typo fails at once
     for m, t in names:
         files[m, t] = case_files(m, QUICK_TOPOLOGIES[0] if t.startswith("random-") else t, args.datasets)
-    todo = [(m, t) for m, t in names if case_key(m, t, settings) not in done_keys]
+    parts = tuple(args.parts or PARTS)
     commit = code_commit()
+    plan_parts = {(m, t): parts_to_plan(held.get(case_key(m, t, settings)), parts, commit) for m, t in names}
+    todo = [(m, t) for m, t in names if plan_parts[m, t]]
     if args.results:
+        which = "" if parts == PARTS else f" (parts: {', '.join(parts)})"
         sys.stderr.write(f"tag bench --ablate: {len(names)} cases, {len(names) - len(todo)} already in "
-                         f"{args.results}, {len(todo)} to run (code {commit or 'not in git'})\n")
+                         f"{args.results}{which}, {len(todo)} to run (code {commit or 'not in git'})\n")
     cases: list = []
     with tempfile.TemporaryDirectory(prefix="tag-ablate-") as tmp:
         bar = progress(total=len(todo), desc="ablate", unit="case")
@@ -112,7 +119,7 @@ def _run(args, settings, done_keys: set) -> tuple[list, list[str]]:
                     case = run_ablation(os.fspath(files[m, t].model_path), topo_path, model=m, topology=t,
                                         playouts=args.playouts, refine_simulations=args.simulations,
                                         budget_s=args.budget, seed=args.seed, batch_size=args.batch_size,
-                                        optimizer=args.optimizer, random_seed=seed)
+                                        optimizer=args.optimizer, random_seed=seed, parts=plan_parts[m, t])
                 except Exception as e:  # a failing case is reported in its row, the run goes on
                     first = str(e).splitlines()[0][:80] if str(e) else ""
                     case = AblationCase(m, t, error=f"{type(e).__name__}: {first}", settings=settings,
@@ -130,19 +137,22 @@ def _run(args, settings, done_keys: set) -> tuple[list, list[str]]:
         m, t = names[0]
         topo = "random-1.json" if t.startswith("random-") else os.fspath(files[m, t].topology_path)
         commands = [f"{p}: " + command_line(p, os.fspath(files[m, t].model_path), topo, args.playouts, args.seed,
-                                            args.simulations, args.batch_size, args.optimizer) for p in PARTS]
+                                            args.simulations, args.batch_size, args.optimizer) for p in parts]
     return cases, commands
 
 
 def _case_line(i: int, n: int, case, wall_s: float) -> str:
-    """One finished case on stderr: its index, names, start and full ms, wall seconds."""
+    """One finished case on stderr: its index, names, the ms of its first and last part planned, wall seconds."""
     head = f"ablate {i}/{n}: {case.model} on {case.topology}"
     if case.error:
         return f"{head}: failed: {case.error} ({wall_s:.0f} s)"
 
-    def ms(part: str) -> str:
-        v = case.ms.get(part, math.nan)
-        return "OOM" if v == math.inf else f"{v:.2f} ms"
+    from tag.bench.ablate import PARTS
 
-    return (f"{head} ({case.precision}, batch {case.batch_size}): start {ms('start')}, full {ms('full')}, "
-            f"bound {case.bound_ms:.2f} ms ({wall_s:.0f} s)")
+    def ms(part: str) -> str:
+        v = case.ms[part]
+        return f"{part} " + ("OOM" if v == math.inf else f"{v:.2f} ms")
+
+    planned = [p for p in PARTS if p in case.ms]
+    shown = ", ".join(ms(p) for p in dict.fromkeys([planned[0], planned[-1]])) if planned else "no part"
+    return f"{head} ({case.precision}, batch {case.batch_size}): {shown}, bound {case.bound_ms:.2f} ms ({wall_s:.0f} s)"

@@ -51,6 +51,10 @@ def add_parser(sub):
     p.add_argument("--results", metavar="F.jsonl", default=None,
                    help="with --ablate: append each finished case to F as it completes, skip the cases F already "
                         "holds with the same settings, and render the tables from everything in F")
+    p.add_argument("--parts", metavar="P[,P...]", default=None, type=_parts,
+                   help="with --ablate: plan only these columns, comma-separated (of: start, start+refine, "
+                        "tree (uniform), tree (GNN), tree+refine, full); with --results, lines of one case's parts "
+                        "made by the same commit read as one case, so a long case can be split over runs")
     p.add_argument("--render-only", action="store_true",
                    help="with --ablate --results F: render F's tables without planning (with --models / "
                         "--topologies: only that grid's cases, and those F does not hold yet listed as missing)")
@@ -66,6 +70,20 @@ def add_parser(sub):
     return p
 
 
+def _parts(text: str) -> tuple[str, ...]:
+    """--parts: comma-separated ablation parts, returned in the table's order (each once)."""
+    from tag.bench.ablate import PARTS
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in PARTS]
+    if bad or not names:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected comma-separated parts of: {', '.join(PARTS)}; found "
+                                         f"{bad[0] if bad else 'none'!r}")
+    return tuple(p for p in PARTS if p in names)
+
+
 def run(args) -> int:
     from tag.errors import InputError
     from tag.fileio import write_text_atomic
@@ -78,7 +96,7 @@ def run(args) -> int:
                             ("--quick", args.quick), ("--precision", args.precision),
                             ("--ablate", args.ablate), ("--random", args.random), ("--results", args.results),
                             ("--render-only", args.render_only), ("--batch-size", args.batch_size),
-                            ("--optimizer", args.optimizer)):
+                            ("--optimizer", args.optimizer), ("--parts", args.parts)):
             if given:
                 raise InputError(flag, "with --published", "no suite flag (--published checks the catalog cost "
                                  "model against the published tables shipped with tag)", flag)
@@ -92,7 +110,7 @@ def run(args) -> int:
             raise InputError("--budget", "SECONDS", "a positive number of seconds", str(args.budget))
         for flag, given in (("--random", args.random), ("--results", args.results),
                             ("--render-only", args.render_only), ("--batch-size", args.batch_size),
-                            ("--optimizer", args.optimizer)):
+                            ("--optimizer", args.optimizer), ("--parts", args.parts)):
             if given and not args.ablate:
                 raise InputError(flag, "without --ablate", f"--ablate ({flag} is the ablation's)", "none")
         if args.render_only and not args.results:
