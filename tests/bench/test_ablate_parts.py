@@ -71,17 +71,18 @@ def test_which_parts_a_run_plans():
 def test_a_run_plans_only_the_parts_the_file_lacks(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(results_mod, "code_commit", lambda: "abc1234")
     results = str(tmp_path / "r.jsonl")
-    assert main([*GRID, "--parts", "full,start", "--results", results]) == 0
+    assert main([*GRID, "--parts", "start", "--results", results]) == 0
     err = capsys.readouterr().err
-    assert "(parts: start, full)" in err and "ablate 1/1: mlp on cpu4" in err and ": start " in err
-    assert set(json.loads(open(results).read().splitlines()[0])["ms"]) == {"start", "full"}
-    # every part now: the 4 missing are planned, the file's 2 are kept, one case in the tables
-    assert main([*GRID, "--results", results, "--json"]) == 0
+    assert "(parts: start)" in err and "ablate 1/1: mlp on cpu4" in err and ": start " in err
+    assert set(json.loads(open(results).read().splitlines()[0])["ms"]) == {"start"}
+    # start and start+refine: only start+refine is planned, the file's start is kept, one case in the tables
+    assert main([*GRID, "--parts", "start+refine,start", "--results", results, "--json"]) == 0
     out, err = capsys.readouterr()
     lines = open(results).read().splitlines()
-    assert len(lines) == 2 and set(json.loads(lines[1])["ms"]) == set(PARTS) - {"start", "full"}
+    assert len(lines) == 2 and set(json.loads(lines[1])["ms"]) == {"start+refine"}
     (case,) = json.loads(out)["cases"]
-    assert list(case["ms"]) == list(PARTS) and all(math.isfinite(float(v)) for v in case["ms"].values())
+    assert list(case["ms"]) == ["start", "start+refine"] and all(math.isfinite(float(v)) for v in case["ms"].values())
+    assert case["ms"]["start+refine"] <= case["ms"]["start"]  # refinement only keeps what is faster
     # all held: nothing to run
     assert main([*GRID, "--parts", "start+refine", "--results", results]) == 0
     assert "1 already in" in capsys.readouterr().err and len(open(results).read().splitlines()) == 2
