@@ -29,8 +29,6 @@ one row count.
 
 from __future__ import annotations
 
-from tag.lru import Recent
-
 import numpy as np
 
 from tag.cost.efficiency import (TENSOR_CORE_CLASSES, EfficiencyParams, bandwidth_fraction, efficiency_array,
@@ -39,6 +37,7 @@ from tag.cost.mixed_precision import (LAYOUTS, cast_bytes_per_param, layout_tran
                                       loss_scaling_bytes_per_param, traffic_scale)
 from tag.cost.optimizer import update_traffic_bytes_per_param
 from tag.graph.groups import GroupGraph
+from tag.lru import Recent
 from tag.strategy import TrainingConfig
 from tag.strategy.memory_decisions import peak_class
 from tag.topology.cluster import DeviceType

@@ -7,12 +7,12 @@ computed once and looked up afterwards.
 
 from __future__ import annotations
 
-from tag.lru import Recent
 from dataclasses import replace
 
 import numpy as np
 
 from tag.cost.optimizer import state_bytes_per_param
+from tag.lru import Recent
 from tag.sim.algorithms import choose_algorithm
 from tag.sim.buckets import BucketSync, bucket_syncs, derive_buckets
 from tag.sim.collectives import p2p_spec, sync_phases
