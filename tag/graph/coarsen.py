@@ -166,6 +166,9 @@ def _atom_nets(graph: OpGraph, atom: list[int]) -> list[tuple[int, tuple[int, ..
     return nets
 
 
+MAX_DEVICE_GROUPS = 128  # the device rule's K at most (2 x 64 devices; `default_group_count`)
+
+
 def graph_atom_count(graph: OpGraph) -> int:
     """Number of atoms: ops that can head a group (not weight generators or free ops), plus free ops
     without consumers."""
@@ -173,14 +176,19 @@ def graph_atom_count(graph: OpGraph) -> int:
 
 
 def default_group_count(graph: OpGraph, n_devices: int = 1) -> int:
-    """Default K: min(#atoms, max(2 x devices, clamp(round(1.5 sqrt(#atoms)), 16, 48))).
+    """Default K: min(#atoms, max(min(2 x devices, MAX_DEVICE_GROUPS), clamp(round(1.5 sqrt(#atoms)), 16, 48))).
 
     #atoms counts the ops that can head a group (weight generators and free ops ride with their consumer),
-    so K is never below min(#atoms, 2 x devices).
+    so K is never below min(#atoms, 2 x devices, MAX_DEVICE_GROUPS). Two groups per device give placements room
+    to spread; past MAX_DEVICE_GROUPS (64 devices) more groups cost memory and work without giving a plan room
+    it uses: tag's runtime keeps every group's outputs until that group's backward and holds a 16-bit copy of
+    each float input crossing into a group under fp16/bf16 (`tag.graph.costs.group_held_bytes`), so a finer cut
+    holds more activation bytes on every device (`tag.sim.memory`), and a simulation's work grows with groups x
+    devices.
     """
     n = graph_atom_count(graph)
     base = min(48, max(16, round(1.5 * math.sqrt(n))))
-    return min(n, max(2 * max(n_devices, 1), base))
+    return min(n, max(min(2 * max(n_devices, 1), MAX_DEVICE_GROUPS), base))
 
 
 def coarsen(graph: OpGraph, k: int | None = None, n_devices: int = 1, refine: bool = True) -> GroupGraph:

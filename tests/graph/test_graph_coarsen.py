@@ -128,6 +128,10 @@ def test_default_group_count_rules():
     g = chain(400)
     assert default_group_count(g, 1) == 30  # round(1.5 * sqrt(400))
     assert default_group_count(g, 40) == 80  # 2 x devices wins
+    assert default_group_count(g, 64) == 128
+    assert default_group_count(g, 65) == 128  # the device rule stops at 128 groups
+    assert default_group_count(g, 1024) == 128
+    assert default_group_count(chain(100), 1024) == 100  # never more than the ops
     assert default_group_count(chain(5), 4) == 5  # never more than the ops
     assert default_group_count(chain(5000), 1) == 48
 
