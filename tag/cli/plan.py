@@ -78,7 +78,9 @@ def add_parser(sub):
     p.add_argument("--trace", metavar="T.json", default=None, help="write a Chrome trace of the plan's iteration")
     p.add_argument("--report", metavar="R.html", default=None,
                    help="also write the plan's HTML report here (as `tag report` does)")
-    p.add_argument("--groups", type=int, default=None, metavar="K", help="number of op groups (default: automatic)")
+    p.add_argument("--groups", type=int, default=None, metavar="K", help="number of op groups (default: 1.5 sqrt(ops) "
+                   "within 16-48, raised to 2 per device up to 128; at most one per op); fewer groups hold less memory "
+                   "in tag's runtime, more give placements room")
     add_model_flags(p)
     add_precision_flag(p, "the search chooses. It scores the starts (the baselines, and the memory pass's ZeRO / "
                           "recomputation variants of those that do not fit) under fp32 and under each precision every "
