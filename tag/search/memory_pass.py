@@ -15,9 +15,14 @@ deterministic:
    its usable memory is applied and simulated, and again with the moves left until it fits; a prefix that does not
    lower the simulated excess is not applied and the next step tries its first move alone, and a single move that
    does not lower it is skipped (a re-run forward's activations can raise the backward's peak);
-4. trim: turn recomputation off again, the group with the most forward time first, keeping it off when the strategy
+4. lower rungs with recomputation: when the ladder stopped at stage z > 0, every group recomputed at each stage below
+   z (0, then 1, ...: the input's stages raised to it), each kept when it fits and the strategy so far does not or is
+   slower. ZeRO 2-3 move every gradient or weight once more per pass, which on many replicas or slow links can cost
+   more than re-running the forward; the polish below seldom walks there, since lowering a stage without
+   recomputation on runs out of memory;
+5. trim: turn recomputation off again, the group with the most forward time first, keeping it off when the strategy
    still fits and is faster;
-5. polish: try one ZeRO stage, or recomputation on or off, for every group of a stage at once
+6. polish: try one ZeRO stage, or recomputation on or off, for every group of a stage at once
    (`stage_memory_neighbours`), then each group's ZeRO stage one down and one up and its recomputation toggled
    (`memory_neighbours`), keeping a change that fits and is faster, in sweeps until a sweep changes nothing or the
    budget is spent (a lower stage moves fewer bytes; a higher one can be faster, as a replica updates only its shard).
@@ -147,13 +152,18 @@ def fit_memory(gg, cluster, cost, training, strategy: Strategy, result_fn: Calla
     if not res.oom:
         return MemoryFit(strategy, res, True, simulations=spent[0])
     current, cur_res = strategy, res
+
+    def rung(z: int, recompute: bool = False) -> Strategy:  # every allowed group at stage >= z
+        return strategy.with_decisions(replace(d, zero=max(z, d.zero) if zero_allowed(gg, g, d) else d.zero,
+                                               recompute=d.recompute or recompute)
+                                       for g, d in enumerate(strategy.decisions))
+    top = 0
     for z in range(1, max_zero(strategy.pipeline is not None) + 1):  # the ZeRO ladder
         if not cur_res.oom or spent[0] >= max_simulations:
             break
-        rung = current.with_decisions(replace(d, zero=max(z, d.zero)) if zero_allowed(gg, g, d) else d
-                                      for g, d in enumerate(current.decisions))
-        if rung != current:
-            current, cur_res = rung, simulate(rung)
+        nxt = rung(z)
+        if nxt != current:
+            current, cur_res, top = nxt, simulate(nxt), z
     skipped, single = set(), False
     while cur_res.oom and spent[0] < max_simulations:  # recomputation, by bytes per ms of forward
         over = excess_bytes(cur_res, cluster)
@@ -171,6 +181,14 @@ def fit_memory(gg, cluster, cost, training, strategy: Strategy, result_fn: Calla
             single = True  # the simulator freed less than estimated: one move at a time
         else:
             skipped.add(step[0].group)  # it frees nothing at the peak
+    for z in range(top):  # recomputation everywhere on the rungs below the ladder's last (docstring, step 4)
+        if spent[0] >= max_simulations:
+            break
+        cand = rung(z, recompute=True)
+        if cand not in (current, strategy):
+            cand_res = simulate(cand)
+            if not cand_res.oom and (cur_res.oom or cand_res.iteration_ms < cur_res.iteration_ms):
+                current, cur_res = cand, cand_res
     if cur_res.oom:
         return MemoryFit(strategy, res, False, simulations=spent[0])
     has_params = [group_has_params(gg, g) for g in range(len(current.decisions))]

@@ -10,13 +10,15 @@ from dataclasses import replace
 
 import pytest
 
-from tag.graph.groups import group_has_params
+from tag.graph.groups import Group, GroupEdge, GroupGraph, group_has_params
+from tag.graph.opgraph import Op, OpGraph
 from tag.modelio import ModelOptions, load_inputs
 from tag.search.baselines import build_baseline
 from tag.search.memory_pass import (carry_memory, decisions_summary, fit_memory, memory_neighbours,
                                     stage_memory_neighbours)
 from tag.sim import simulate
-from tag.strategy import Decision, Strategy
+from tag.strategy import Decision, Strategy, TrainingConfig
+from tag.topology import parse_topology
 
 
 def _inputs(tmp_path, memory_gb: float, batch: int, groups: int = 3):
@@ -96,3 +98,56 @@ def test_memory_moves_by_hand():
     assert carry_memory(True, Decision((2, 2), zero=2, recompute=True), Decision((3, 1))).zero == 2
     assert carry_memory(True, Decision((2, 2), zero=2, recompute=True), Decision((4, 0))) == \
         Decision((4, 0), recompute=True)
+
+
+class _FlatCost:
+    """fwd 1 ms per row, bwd 2 ms per row, update 1 ms: recomputing a group adds its forward, 1 ms per row."""
+
+    name = "flat"
+
+    def group_fwd_ms(self, g, device, rows):
+        return 1.0 * rows
+
+    def group_bwd_ms(self, g, device, rows):
+        return 2.0 * rows
+
+    def update_ms(self, g, device):
+        return 1.0
+
+
+@pytest.mark.parametrize("param_bytes, saved_bytes", [(2e9, 1.6e10), (2e9, 1.7e10), (2.2e9, 1.5e10), (1.8e9, 1.7e10)])
+def test_recomputation_on_a_lower_rung_beats_the_ladders_fit(param_bytes, saved_bytes):
+    """Two groups of `param_bytes` fp32 weights (momentum: weights, gradients and states 3 x that per group) and
+    `saved_bytes` of activations each at the whole batch of 64, data parallel on 4 V100-16GB (14.72 GB usable) in four
+    machines on 1 Gb/s NICs. First case by hand: each device saves 2 x 16e9 / 4 = 8 GB of activations beside 12 GB
+    of weights, gradients and states at ZeRO 0, 9 at ZeRO 1 (states / 4) and 6 at ZeRO 2 (gradients / 4, plus the
+    full 1.5 GB beyond a shard until its reduce-scatter), all over 14.72; ZeRO 3 holds 3 (+ 2 GB gathered), so the
+    ladder stops there. ZeRO 1 with the first group recomputed also fits, and at 1 Gb/s ZeRO 3's extra weight
+    gathers (2 GB per group per pass) cost far more than re-running a 16-row forward (16 ms). The ladder's fit is
+    slower than the brute-force optimum over all 64 (stage, recompute) pairs; the lower rungs with recomputation
+    reach it (the pass before them returned ZeRO 3 / 2 here)."""
+    ops = [Op("A", "Gemm", "", [], [], op_class="matmul"), Op("B", "Gemm", "", [], [], op_class="matmul")]
+    graph = OpGraph("two.onnx", ops, {}, [], [], [], 1, 64)
+    groups = [Group(g, [g], True, param_bytes=param_bytes, param_count=int(param_bytes // 4),
+                    saved_bytes_per_row=saved_bytes / 64) for g in (0, 1)]
+    gg = GroupGraph(graph, groups, [GroupEdge(0, 1, ["h"], 4e3, 0.0)])
+    cluster = parse_topology({"version": 1, "machines": [
+        {"name": f"m{i}", "devices": [{"type": "V100-16GB", "count": 1}], "nic_bandwidth_gbps": 1.0}
+        for i in range(4)]}, "four.json")
+    training, cost = TrainingConfig(optimizer="momentum"), _FlatCost()
+    start = Strategy(tuple(Decision((16, 16, 16, 16), sync="allreduce") for _ in groups))
+
+    def sim(s):
+        return simulate(gg, cluster, cost, s, training)
+
+    assert sim(start).oom
+    best = None
+    for combo in itertools.product([(z, r) for z in range(4) for r in (False, True)], repeat=2):
+        res = sim(start.with_decisions(replace(d, zero=z, recompute=r) for d, (z, r) in zip(start.decisions, combo)))
+        if not res.oom and (best is None or res.iteration_ms < best[0]):
+            best = (res.iteration_ms, combo)
+    ladder = sim(start.with_decisions(replace(d, zero=3) for d in start.decisions))
+    assert not ladder.oom and ladder.iteration_ms > 1.2 * best[0]  # ZeRO 3 alone fits, and is the slow way
+    fit = fit_memory(gg, cluster, cost, training, start, sim)
+    assert fit.fits and fit.result.iteration_ms == pytest.approx(best[0], rel=1e-9)
+    assert [(d.zero, d.recompute) for d in fit.strategy.decisions] == list(best[1])
