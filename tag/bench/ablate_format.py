@@ -74,20 +74,25 @@ def ablation_markdown(cases: list[AblationCase]) -> str:
     floored = [c for c in cases if c.error is None and math.isfinite(c.headroom_floor)]
     room_f = [c for c in floored if c.headroom_floor >= HEADROOM_MIN]
     tree_f, n_tree_f = geomean_ratio(room_f, "tree+refine", "start+refine")
-    lines += ["", f"- full over start: {full:.3f}x geomean over {n_full} cases",
-              f"- tree (GNN) over tree (uniform): {gnn:.3f}x geomean over {n_gnn} cases",
+    lines += ["", f"- full over start: {_geomean(full, n_full)}",
+              f"- tree (GNN) over tree (uniform): {_geomean(gnn, n_gnn)}",
               f"- tree+refine over start+refine, on the {len(room)} cases with >= {100 * HEADROOM_MIN:.0f}% headroom "
-              f"over the bound: {tree:.3f}x geomean over {n_tree} cases"]
+              f"over the bound: {_geomean(tree, n_tree)}"]
     if floored:
         lines.append(f"- tree+refine over start+refine, on the {len(room_f)} of {len(floored)} cases with a latency "
-                     f"floor and >= {100 * HEADROOM_MIN:.0f}% headroom over max(bound, floor): {tree_f:.3f}x "
-                     f"geomean over {n_tree_f} cases")
+                     f"floor and >= {100 * HEADROOM_MIN:.0f}% headroom over max(bound, floor): "
+                     f"{_geomean(tree_f, n_tree_f)}")
     for part in ("start+refine", "full"):
         secs = sorted(c.seconds[part] for c in cases if c.error is None and part in c.seconds)
         if secs:
             lines.append(f"- planning seconds ({part}, plan() alone): median {_median(secs):.1f}, max {secs[-1]:.1f} "
                          f"over {len(secs)} cases")
     return "\n".join(lines) + "\n"
+
+
+def _geomean(ratio: float, n: int) -> str:
+    """'1.019x geomean over 125 cases', or what to say when no case has both columns yet."""
+    return f"{ratio:.3f}x geomean over {n} cases" if n else "no case has both columns yet"
 
 
 def ablation_report(cases: list[AblationCase], commands: list[str] | None = None,

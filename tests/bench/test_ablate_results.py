@@ -133,3 +133,18 @@ def test_batch_size_and_optimizer_reach_the_plan_command(tmp_path, capsys):
         p = json.load(f)
     assert p["model"]["batch_size"] == 64 and p["training"]["optimizer"] == "momentum"
     assert p["predicted"]["iteration_ms"] == pytest.approx(case.ms["start"], abs=1e-4)
+
+
+def test_a_case_with_one_column_renders_no_ratio(tmp_path, capsys):
+    """A case planned for `start` only (as `--parts start` leaves it) has no pair of columns for any ratio: the
+    summary says so instead of printing nan."""
+    results = tmp_path / "r.jsonl"
+    append_result(str(results), AblationCase("mlp", "cpu4", ms={"start": 8.0}, bound_ms=2.0, precision="fp32",
+                                             batch_size=128, settings=AblationSettings(batch_size=128)))
+    assert main(["bench", "--ablate", "--models", "mlp", "--topologies", "cpu4", "--results", str(results),
+                 "--render-only"]) == 0
+    out = capsys.readouterr().out
+    assert "- full over start: no case has both columns yet" in out
+    assert "- tree (GNN) over tree (uniform): no case has both columns yet" in out
+    assert "headroom over the bound: no case has both columns yet" in out
+    assert "nan" not in out
