@@ -1,7 +1,8 @@
 """`simulate`: one training iteration = build the task graph, run it, account memory, assemble the result.
 
-The model is documented in `tag.sim`; the parts are `tag.sim.build` (the builder), `tag.sim.fuse` (chain fusion,
-an exact reduction of the task graph, skipped when a trace is asked for), `tag.sim.events` (the event loop),
+The model is documented in `tag.sim`; the parts are `tag.sim.build` (the builder), `tag.sim.fold` (twin folding)
+and `tag.sim.fuse` (chain fusion: exact reductions of the task graph, skipped when a trace is asked for),
+`tag.sim.events` (the event loop),
 `tag.sim.memory` (peak memory in program order) and `tag.sim.trace` (Chrome-trace events). Only the trace reads
 per-task start times.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from tag.sim.build import BuildOptions, build_task_graph
 from tag.sim.context import SimContext, sim_context
 from tag.sim.events import Timeline, run_task_graph
+from tag.sim.fold import fold_twins, unfold_end_ms
 from tag.sim.fuse import fuse_chains, run_fused
 from tag.sim.peak_memory import strategy_peak_memory_bytes
 from tag.sim.network import INF
@@ -35,8 +37,13 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
     caps = [l.bytes_per_ms for l in cluster.links]
     if trace:  # the trace shows every task
         timeline = run_task_graph(tg, caps, log_flows=True)
-    else:  # the exact reduction; bit-identical times
-        timeline = run_fused(fuse_chains(tg), caps)
+    else:  # the exact reductions (twins folded, chains fused); bit-identical times
+        folded = fold_twins(tg)
+        if folded is None:
+            timeline = run_fused(fuse_chains(tg), caps)
+        else:
+            timeline = run_fused(fuse_chains(folded[0]), caps)
+            timeline.device_end_ms = unfold_end_ms(timeline.device_end_ms, folded[1])
     return _result(ctx, strategy, tg, timeline, trace)
 
 

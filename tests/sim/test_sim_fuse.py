@@ -3,8 +3,6 @@ the fused run against the unfused one over baselines and random row maps on the 
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import random
 
 import pytest
@@ -14,40 +12,11 @@ from tag.sim.collectives import FlowSpec
 from tag.sim.context import sim_context
 from tag.sim.events import run_task_graph
 from tag.sim.fuse import fuse_chains, member_starts_ms, run_fused
-from tag.sim.taskgraph import (ComputeTasks, DependentKind, MemoryInputs, SyncUnit, TaskGraph, TaskKind,
-                               Transfer)
+from tag.sim.taskgraph import TaskKind
+from tests.sim.helpers_sim_runs import hand_graph, random_strategy, shipped_inputs, with_buckets
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CAP = 1e5  # bytes per ms of every link
 F, B, U = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.UPDATE
-SYNC, XFER = DependentKind.SYNC, DependentKind.TRANSFER
-
-
-def _graph(tasks, n_devices, syncs=(), transfers=()) -> TaskGraph:
-    """tasks: (device, kind, ms) in program order per device; syncs: (wait, release, phases) with the first
-    listing of each task in first_sync; transfers: (spec, producer, consumer)."""
-    ct = ComputeTasks()
-    for i, (d, kind, ms) in enumerate(tasks):
-        ct.add([d], kind, i, [ms])
-    programs = [[k for k in range(len(ct)) if ct.device[k] == d] for d in range(n_devices)]
-    inputs, first, deps = [0] * len(ct), [-1] * len(ct), [None] * len(ct)
-    units = []
-    for j, (wait, release, phases) in enumerate(syncs):
-        for k in wait:
-            if first[k] < 0:
-                first[k] = j
-            else:
-                deps[k] = (deps[k] or []) + [(SYNC, j)]
-        for k in release:
-            inputs[k] += 1
-        units.append(SyncUnit((j,), tuple(range(n_devices)), 1.0, "ring", None, f"s{j}", list(wait), list(release),
-                              phases))
-    xs = []
-    for i, (spec, p, c) in enumerate(transfers):
-        xs.append(Transfer(spec, p, c, (p,), (c,), f"x{i}"))
-        deps[p] = (deps[p] or []) + [(XFER, i)]
-        inputs[c] += 1
-    return TaskGraph(n_devices, ct, programs, xs, units, inputs, first, deps, MemoryInputs([], [0.0] * n_devices))
 
 
 def test_one_bucket_fuses_forward_and_backward_into_one_task_per_device():
@@ -57,7 +26,7 @@ def test_one_bucket_fuses_forward_and_backward_into_one_task_per_device():
     tasks = [(0, F, 1.0), (0, F, 2.0), (0, B, 4.0), (0, B, 3.0), (0, U, 0.5),
              (1, F, 1.0), (1, F, 1.0), (1, B, 2.0), (1, B, 2.0), (1, U, 0.5)]
     flow = FlowSpec((0,), (1.0,), 1e5, 0.0, 0, 1)
-    tg = _graph(tasks, 2, syncs=[([2, 3, 7, 8], [4, 9], [[flow]])])
+    tg = hand_graph(tasks, 2, syncs=[([2, 3, 7, 8], [4, 9], [[flow]])])
     fz = fuse_chains(tg)
     g = fz.graph
     # by hand: programs [0, 4] and [5, 9]; task 0 lasts 1 + 2 + 4 + 3 = 10, task 5 lasts 6; both count towards
@@ -80,7 +49,7 @@ def test_two_syncs_keep_the_backward_apart_and_a_transfer_ends_a_chain():
     # g starts a transfer: the last of its chain; h follows it alone.
     flow = FlowSpec((0,), (1.0,), 1e5, 0.0, 0, 1)
     tasks = [(0, F, 1.0), (0, B, 2.0), (0, B, 3.0), (0, U, 0.5), (1, F, 2.0), (1, F, 1.0)]
-    tg = _graph(tasks, 2, syncs=[([1], [3], [[flow]]), ([2], [3], [[flow]])],
+    tg = hand_graph(tasks, 2, syncs=[([1], [3], [[flow]]), ([2], [3], [[flow]])],
                 transfers=[(FlowSpec((1,), (1.0,), 1e5, 0.0, 1, 0), 4, 2)])
     fz = fuse_chains(tg)
     assert fz.graph.programs == [[0, 2, 3], [4, 5]]
@@ -102,7 +71,7 @@ def test_a_group_without_parameters_folds_into_its_bucket_and_another_sync_cuts(
     flow = FlowSpec((0,), (1.0,), 1e5, 0.0, 0, 1)
     tasks = [(0, F, 1.0), (0, F, 1.0), (0, F, 1.0), (0, B, 2.0), (0, B, 2.0), (0, B, 2.0), (0, B, 1.0),
              (0, B, 1.0), (0, B, 1.0), (0, U, 0.5)]
-    tg = _graph(tasks, 1, syncs=[([3, 5], [9], [[flow]]), ([7], [9], [[flow]])])
+    tg = hand_graph(tasks, 1, syncs=[([3, 5], [9], [[flow]]), ([7], [9], [[flow]])])
     fz = fuse_chains(tg)
     assert fz.graph.programs == [[0, 6, 8, 9]]
     assert (fz.heads, fz.lasts, fz.n_fused) == ([0, 6], [5, 7], 6)
@@ -116,51 +85,9 @@ def test_a_group_without_parameters_folds_into_its_bucket_and_another_sync_cuts(
 
 
 def test_nothing_to_fold_returns_the_graph_itself():
-    tg = _graph([(0, F, 1.0), (1, F, 1.0)], 2)
+    tg = hand_graph([(0, F, 1.0), (1, F, 1.0)], 2)
     fz = fuse_chains(tg)
     assert fz.graph is tg and fz.n_fused == 0
-
-
-def _inputs(model: str, topology: str):
-    from tag.cost import make_cost_model
-    from tag.graph import load_model
-    from tag.graph.coarsen import coarsen
-    from tag.strategy import TrainingConfig
-    from tag.topology import load_topology
-
-    cluster = load_topology(os.path.join(ROOT, "datasets", "topologies", f"{topology}.json"))
-    graph = load_model(os.path.join(ROOT, "datasets", "models", f"{model}.onnx"), n_devices=cluster.n_devices)
-    gg = coarsen(graph, n_devices=cluster.n_devices)
-    training = TrainingConfig(optimizer="momentum")
-    return gg, cluster, make_cost_model(gg, training), training, graph.batch_size
-
-
-def _random_strategy(gg, n_dev: int, batch: int, rng: random.Random):
-    """Three random row maps (each over a random subset of devices) spread over the groups, random sync methods
-    and ps servers: transfers, several communicators and syncs of every method."""
-    from tag.strategy import SYNC_METHODS, Decision, Strategy
-
-    maps = []
-    for _ in range(3):
-        devs = sorted(rng.sample(range(n_dev), rng.randint(1, n_dev)))
-        rows = [0] * n_dev
-        for _ in range(batch):
-            rows[rng.choice(devs)] += 1
-        maps.append(tuple(rows))
-    decs = []
-    for _ in range(gg.n_groups):
-        rows = rng.choice(maps)
-        sync = rng.choice(SYNC_METHODS)
-        server = rng.choice([d for d in range(n_dev) if rows[d] > 0]) if sync == "ps" else None
-        decs.append(Decision(rows, sync, server))
-    return Strategy(tuple(decs))
-
-
-def _with_buckets(st, mb: float):
-    """The strategy with gradient buckets of `mb` MiB where the Strategy has them (strategy version 2)."""
-    if "bucket_mb" in {f.name for f in dataclasses.fields(st)}:
-        return dataclasses.replace(st, bucket_mb=mb)
-    return st
 
 
 def _assert_same_run(ctx, cluster, st, options: BuildOptions, where: str):
@@ -184,13 +111,13 @@ CASES = [(m, t) for t in ("cpu4", "heterog8", "hap64")
 def test_fused_run_equals_unfused_run(model, topology):
     from tag.search.baselines import BASELINES, build_baseline
 
-    gg, cluster, cost, training, batch = _inputs(model, topology)
+    gg, cluster, cost, training, batch = shipped_inputs(model, topology)
     ctx = sim_context(gg, cluster, cost, training)
     strategies = {name: build_baseline(name, gg, cluster, cost, training) for name in BASELINES}
-    strategies["dp-even 25 MiB buckets"] = _with_buckets(strategies["dp-even"], 25.0)
+    strategies["dp-even 25 MiB buckets"] = with_buckets(strategies["dp-even"], 25.0)
     rng = random.Random(f"{model}|{topology}")
     for i in range(1 if cluster.n_devices > 8 else 4):
-        strategies[f"random {i}"] = _random_strategy(gg, cluster.n_devices, max(batch, cluster.n_devices), rng)
+        strategies[f"random {i}"] = random_strategy(gg, cluster.n_devices, max(batch, cluster.n_devices), rng)
     folded = 0
     for name, st in strategies.items():
         for mode, options in (("async", BuildOptions()), ("deploy", BuildOptions(False, True))):
@@ -204,7 +131,7 @@ def test_simulate_without_trace_equals_simulate_with_trace(model, topology):
     from tag.search.baselines import BASELINES, build_baseline
     from tag.sim import simulate
 
-    gg, cluster, cost, training, _ = _inputs(model, topology)
+    gg, cluster, cost, training, _ = shipped_inputs(model, topology)
     for name in BASELINES:
         st = build_baseline(name, gg, cluster, cost, training)
         for kw in ({}, {"overlap_sync": False, "blocking_sends": True}):
