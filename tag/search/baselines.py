@@ -113,10 +113,12 @@ def proportional_rows(gg, cluster, cost, batch: int) -> tuple[tuple[int, ...], i
     """
     n = cluster.n_devices
     types = [d.type for d in cluster.devices]
-    cache: dict[tuple[object, int], float] = {}
+    index: dict = {}
+    tid = [index.setdefault(t, len(index)) for t in types]  # type ids: an int hashes in C, a DeviceType field by field
+    cache: dict[tuple[int, int], float] = {}
 
     def t_split(d: int, r: int) -> float:
-        key = (types[d], r)
+        key = (tid[d], r)
         if key not in cache:
             cache[key] = compute_ms(gg, cost, types[d], r)
         return cache[key]
@@ -140,14 +142,14 @@ def proportional_rows(gg, cluster, cost, batch: int) -> tuple[tuple[int, ...], i
         # pair found wins ties, so only the first device of each such class is tried as source and destination
         seen_a = set()
         for a in [d for d in range(n) if t[d] >= top - 1e-9 and rows[d] > 0]:
-            if (types[a], rows[a], a == host) in seen_a:
+            if (tid[a], rows[a], a == host) in seen_a:
                 continue
-            seen_a.add((types[a], rows[a], a == host))
+            seen_a.add((tid[a], rows[a], a == host))
             seen_b = set()
             for b in range(n):
-                if b == a or (types[b], rows[b], b == host) in seen_b:
+                if b == a or (tid[b], rows[b], b == host) in seen_b:
                     continue
-                seen_b.add((types[b], rows[b], b == host))
+                seen_b.add((tid[b], rows[b], b == host))
                 k = _replaced(neg, (-t[a], -t[b]), (-time_of(a, rows[a] - 1), -time_of(b, rows[b] + 1)))
                 if _lex_less_negated(k, neg) and (best is None or _lex_less_negated(k, best[0])):
                     best = (k, a, b)

@@ -29,6 +29,8 @@ class SimContext:
     def __init__(self, gg, cluster, cost, training):
         self.gg, self.cluster, self.cost, self.training = gg, cluster, cost, training
         self.dtypes = [d.type for d in cluster.devices]
+        index: dict = {}  # each device's type as a small int (a DeviceType hashes all its fields, an int in C)
+        self.type_ids = [index.setdefault(t, len(index)) for t in self.dtypes]
         gs = gg.groups
         self.saved_per_row = np.array([g.saved_bytes_per_row for g in gs], dtype=float)
         self.saved_fixed = np.array([g.saved_bytes_fixed for g in gs], dtype=float)
@@ -54,15 +56,15 @@ class SimContext:
 
             hit = self._group[key] = sharded_costs(self, g, decision)
         if hit is None:
-            c, dt = self.cost, self.dtypes
+            c, dt, tid = self.cost, self.dtypes, self.type_ids
             devs = list(decision.devices)
             rows = decision.rows
             per: dict = {}  # (device type, rows) -> (fwd, bwd, update): replicas of one type and rows cost alike
             for d in devs:
-                k = (dt[d], rows[d])
+                k = (tid[d], rows[d])
                 if k not in per:
                     per[k] = (c.group_fwd_ms(g, dt[d], rows[d]), c.group_bwd_ms(g, dt[d], rows[d]), c.update_ms(g, dt[d]))
-            trip = [per[(dt[d], rows[d])] for d in devs]
+            trip = [per[(tid[d], rows[d])] for d in devs]
             hit = (devs, [t[0] for t in trip], [t[1] for t in trip], [t[2] for t in trip])
             if len(self._group) > _MAX_ENTRIES:
                 self._group.clear()

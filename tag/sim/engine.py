@@ -35,6 +35,7 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
     ctx = sim_context(gg, cluster, cost, training)
     tg = build_task_graph(ctx, strategy, BuildOptions(overlap_sync=overlap_sync, blocking_sends=blocking_sends))
     caps = [l.bytes_per_ms for l in cluster.links]
+    rep = None  # each device's twin that represents it (`tag.sim.fold`), None: no folding
     if trace:  # the trace shows every task
         timeline = run_task_graph(tg, caps, log_flows=True)
     else:  # the exact reductions (twins folded, chains fused); bit-identical times
@@ -42,25 +43,31 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
         if folded is None:
             timeline = run_fused(fuse_chains(tg), caps)
         else:
-            timeline = run_fused(fuse_chains(folded[0]), caps)
-            timeline.device_end_ms = unfold_end_ms(timeline.device_end_ms, folded[1])
-    return _result(ctx, strategy, tg, timeline, trace)
+            timeline, rep = run_fused(fuse_chains(folded[0]), caps), folded[1]
+            timeline.device_end_ms = unfold_end_ms(timeline.device_end_ms, rep)
+    return _result(ctx, strategy, tg, timeline, trace, rep)
 
 
-def busy_ms(tg: TaskGraph) -> list[float]:
+def busy_ms(tg: TaskGraph, rep: list[int] | None = None) -> list[float]:
     """Compute-stream busy time per device (ms): the durations of its program's tasks added in program order
-    (of the unfused graph, so that it does not depend on whether a trace was asked for)."""
+    (of the unfused graph, so that it does not depend on whether a trace was asked for). rep: each device's
+    representative twin (`tag.sim.fold.twin_representatives`), whose program has the same durations in the same
+    order, so the same sum."""
     dur = tg.tasks.duration_ms
-    return [sum(map(dur.__getitem__, prog), 0.0) for prog in tg.programs]
+    if rep is None:
+        return [sum(map(dur.__getitem__, prog), 0.0) for prog in tg.programs]
+    own = {r: sum(map(dur.__getitem__, tg.programs[r]), 0.0) for r in set(rep)}
+    return [own[r] for r in rep]
 
 
-def _result(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeline, trace: bool) -> SimResult:
+def _result(ctx: SimContext, strategy: Strategy, tg: TaskGraph, tl: Timeline, trace: bool,
+            rep: list[int] | None = None) -> SimResult:
     """The SimResult of one run: times, memory and OOM, busy time (`busy_ms`), link bytes, and the trace if
     asked."""
     cluster = ctx.cluster
     ids = [d.id for d in cluster.devices]
     n_dev = tg.n_devices
-    busy = busy_ms(tg)
+    busy = busy_ms(tg, rep)
     fit_ms = max(tl.device_end_ms) if tl.device_end_ms else 0.0
     peak = strategy_peak_memory_bytes(ctx, strategy, tg.memory)
     oom_devices = [ids[d] for d in range(n_dev) if peak[d] > ctx.dtypes[d].usable_memory_bytes]
