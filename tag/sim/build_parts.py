@@ -141,15 +141,18 @@ def wire_syncs(units, devs_of, bwd_id, upd_id, draft: Draft, overlap_sync: bool)
     for g in range(len(bwd_id) - 1, -1, -1):
         for d, k in bwd_id[g].items():
             last_bwd[d] = k
-    inputs = draft.inputs
+    inputs, first = draft.inputs, draft.first_sync
     for j, u in enumerate(units):
         members = set(u.devices)  # a sharded group's position unit: its peers only
         for g in u.groups:
             ids = bwd_id[g]
             kbs = [ids[d] for d in devs_of[g] if d in members]
             u.wait += kbs
-            for kb in kbs:
-                count_towards(draft, kb, j)
+            for kb in kbs:  # `count_towards`, inline: one call per backward task of every device
+                if first[kb] < 0:
+                    first[kb] = j
+                else:
+                    draft.depend(kb, (_SYNC, j))
         # devices in topology order (a group's devices are)
         covered = devs_of[u.groups[0]] if len(u.groups) == 1 else sorted({d for g in u.groups for d in devs_of[g]})
         u.release = [upd_id[d] for d in covered if d in members]
