@@ -2,7 +2,7 @@
 the same program.
 
 Data parallelism on many devices of few types builds one program per device, and most of them are copies: bert_large
-on 1,024 GPUs of two types at the rows of two types is two distinct programs run 512 times each. Devices d and e are
+on 1,024 GPUs of two types at dp-proportional's rows is two distinct programs, each run by 512 devices. Devices d and e are
 **twins** when
 
 * no transfer waits for, delivers to or carries data of a task of either (their tasks meet other devices' only in
@@ -24,8 +24,8 @@ instant the loop handles events first-queued first; a sync is queued when its la
 last device of each class as representative that listing is kept where the builder lists tasks in device order, as
 it does. `tests/sim/test_sim_fold.py` compares the folded run with the unfolded one to the bit.
 
-What it saves: chain fusion and the event loop touch one program per class instead of one per device. Building the
-graph, busy time and peak memory (which read the unfolded graph) are unchanged.
+What it saves: chain fusion and the event loop touch one program per class instead of one per device; busy time is
+summed once per class (`tag.sim.engine.busy_ms`). Building the graph and peak memory are unchanged.
 """
 
 from __future__ import annotations
