@@ -113,8 +113,7 @@ def proportional_rows(gg, cluster, cost, batch: int) -> tuple[tuple[int, ...], i
     """
     n = cluster.n_devices
     types = [d.type for d in cluster.devices]
-    index: dict = {}
-    tid = [index.setdefault(t, len(index)) for t in types]  # type ids: an int hashes in C, a DeviceType field by field
+    tid = cluster.type_ids
     cache: dict[tuple[int, int], float] = {}
 
     def t_split(d: int, r: int) -> float:

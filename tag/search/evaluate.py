@@ -183,8 +183,7 @@ def compute_floor_ms(gg, cluster, cost, strategy) -> float:
     if strategy.pipeline is not None or any(d.shard is not None or d.sfb for d in strategy.decisions):
         return 0.0
     types = [d.type for d in cluster.devices]
-    index: dict = {}
-    tid = [index.setdefault(t, len(index)) for t in types]  # replicas of one type and rows cost alike
+    tid = cluster.type_ids  # replicas of one type and rows cost alike
     busy = [0.0] * cluster.n_devices
     for g, dec in enumerate(strategy.decisions):
         rows, ms_of = dec.rows, {}

@@ -29,8 +29,7 @@ class SimContext:
     def __init__(self, gg, cluster, cost, training):
         self.gg, self.cluster, self.cost, self.training = gg, cluster, cost, training
         self.dtypes = [d.type for d in cluster.devices]
-        index: dict = {}  # each device's type as a small int (a DeviceType hashes all its fields, an int in C)
-        self.type_ids = [index.setdefault(t, len(index)) for t in self.dtypes]
+        self.type_ids = cluster.type_ids
         gs = gg.groups
         self.saved_per_row = np.array([g.saved_bytes_per_row for g in gs], dtype=float)
         self.saved_fixed = np.array([g.saved_bytes_fixed for g in gs], dtype=float)

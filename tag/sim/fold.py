@@ -35,7 +35,7 @@ from itertools import chain
 
 import numpy as np
 
-from tag.sim.taskgraph import ComputeTasks, SyncUnit, TaskGraph
+from tag.sim.taskgraph import ComputeTasks, TaskGraph
 
 MIN_DEVICES = 16  # below this, looking for twins costs about what it saves
 
@@ -126,10 +126,8 @@ def fold_twins(tg: TaskGraph, min_devices: int = MIN_DEVICES) -> tuple[TaskGraph
                          [t.duration_ms[k] for k in old])
     renumber = new_id.tolist()
     programs = [[renumber[k] for k in p] if rep[d] == d else [] for d, p in enumerate(tg.programs)]
-    syncs = [SyncUnit(u.groups, u.devices, u.nbytes, u.method, u.server, u.label, w, r, u.phases, u.copy_in_ms,
-                      u.copy_out_ms)
-             for u, w, r in zip(tg.syncs, _kept_lists(wait, len(tg.syncs), kept, new_id),
-                                _kept_lists(release, len(tg.syncs), kept, new_id))]
+    syncs = [replace(u, wait=w, release=r) for u, w, r in zip(tg.syncs, _kept_lists(wait, len(tg.syncs), kept, new_id),
+                                                               _kept_lists(release, len(tg.syncs), kept, new_id))]
     transfers = [replace(x, producer=renumber[x.producer] if x.producer >= 0 else x.producer,
                          consumer=renumber[x.consumer] if x.consumer >= 0 else x.consumer,
                          wait=tuple(renumber[k] for k in x.wait), deliver=tuple(renumber[k] for k in x.deliver))

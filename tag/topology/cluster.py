@@ -8,6 +8,7 @@ indices a byte crosses. Device ids are ``machine/index`` (``m0/0``), in topology
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -82,6 +83,13 @@ class Cluster:
     @property
     def n_devices(self) -> int:
         return len(self.devices)
+
+    @cached_property
+    def type_ids(self) -> list[int]:
+        """Each device's type as a small int, in topology order (equal types, equal ints; numbered by first
+        appearance): a memo keyed by it hashes an int, where a `DeviceType` key hashes every field."""
+        index: dict = {}
+        return [index.setdefault(d.type, len(index)) for d in self.devices]
 
     def device_index(self, device_id: str) -> int:
         for d in self.devices:
