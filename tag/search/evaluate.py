@@ -135,22 +135,21 @@ def link_floor_ms(ctx, strategy: Strategy) -> float:
     directed link's bytes over its capacity, max_l (sum over flows f of volume_f x w_f,l) / cap_l, over every flow
     of the simulator's task graph (`tag.sim.build`, default options: each activation and gradient transfer, each
     phase of each gradient sync). Max-min sharing never puts more than cap_l on link l, and every flow drains
-    within the iteration. `ctx`: the strategy's `tag.sim.context.SimContext`. Costs one task-graph build: cheap
-    beside the event loop of a plan whose thousands of concurrent flows share links (a stage placement on a
-    1,024-device cluster)."""
-    from tag.sim.build import BuildOptions, build_task_graph
+    within the iteration. `ctx`: the strategy's `tag.sim.context.SimContext`. Costs one task-graph build (twins
+    folded, `tag.sim.engine.build_folded`: the same flows): cheap beside the event loop of a plan whose thousands
+    of concurrent flows share links (a stage placement on a 1,024-device cluster)."""
+    from tag.sim.engine import build_folded
 
-    return _link_floor_of(ctx, build_task_graph(ctx, strategy, BuildOptions()))
+    return _link_floor_of(ctx, build_folded(ctx, strategy)[0])
 
 
 def link_floor_and_peak(ctx, strategy: Strategy) -> tuple[float, dict[str, float]]:
     """(`link_floor_ms`, the peak memory per device id in 1e9 bytes that its simulation reports,
     `tag.sim.engine.peak_memory_gb`) from one task-graph build: what a search needs of a strategy it may rule out
     by the floor but whose memory it still reads (`tag.search.shard_search`'s LP)."""
-    from tag.sim.build import BuildOptions, build_task_graph
-    from tag.sim.engine import peak_memory_gb
+    from tag.sim.engine import build_folded, peak_memory_gb
 
-    tg = build_task_graph(ctx, strategy, BuildOptions())
+    tg = build_folded(ctx, strategy)[0]
     return _link_floor_of(ctx, tg), peak_memory_gb(ctx, strategy, tg)
 
 

@@ -25,12 +25,13 @@ __all__ = ["BuildOptions", "build_task_graph", "check_strategy"]
 _TRANSFER, _SYNC = DependentKind.TRANSFER, DependentKind.SYNC
 
 
-def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
+def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list, kept: list[bool] | None = None) -> tuple:
     """Forward tasks in group order, then backward tasks in reverse group order (SFB: the local dW leaves the
     backward; recompute: the forward runs again at its start, `with_recompute`; a sharded group's collectives: a
     tail task after each pass, `tag.sim.shard_build`, appended to `pending`; ZeRO's fresh buffers,
     `tag.sim.zero.zero_fill_ms`). (forward task ids per group {device: task}, the same for what leaves each forward
-    (its tails), backward likewise twice, SFB dW and ZeRO master-gradient ms per device, the per-group costs)."""
+    (its tails), backward likewise twice, SFB dW and ZeRO master-gradient ms per device, the per-group costs).
+    kept: per device, whether its tasks are made (None: every device's)."""
     n_grp = len(decs)
     base = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
     per_group = list(base)
@@ -48,7 +49,7 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
     fwd_out: list[dict] = [None] * n_grp
     bwd_out: list[dict] = [None] * n_grp
     for g in range(n_grp):
-        devs, fwd, _, _ = per_group[g]
+        devs, fwd, _, _ = _made(per_group[g], kept)
         fwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.FORWARD, g, fwd)))
         fwd_out[g] = add_tails(ctx, decs, g, TaskKind.FORWARD, fwd_id[g], draft, pending)
     for g in range(n_grp - 1, -1, -1):
@@ -59,19 +60,30 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list) -> tuple:
             for d, a in zip(devs, added):
                 extra_upd_ms[d] += a
         bwd = with_recompute(decs[g], base[g][1], bwd)  # the forward again, not its gather's fresh buffer
+        devs, bwd = _made((devs, bwd), kept)
         bwd_id[g] = dict(zip(devs, draft.add_tasks(devs, TaskKind.BACKWARD, g, bwd)))
         bwd_out[g] = add_tails(ctx, decs, g, TaskKind.BACKWARD, bwd_id[g], draft, pending)
     return fwd_id, fwd_out, bwd_id, bwd_out, extra_upd_ms, per_group
 
 
-def _transfers(ctx: SimContext, decs, passes, draft: Draft, asynchronous: bool):
+def _made(columns: tuple, kept: list[bool] | None) -> tuple:
+    """(devices, per-device values...) of one group with only the devices whose tasks are made (`kept`)."""
+    if kept is None:
+        return columns
+    idx = [i for i, d in enumerate(columns[0]) if kept[d]]
+    return tuple([col[i] for i in idx] for col in columns)
+
+
+def _transfers(ctx: SimContext, decs, passes, draft: Draft, asynchronous: bool, plan: list | None = None):
     """Per tensor message (`tag.sim.tensor_sends`): the activation slice (producer forward -> consumer forwards) and
     the gradient back (consumer backwards -> producer backward) (`add_planned_transfers`); ([Transfer], memory recv list).
-    `passes` = (forward heads, forward tails, backward heads, backward tails) per group."""
+    `passes` = (forward heads, forward tails, backward heads, backward tails) per group; `plan`: `transfer_plan`'s,
+    when the caller has it."""
     fwd_in, fwd_out, bwd_in, bwd_out = passes
     out: list[Transfer] = []
     recv: list[tuple] = []
-    plan = transfer_plan(ctx, decs, edge_flows)  # a tensor crosses to a device once (`tag.sim.tensor_sends`)
+    if plan is None:  # a tensor crosses to a device once (`tag.sim.tensor_sends`)
+        plan = transfer_plan(ctx, decs, edge_flows)
     add_planned_transfers(draft, out, recv, ctx.gg, plan, (fwd_out, fwd_in, bwd_out, bwd_in), "", asynchronous)
     return out, recv
 
@@ -99,20 +111,28 @@ def _blocking(transfers: list[Transfer], programs, tasks: ComputeTasks, draft: D
     return out
 
 
-def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOptions()) -> TaskGraph:
+def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOptions(), *, rep: list[int] | None = None,
+                     plan: list | None = None) -> TaskGraph:
     """The task graph of one iteration of `strategy` on ctx's (gg, cluster, cost, training) (module docstring);
-    a pipelined strategy's is `tag.sim.pipeline_build.build_pipeline_task_graph`'s."""
+    a pipelined strategy's is `tag.sim.pipeline_build.build_pipeline_task_graph`'s.
+
+    rep: each device's representative twin (`tag.sim.fold.strategy_twins`, with `plan`, the strategy's
+    `tag.sim.tensor_sends.transfer_plan`): only the representatives' tasks are made, and sync units list only
+    those, while every unit keeps its devices and phases and every transfer is made: the graph
+    `tag.sim.fold.fold_with(whole graph, rep)` gives, at a fraction of the work."""
     if getattr(strategy, "pipeline", None) is not None:
         return build_pipeline_task_graph(ctx, strategy, options)
     n_dev, decs = len(ctx.dtypes), strategy.decisions
     check_strategy(strategy, ctx.gg.n_groups, n_dev)
+    kept = None if rep is None else [r == d for d, r in enumerate(rep)]
     draft = Draft(ComputeTasks(), [], [], [])
     pending: list = []
-    fwd_id, fwd_out, bwd_id, bwd_out, extra_upd_ms, per_group = _compute_tasks(ctx, decs, draft, pending)
+    fwd_id, fwd_out, bwd_id, bwd_out, extra_upd_ms, per_group = _compute_tasks(ctx, decs, draft, pending, kept)
     devs_of = [pg[0] for pg in per_group]
-    transfers, recv = _transfers(ctx, decs, (fwd_id, fwd_out, bwd_id, bwd_out), draft, not options.blocking_sends)
+    transfers, recv = _transfers(ctx, decs, (fwd_id, fwd_out, bwd_id, bwd_out), draft, not options.blocking_sends,
+                                 plan)
     units, extra_static = sync_units(ctx, strategy, devs_of)
-    upd_id = update_tasks(ctx, units, per_group, extra_upd_ms, draft, decs)
+    upd_id = update_tasks(ctx, units, per_group, extra_upd_ms, draft, decs, kept)
     wire_syncs(units, devs_of, bwd_id, upd_id, draft, options.overlap_sync)
     add_gathers_after_update(ctx, decs, units, upd_id, draft)
     programs = device_programs(draft.tasks.device, n_dev)

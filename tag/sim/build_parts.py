@@ -114,11 +114,12 @@ def sync_units(ctx: SimContext, strategy, devs_of) -> tuple[list[SyncUnit], list
         u.copy_in_ms, u.copy_out_ms = ctx.sync_copy_ms(u.method, u.devices, u.nbytes)
     return units, extra_static
 
-def update_tasks(ctx: SimContext, units, per_group, extra_upd_ms, draft: Draft, decisions) -> list[int]:
+def update_tasks(ctx: SimContext, units, per_group, extra_upd_ms, draft: Draft, decisions,
+                 kept: list[bool] | None = None) -> list[int]:
     """One optimizer step per device that holds parameters (as optimizer.step() after backward and sync), lasting
     its `extra_upd_ms` (SFB dW products, ZeRO stage 1's fresh master gradients) plus the update of every group it
     computes that has parameters or syncs (under ZeRO, the replica's share of it, `tag.sim.zero.update_fractions`);
-    task id per device (-1: none)."""
+    task id per device (-1: none, or a device `kept` leaves out)."""
     n_dev = len(ctx.dtypes)
     groups = ctx.gg.groups
     in_unit = {g for u in units for g in u.groups}
@@ -131,11 +132,14 @@ def update_tasks(ctx: SimContext, units, per_group, extra_upd_ms, draft: Draft, 
             for d, ms in zip(devs, upd):
                 upd_ms[d] += ms if frac is None else ms * frac[g]
                 has_upd[d] = True
+    if kept is not None:
+        has_upd = [h and k for h, k in zip(has_upd, kept)]
     return [draft.add_tasks([d], TaskKind.UPDATE, -1, [upd_ms[d]])[0] if has_upd[d] else -1 for d in range(n_dev)]
 
 def wire_syncs(units, devs_of, bwd_id, upd_id, draft: Draft, overlap_sync: bool) -> None:
     """Each sync waits for its groups' backward tasks (without overlap also for the last backward task of each of
-    its devices) and releases the optimizer steps of the devices computing its groups."""
+    its devices) and releases the optimizer steps of the devices computing its groups (of those whose tasks were
+    made: `bwd_id` and `upd_id` name no others)."""
     n_dev = len(upd_id)
     last_bwd = [-1] * n_dev  # each device's last backward task in program order (backwards run g = K-1 .. 0)
     for g in range(len(bwd_id) - 1, -1, -1):
@@ -145,8 +149,7 @@ def wire_syncs(units, devs_of, bwd_id, upd_id, draft: Draft, overlap_sync: bool)
     for j, u in enumerate(units):
         members = set(u.devices)  # a sharded group's position unit: its peers only
         for g in u.groups:
-            ids = bwd_id[g]
-            kbs = [ids[d] for d in devs_of[g] if d in members]
+            kbs = [k for d, k in bwd_id[g].items() if d in members]  # devs_of[g]'s order
             u.wait += kbs
             for kb in kbs:  # `count_towards`, inline: one call per backward task of every device
                 if first[kb] < 0:
@@ -155,13 +158,14 @@ def wire_syncs(units, devs_of, bwd_id, upd_id, draft: Draft, overlap_sync: bool)
                     draft.depend(kb, (_SYNC, j))
         # devices in topology order (a group's devices are)
         covered = devs_of[u.groups[0]] if len(u.groups) == 1 else sorted({d for g in u.groups for d in devs_of[g]})
-        u.release = [upd_id[d] for d in covered if d in members]
+        u.release = [upd_id[d] for d in covered if d in members and upd_id[d] >= 0]
         for k in u.release:
             inputs[k] += 1
         if not overlap_sync:
             for d in u.devices:
-                draft.depend(last_bwd[d], (_SYNC, j))
-                u.wait.append(last_bwd[d])
+                if last_bwd[d] >= 0:
+                    draft.depend(last_bwd[d], (_SYNC, j))
+                    u.wait.append(last_bwd[d])
 
 def wire_batch_stats(ctx: SimContext, decs, fwd_maps, bwd_maps, units, programs, draft: Draft) -> None:
     """Append the batch-statistics syncs of training-mode BatchNormalization (`tag.sim.batch_stats`) to `units`:
@@ -177,7 +181,9 @@ def wire_batch_stats(ctx: SimContext, decs, fwd_maps, bwd_maps, units, programs,
         u = SyncUnit((g,), devs, nbytes, "ring", None, f"sync bn-stats g{g} {kind}")
         u.phases = phases
         for d in devs:
-            k = tasks[d]
+            k = tasks.get(d)
+            if k is None:  # a device whose tasks were not made
+                continue
             u.wait.append(k)
             count_towards(draft, k, j)
             dd, i = pos[k]

@@ -10,14 +10,16 @@ per-task start times.
 from __future__ import annotations
 
 from tag.sim.build import BuildOptions, build_task_graph
+from tag.sim.build_parts import edge_flows
 from tag.sim.context import SimContext, sim_context
 from tag.sim.events import Timeline, run_task_graph
-from tag.sim.fold import fold_twins, unfold_end_ms
+from tag.sim.fold import fold_twins, strategy_twins, unfold_end_ms
 from tag.sim.fuse import fuse_chains, run_fused
-from tag.sim.peak_memory import strategy_peak_memory_bytes
 from tag.sim.network import INF
+from tag.sim.peak_memory import strategy_peak_memory_bytes
 from tag.sim.result import SimResult
 from tag.sim.taskgraph import TaskGraph, TaskKind
+from tag.sim.tensor_sends import transfer_plan
 from tag.sim.trace import (COMPUTE_PID, NETWORK_PID, STEP_EVENT_NAMES, compute_event_name, idle_events, lane_metadata,
                            x_event)
 from tag.strategy import Strategy, TrainingConfig
@@ -33,19 +35,36 @@ def simulate(gg, cluster, cost, strategy: Strategy, training: TrainingConfig, *,
     consumer group's place in the group order, and blocks both (`tag.sim.rendezvous`).
     """
     ctx = sim_context(gg, cluster, cost, training)
-    tg = build_task_graph(ctx, strategy, BuildOptions(overlap_sync=overlap_sync, blocking_sends=blocking_sends))
+    options = BuildOptions(overlap_sync=overlap_sync, blocking_sends=blocking_sends)
     caps = [l.bytes_per_ms for l in cluster.links]
-    rep = None  # each device's twin that represents it (`tag.sim.fold`), None: no folding
     if trace:  # the trace shows every task
-        timeline = run_task_graph(tg, caps, log_flows=True)
-    else:  # the exact reductions (twins folded, chains fused); bit-identical times
+        tg = build_task_graph(ctx, strategy, options)
+        return _result(ctx, strategy, tg, run_task_graph(tg, caps, log_flows=True), trace)
+    # the exact reductions (twins folded, chains fused); bit-identical times. Twins read off the strategy are
+    # folded as the graph is built; the others once it is built
+    tg, rep = build_folded(ctx, strategy, options)
+    if rep is None:
         folded = fold_twins(tg)
-        if folded is None:
-            timeline = run_fused(fuse_chains(tg), caps)
-        else:
-            timeline, rep = run_fused(fuse_chains(folded[0]), caps), folded[1]
-            timeline.device_end_ms = unfold_end_ms(timeline.device_end_ms, rep)
+        if folded is not None:
+            tg, rep = folded
+    timeline = run_fused(fuse_chains(tg), caps)
+    if rep is not None:
+        timeline.device_end_ms = unfold_end_ms(timeline.device_end_ms, rep)
     return _result(ctx, strategy, tg, timeline, trace, rep)
+
+
+def build_folded(ctx: SimContext, strategy: Strategy,
+                 options: BuildOptions = BuildOptions()) -> tuple[TaskGraph, list[int] | None]:
+    """(task graph, rep): the graph built with the twins read off the strategy folded (`tag.sim.fold.strategy_twins`,
+    rep[d] = d's representative), or the whole graph and None when it has none. Either has the whole graph's
+    transfers, sync units' phases and memory inputs, so its link loads and peak memory are the whole graph's."""
+    plan = None
+    if getattr(strategy, "pipeline", None) is None:
+        plan = transfer_plan(ctx, strategy.decisions, edge_flows)
+        rep = strategy_twins(ctx, strategy, plan)
+        if rep is not None:
+            return build_task_graph(ctx, strategy, options, rep=rep, plan=plan), rep
+    return build_task_graph(ctx, strategy, options, plan=plan), None
 
 
 def busy_ms(tg: TaskGraph, rep: list[int] | None = None) -> list[float]:

@@ -24,8 +24,12 @@ instant the loop handles events first-queued first; a sync is queued when its la
 last device of each class as representative that listing is kept where the builder lists tasks in device order, as
 it does. `tests/sim/test_sim_fold.py` compares the folded run with the unfolded one to the bit.
 
-What it saves: chain fusion and the event loop touch one program per class instead of one per device; busy time is
-summed once per class (`tag.sim.engine.busy_ms`). Building the graph and peak memory are unchanged.
+Two ways to the folded graph: `fold_twins` finds the twins in a whole built graph; `strategy_twins` reads classes off
+the strategy (one device type, the same rows in every group, no message at either end), and the builder then makes
+only the representatives' tasks (`tag.sim.build.build_task_graph`'s ``rep``), which is `fold_with` of the whole graph
+by those classes without building it. What it saves: building, chain fusion and the event loop touch one program per
+class instead of one per device; busy time is summed once per class (`tag.sim.engine.busy_ms`). Peak memory is
+unchanged.
 """
 
 from __future__ import annotations
@@ -117,6 +121,18 @@ def fold_twins(tg: TaskGraph, min_devices: int = MIN_DEVICES) -> tuple[TaskGraph
     rep = _representatives(tg, tdev, wait, release)
     if rep is None:
         return None
+    return _fold(tg, rep, tdev, wait, release), rep
+
+
+def fold_with(tg: TaskGraph, rep: list[int]) -> TaskGraph:
+    """The graph of the tasks of the devices d with rep[d] == d (renumbered in task-id order; sync units list only
+    those tasks): `fold_twins`'s graph for a given rep. The input is not modified."""
+    tdev = np.fromiter(tg.tasks.device, dtype=np.int64, count=len(tg.tasks))
+    return _fold(tg, rep, tdev, _listings(tg.syncs, "wait"), _listings(tg.syncs, "release"))
+
+
+def _fold(tg: TaskGraph, rep: list[int], tdev: np.ndarray, wait, release) -> TaskGraph:
+    """`fold_with`, given the task devices and the listings (`_listings`) of the sync units."""
     kept = (np.asarray(rep, dtype=np.int64) == np.arange(tg.n_devices, dtype=np.int64))[tdev]
     new_id = np.cumsum(kept) - 1  # a kept task's id in the folded graph
     ids = np.flatnonzero(kept)
@@ -132,10 +148,40 @@ def fold_twins(tg: TaskGraph, min_devices: int = MIN_DEVICES) -> tuple[TaskGraph
                          consumer=renumber[x.consumer] if x.consumer >= 0 else x.consumer,
                          wait=tuple(renumber[k] for k in x.wait), deliver=tuple(renumber[k] for k in x.deliver))
                  for x in tg.transfers]
-    folded = replace(tg, tasks=tasks, programs=programs, transfers=transfers, syncs=syncs,
-                     inputs=[tg.inputs[k] for k in old], first_sync=[tg.first_sync[k] for k in old],
-                     dependents=[tg.dependents[k] for k in old])
-    return folded, rep
+    return replace(tg, tasks=tasks, programs=programs, transfers=transfers, syncs=syncs,
+                   inputs=[tg.inputs[k] for k in old], first_sync=[tg.first_sync[k] for k in old],
+                   dependents=[tg.dependents[k] for k in old])
+
+
+def strategy_twins(ctx, strategy, plan: list, min_devices: int = MIN_DEVICES) -> list[int] | None:
+    """rep[d] read off the strategy, before any task is built (`tag.sim.build.build_task_graph`'s ``rep``): devices
+    of one type with the same rows in every group form a class, represented by its last device, except that a device
+    at an end of a message of `plan` (the strategy's `tag.sim.tensor_sends.transfer_plan`) is alone, and so is one
+    with no rows (no tasks, as in `twin_representatives`).
+    None when the cluster has fewer than `min_devices` devices, the strategy is pipelined or has a sharded group
+    (whose collectives and tails the builder makes per replica), or no device has a twin.
+
+    They are twins by the definition above: the builder makes a device's tasks from its type and rows alone, in one
+    order (forwards by group, backwards reversed, its step, its ZeRO waits), and every sync unit over its groups'
+    devices (gradient syncs, buckets, shared parameters, SFB, ZeRO gathers, batch statistics) lists the task at the
+    same program position of each of them; a device at an end of a message is alone, so no transfer touches a class
+    of two or more. `tests/sim/test_sim_fold.py` checks every such class against
+    `twin_representatives` of the whole graph."""
+    decs = strategy.decisions
+    n = len(ctx.dtypes)
+    if n < min_devices or strategy.pipeline is not None or any(d.shard is not None for d in decs):
+        return None
+    alone = {d for x in plan for d in (x.src, x.dst)}
+    tid = ctx.cluster.type_ids
+    last: dict = {}
+    keys = []
+    for d, rows in enumerate(zip(*(dec.rows for dec in decs))):
+        key = d if d in alone or not any(rows) else (tid[d], rows)
+        keys.append(key)
+        last[key] = d
+    if len(last) == n:
+        return None
+    return [last[k] for k in keys]
 
 
 def _kept_lists(listings, n_units: int, kept: np.ndarray, new_id: np.ndarray) -> list[list[int]]:

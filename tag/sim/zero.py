@@ -142,7 +142,8 @@ def add_gathers_after_update(ctx, decisions, units: list[SyncUnit], upd_id: list
         return
     wait_id: dict[int, int] = {}
     for d in sorted({d for u in found for d in u.devices}):
-        wait_id[d] = draft.add_tasks([d], TaskKind.WAIT, -1, [0.0])[0]
+        if upd_id[d] >= 0:  # -1: a device whose tasks were not made (`tag.sim.build.build_task_graph`'s rep)
+            wait_id[d] = draft.add_tasks([d], TaskKind.WAIT, -1, [0.0])[0]
     for u in found:
         j = len(units)
         gs = u.groups
@@ -150,6 +151,8 @@ def add_gathers_after_update(ctx, decisions, units: list[SyncUnit], upd_id: list
         g = SyncUnit(gs, u.devices, u.nbytes, _REDUCE_SCATTERS[u.method], None, label + " updated")
         g.phases = ctx.phases(g.method, g.devices, g.nbytes, None)
         for d in u.devices:
+            if d not in wait_id:
+                continue
             g.wait.append(upd_id[d])
             count_towards(draft, upd_id[d], j)
             g.release.append(wait_id[d])
@@ -172,16 +175,16 @@ def add_weight_gathers(ctx, decisions, units: list[SyncUnit], passes, programs, 
     for g, what, tasks in passes:
         if g not in method_of:
             continue
-        for devs, nbytes, label in _gather_sets(ctx, decisions[g], g, tasks, shard[g]):
+        for devs, nbytes, label in _gather_sets(ctx, decisions[g], g, shard[g]):
             _add_weight_gather(ctx, units, draft, programs, pos, tdev, tasks, g, devs, nbytes,
                                method_of[g], f"gather w g{g} {what}{label}")
 
 
-def _gather_sets(ctx, decision, g: int, tasks: dict, nbytes: float) -> list:
+def _gather_sets(ctx, decision, g: int, nbytes: float) -> list:
     """The device sets of a zero-3 weight gather of group g: all its devices with its sharded bytes, or for a
     sharded group each position's peers with that position's bytes (`tag.sim.buckets.position_bytes`)."""
     if decision.shard is None:
-        return [(tuple(sorted(tasks)), nbytes, "")]
+        return [(decision.devices, nbytes, "")]
     from tag.sim.buckets import position_bytes
 
     per = position_bytes(ctx.gg, g, decision)
@@ -197,7 +200,9 @@ def _add_weight_gather(ctx, units, draft, programs, pos, tdev, tasks, g, devs, n
     u.phases = ctx.phases(u.method, devs, u.nbytes, None)
     lag = 2 if uses_nccl(ctx.cluster, devs) else 1  # prefetched (FSDP2), or blocking on CPU ranks (docstring)
     for d in devs:
-        k = tasks[d]
+        k = tasks.get(d)
+        if k is None:  # a device whose tasks were not made
+            continue
         i = pos[k]
         if i >= lag:
             before = programs[tdev[k]][i - lag]

@@ -1,6 +1,7 @@
 """Twin folding (`tag.sim.fold`): the classes of a hand-built graph and its run worked out by hand, and the folded
 run against the plain event loop on the unfolded, unfused graph (a second method) over baselines, buckets, ZeRO,
-recomputation, partial replica sets and random row maps on the shipped models and clusters."""
+recomputation, partial replica sets and random row maps on the shipped models and clusters. Twins read off the
+strategy are checked against the whole graph's, and the graph built folded against the whole graph folded after."""
 
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from tag.sim.build import BuildOptions, build_task_graph
 from tag.sim.collectives import FlowSpec
 from tag.sim.context import sim_context
 from tag.sim.events import run_task_graph
-from tag.sim.fold import fold_twins, twin_representatives, unfold_end_ms
+from tag.sim.build_parts import edge_flows
+from tag.sim.fold import fold_twins, fold_with, strategy_twins, twin_representatives, unfold_end_ms
 from tag.sim.fuse import fuse_chains, run_fused
 from tag.sim.taskgraph import TaskKind
+from tag.sim.tensor_sends import transfer_plan
 from tests.sim.helpers_sim_runs import hand_graph, random_strategy, shipped_inputs, with_buckets
 
 CAP = 1e5  # bytes per ms of every link
@@ -106,11 +109,12 @@ def test_folded_run_equals_the_plain_run(model, topology):
     ctx = sim_context(gg, cluster, cost, training)
     caps = [l.bytes_per_ms for l in cluster.links]
     rng = random.Random(f"{model}|{topology}")
-    folds = 0
+    folds = pre = 0
     for name, st in _strategies(gg, cluster, cost, training, max(batch, cluster.n_devices), rng).items():
         for mode, options in (("async", BuildOptions()), ("deploy", BuildOptions(False, True))):
             where = f"{model} {topology} {name} {mode}"
             tg = build_task_graph(ctx, st, options)
+            pre += _check_built_folded(ctx, st, options, tg, where)
             folded = fold_twins(tg, min_devices=1)
             if folded is None:
                 continue
@@ -125,3 +129,19 @@ def test_folded_run_equals_the_plain_run(model, topology):
             assert (a.iteration_ms, a.fit_iteration_ms, a.link_bytes, a.busy_ms) == (
                 b.iteration_ms, b.fit_iteration_ms, b.link_bytes, b.busy_ms), where
     assert folds >= 4  # the comparisons saw folded graphs
+    assert pre >= 4  # and graphs built folded
+
+
+def _check_built_folded(ctx, st, options, tg, where: str) -> int:
+    """1 when the strategy has twins (`strategy_twins`) after checking that (a) each of its classes lies in one class
+    of the whole graph `tg` (`twin_representatives`, from the graph alone) and (b) the graph built with them is the
+    whole graph folded by them (`fold_with`), field by field; else 0."""
+    plan = transfer_plan(ctx, st.decisions, edge_flows)
+    rep = strategy_twins(ctx, st, plan, min_devices=1)
+    if rep is None:
+        return 0
+    whole = twin_representatives(tg)
+    assert whole is not None, where
+    assert all(whole[d] == whole[r] for d, r in enumerate(rep)), where
+    assert build_task_graph(ctx, st, options, rep=rep, plan=plan) == fold_with(tg, rep), where
+    return 1
