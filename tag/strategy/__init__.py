@@ -25,6 +25,24 @@ V1_SYNC_NAMES = {"allreduce": "ring", "hierarchical": "leader", "ps": "ps"}  # p
 DEFAULT_BUCKET_MB = 25.0  # PyTorch DDP's bucket_cap_mb default (torch.nn.parallel.DistributedDataParallel)
 
 
+def _cached_hash(obj, fields) -> int:
+    """hash(fields()), the hash a frozen dataclass generates from its compared fields, kept in the instance after
+    the first call: the search looks the same strategies up in several caches, and hashing a strategy hashes every
+    decision's row map. (A string's hash differs between processes, so the kept value is never pickled:
+    `_state_without_hash`.)"""
+    h = obj.__dict__.get("_hash")
+    if h is None:
+        h = obj.__dict__["_hash"] = hash(fields())
+    return h
+
+
+def _state_without_hash(obj) -> dict:
+    """The instance's state for pickle and copy, without the hash `_cached_hash` kept."""
+    state = dict(obj.__dict__)
+    state.pop("_hash", None)
+    return state
+
+
 @dataclass(frozen=True)
 class Decision:
     rows: tuple[int, ...]  # per device, topology order
@@ -41,6 +59,13 @@ class Decision:
     def __post_init__(self):
         if self.sync == "allreduce":  # version 1's name of the ring all-reduce
             object.__setattr__(self, "sync", "ring")
+
+    def __hash__(self) -> int:
+        return _cached_hash(self, lambda: (self.rows, self.sync, self.server, self.sfb, self.zero, self.recompute,
+                                           self.shard))
+
+    def __getstate__(self) -> dict:
+        return _state_without_hash(self)
 
     @cached_property
     def devices(self) -> tuple[int, ...]:
@@ -90,6 +115,12 @@ class Strategy:
     bucket_mb: float = 0.0
     buckets: tuple[Bucket, ...] | None = field(default=None, compare=False)
     pipeline: Pipeline | None = None
+
+    def __hash__(self) -> int:
+        return _cached_hash(self, lambda: (self.decisions, self.bucket_mb, self.pipeline))
+
+    def __getstate__(self) -> dict:
+        return _state_without_hash(self)
 
     def replace(self, group: int, decision: Decision) -> "Strategy":
         ds = list(self.decisions)

@@ -17,7 +17,8 @@ Reduced size (so the whole file stays near a minute and a half on two idle cores
   (resnet50 -> resnet_tiny, vgg19 -> small_cnn, ...), except in `tag inspect`, which runs on the real model;
 - `tag plan`: `--playouts 4 --no-refine` (unless it writes a baseline);
 - `tag deploy`: `--steps 1 --nproc 2` (a pipelined or sharded plan keeps its one rank per device);
-- `tag profile ops`: `--rows 1,2 --repeats 1 --warmup 0 --quick`;
+- `tag profile ops`: `--rows 1,2 --repeats 1 --warmup 0 --quick --ranks 0` (no contention probe: it starts two
+  ranks, about 6 s, and `tests/profile/test_profile_contention.py` runs it);
 - `tag profile links`: `--nproc 2 --sizes 4,1K --repeats 1 --warmup 0 --quick`;
 - `tag train`: `--topologies random:2 --episodes 1 --trajectories 1` (one episode on two random clusters);
 - `tag bench`: **argument parsing only** (the suite plans many models and takes minutes; the bench tests run it).
@@ -169,7 +170,8 @@ def reduce_args(argv: list[str]) -> list[str]:
         if not _pipelined(argv[1]):  # a pipelined or sharded plan's ranks: keep its rank count
             argv = _set_flag(argv, "--nproc", "2")
     elif verb == ("profile", "ops"):
-        for flag, value in (("--rows", "1,2"), ("--repeats", "1"), ("--warmup", "0"), ("--quick", None)):
+        for flag, value in (("--rows", "1,2"), ("--repeats", "1"), ("--warmup", "0"), ("--quick", None),
+                            ("--ranks", "0")):
             argv = _set_flag(argv, flag, value)
     elif verb == ("profile", "links"):
         for flag, value in (("--nproc", "2"), ("--sizes", "4,1K"), ("--repeats", "1"), ("--warmup", "0"),
