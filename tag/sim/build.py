@@ -10,7 +10,8 @@ builder code and leaves the event loop (`tag.sim.events`) as it is.
 from __future__ import annotations
 
 from tag.sim.build_parts import (BuildOptions, Draft, add_planned_transfers, check_strategy, device_programs, edge_flows,
-                                 sync_units, update_tasks, wire_batch_stats, wire_syncs, with_recompute)
+                                 made_positions, sync_units, update_tasks, wire_batch_stats, wire_syncs,
+                                 with_recompute)
 from tag.sim.context import SimContext
 from tag.sim.gradsync import sfb_compute_ms
 from tag.sim.pipeline_build import build_pipeline_task_graph
@@ -25,13 +26,13 @@ __all__ = ["BuildOptions", "build_task_graph", "check_strategy"]
 _TRANSFER, _SYNC = DependentKind.TRANSFER, DependentKind.SYNC
 
 
-def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list, kept: list[bool] | None = None) -> tuple:
+def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list, kept: list[int] | None = None) -> tuple:
     """Forward tasks in group order, then backward tasks in reverse group order (SFB: the local dW leaves the
     backward; recompute: the forward runs again at its start, `with_recompute`; a sharded group's collectives: a
     tail task after each pass, `tag.sim.shard_build`, appended to `pending`; ZeRO's fresh buffers,
     `tag.sim.zero.zero_fill_ms`). (forward task ids per group {device: task}, the same for what leaves each forward
     (its tails), backward likewise twice, SFB dW and ZeRO master-gradient ms per device, the per-group costs).
-    kept: per device, whether its tasks are made (None: every device's)."""
+    kept: the devices whose tasks are made, ascending (None: every device's; `made_positions`)."""
     n_grp = len(decs)
     base = [ctx.group_costs(g, decs[g]) for g in range(n_grp)]
     per_group = list(base)
@@ -66,11 +67,11 @@ def _compute_tasks(ctx: SimContext, decs, draft: Draft, pending: list, kept: lis
     return fwd_id, fwd_out, bwd_id, bwd_out, extra_upd_ms, per_group
 
 
-def _made(columns: tuple, kept: list[bool] | None) -> tuple:
+def _made(columns: tuple, kept: list[int] | None) -> tuple:
     """(devices, per-device values...) of one group with only the devices whose tasks are made (`kept`)."""
     if kept is None:
         return columns
-    idx = [i for i, d in enumerate(columns[0]) if kept[d]]
+    idx = made_positions(columns[0], kept)
     return tuple([col[i] for i in idx] for col in columns)
 
 
@@ -124,7 +125,11 @@ def build_task_graph(ctx: SimContext, strategy, options: BuildOptions = BuildOpt
         return build_pipeline_task_graph(ctx, strategy, options)
     n_dev, decs = len(ctx.dtypes), strategy.decisions
     check_strategy(strategy, ctx.gg.n_groups, n_dev)
-    kept = None if rep is None else [r == d for d, r in enumerate(rep)]
+    kept = None
+    if rep is not None:  # the representatives (`tag.sim.fold.strategy_twins`: unsharded strategies only)
+        if any(d.shard is not None for d in decs):
+            raise ValueError("build_task_graph: rep= takes an unsharded strategy")
+        kept = [d for d, r in enumerate(rep) if r == d]
     draft = Draft(ComputeTasks(), [], [], [])
     pending: list = []
     fwd_id, fwd_out, bwd_id, bwd_out, extra_upd_ms, per_group = _compute_tasks(ctx, decs, draft, pending, kept)

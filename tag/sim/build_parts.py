@@ -5,6 +5,7 @@ gradient sync units and their wiring, optimizer steps, batch-statistics syncs an
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,12 +115,27 @@ def sync_units(ctx: SimContext, strategy, devs_of) -> tuple[list[SyncUnit], list
         u.copy_in_ms, u.copy_out_ms = ctx.sync_copy_ms(u.method, u.devices, u.nbytes)
     return units, extra_static
 
+def made_positions(devs: list[int], kept: list[int]) -> list[int]:
+    """The positions in `devs` (ascending device indices, a group's) of the devices of `kept` (ascending): those
+    whose tasks a folded build makes (`tag.sim.build.build_task_graph`'s rep).
+
+    >>> made_positions([0, 2, 3, 5], [2, 4, 5])
+    [1, 3]
+    """
+    out = []
+    for d in kept:
+        i = bisect_left(devs, d)
+        if i < len(devs) and devs[i] == d:
+            out.append(i)
+    return out
+
+
 def update_tasks(ctx: SimContext, units, per_group, extra_upd_ms, draft: Draft, decisions,
-                 kept: list[bool] | None = None) -> list[int]:
+                 kept: list[int] | None = None) -> list[int]:
     """One optimizer step per device that holds parameters (as optimizer.step() after backward and sync), lasting
     its `extra_upd_ms` (SFB dW products, ZeRO stage 1's fresh master gradients) plus the update of every group it
     computes that has parameters or syncs (under ZeRO, the replica's share of it, `tag.sim.zero.update_fractions`);
-    task id per device (-1: none, or a device `kept` leaves out)."""
+    task id per device (-1: none, or a device left out of `kept`, the devices whose tasks are made, ascending)."""
     n_dev = len(ctx.dtypes)
     groups = ctx.gg.groups
     in_unit = {g for u in units for g in u.groups}
@@ -129,11 +145,13 @@ def update_tasks(ctx: SimContext, units, per_group, extra_upd_ms, draft: Draft, 
     for g in range(len(per_group)):
         if groups[g].param_count > 0 or g in in_unit:
             devs, _, _, upd = per_group[g]
-            for d, ms in zip(devs, upd):
+            pairs = zip(devs, upd) if kept is None else ((devs[i], upd[i]) for i in made_positions(devs, kept))
+            for d, ms in pairs:
                 upd_ms[d] += ms if frac is None else ms * frac[g]
                 has_upd[d] = True
     if kept is not None:
-        has_upd = [h and k for h, k in zip(has_upd, kept)]
+        made = set(kept)
+        has_upd = [h and d in made for d, h in enumerate(has_upd)]
     return [draft.add_tasks([d], TaskKind.UPDATE, -1, [upd_ms[d]])[0] if has_upd[d] else -1 for d in range(n_dev)]
 
 def wire_syncs(units, devs_of, bwd_id, upd_id, draft: Draft, overlap_sync: bool) -> None:
