@@ -1,5 +1,5 @@
 """The search against brute force: small random cases whose whole decision space is enumerated with the
-simulator itself; the search must find the exact optimum in at least 19 of 20."""
+simulator itself; the search must find the exact optimum in at least 11 of 12."""
 
 import itertools
 
@@ -77,7 +77,7 @@ def enumerated_best(gg, cluster, cost, training, space, chunks: int = 8) -> floa
 def test_search_finds_the_enumerated_optimum():
     training = TrainingConfig()
     hits, sizes = 0, []
-    for seed in range(20):
+    for seed in range(12):
         gg, cluster, cost = random_case(seed)
         res = plan(gg, cluster, cost, training, playouts=300, budget_s=600, seed=0, sfb=False)
         base = res.baselines[res.best_baseline][0]
@@ -87,5 +87,5 @@ def test_search_finds_the_enumerated_optimum():
         best = enumerated_best(gg, cluster, cost, training, space)
         # refinement's row shifts may even leave the space and beat its optimum
         hits += res.result.iteration_ms <= best * (1 + 1e-9)
-    assert hits >= 19, (hits, sizes)
+    assert hits >= 11, (hits, sizes)
     assert sum(sizes) / len(sizes) > 500  # the cases are not trivially small

@@ -60,7 +60,8 @@ def test_search_finds_a_fitting_plan_when_every_baseline_is_oom():
     assert len(a.devices) == 2 and len(b.devices) == 1 and b.devices[0] not in a.devices
 
 
-@pytest.mark.parametrize("model,topology", [("resnet50", "heterog8"), ("vgg19", "tag16"), ("gpt2_tiny", "amp16")])
+# vgg19 on tag16 (about 25 s) left CI's run; resnet50 and gpt2_tiny keep a CNN and a transformer
+@pytest.mark.parametrize("model,topology", [("resnet50", "heterog8"), ("gpt2_tiny", "amp16")])
 def test_plan_never_slower_than_best_fitting_baseline(model, topology):
     from tag.modelio import load_inputs
 
