@@ -8,8 +8,9 @@ move when a consumer's row map differs from its producer's; the simulator and de
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass, field, fields
+from functools import cached_property, lru_cache
+from operator import attrgetter
 
 from tag.strategy.pipeline import Pipeline
 from tag.strategy.shard import Shard, batch_rows
@@ -25,15 +26,21 @@ V1_SYNC_NAMES = {"allreduce": "ring", "hierarchical": "leader", "ps": "ps"}  # p
 DEFAULT_BUCKET_MB = 25.0  # PyTorch DDP's bucket_cap_mb default (torch.nn.parallel.DistributedDataParallel)
 
 
-def _cached_hash(obj, fields) -> int:
-    """hash(fields()), the hash a frozen dataclass generates from its compared fields, kept in the instance after
-    the first call: the search looks the same strategies up in several caches, and hashing a strategy hashes every
-    decision's row map. (A string's hash differs between processes, so the kept value is never pickled:
+def _cached_hash(obj) -> int:
+    """The hash a frozen dataclass generates, hash(tuple of its hashed fields), kept in the instance after the first
+    call: the search looks the same strategies up in several caches, and hashing a strategy hashes every decision's
+    row map. (A string's hash differs between processes, so the kept value is never pickled:
     `_state_without_hash`.)"""
     h = obj.__dict__.get("_hash")
     if h is None:
-        h = obj.__dict__["_hash"] = hash(fields())
+        h = obj.__dict__["_hash"] = hash(_hashed_fields(type(obj))(obj))
     return h
+
+
+@lru_cache(maxsize=None)
+def _hashed_fields(cls) -> attrgetter:
+    """The fields the generated hash of dataclass `cls` covers (`hash`, else `compare`), as one getter."""
+    return attrgetter(*[f.name for f in fields(cls) if (f.compare if f.hash is None else f.hash)])
 
 
 def _state_without_hash(obj) -> dict:
@@ -61,8 +68,7 @@ class Decision:
             object.__setattr__(self, "sync", "ring")
 
     def __hash__(self) -> int:
-        return _cached_hash(self, lambda: (self.rows, self.sync, self.server, self.sfb, self.zero, self.recompute,
-                                           self.shard))
+        return _cached_hash(self)
 
     def __getstate__(self) -> dict:
         return _state_without_hash(self)
@@ -117,7 +123,7 @@ class Strategy:
     pipeline: Pipeline | None = None
 
     def __hash__(self) -> int:
-        return _cached_hash(self, lambda: (self.decisions, self.bucket_mb, self.pipeline))
+        return _cached_hash(self)
 
     def __getstate__(self) -> dict:
         return _state_without_hash(self)
